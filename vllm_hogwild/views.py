@@ -1,0 +1,211 @@
+"""Views: what each Hogwild worker reads, as ordered spans of lanes.
+
+Pure bookkeeping, no torch and no vLLM.
+
+- A *lane* is one physical token sequence (one worker request in vLLM). A
+  token's *stored position* is its index in its lane; its key sits in the KV
+  cache already rotated at that position.
+- A *span* is a contiguous range ``[start, end)`` of stored positions of one lane.
+- A *view* is an ordered list of spans. View positions are assigned by
+  concatenation. The reading worker's own current text is always the LAST span,
+  so its next token continues its own text.
+
+The RoPE identity: ``<R(a) q, R(b) k>`` depends only on ``a - b``. A span stored
+at ``s..`` but placed at view position ``v..`` is attended exactly by rotating
+the query (stored at ``p``, placed at ``view_pos(p)``) by
+
+    delta = (view_pos(p) - p) - (v - s)
+
+instead of re-rotating the span's keys. Within a view the query always lies in
+the last span, so ``view_pos(p) - p`` is that span's own offset and ``delta`` is
+one integer per span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+LAYOUTS = ("contiguous", "isolated", "combined")
+
+
+@dataclass(frozen=True)
+class Span:
+    """Stored positions ``[start, end)`` of lane ``lane``."""
+
+    lane: int
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.lane < 0 or self.start < 0 or self.end < self.start:
+            raise ValueError(f"bad span {self}")
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Separators:
+    """Token runs placed between the parts of a ``combined`` view.
+
+    Each is a span whose K/V exists once somewhere in the group (e.g. on the
+    common prompt tail of a lane); ``None`` leaves that separator out.
+    """
+
+    history: Span | None = None  # before the shared history ("### Past steps")
+    others: Span | None = None  # before co-workers' unfinished steps
+    pivot: Span | None = None  # after each co-worker's unfinished step ("<...>")
+    own: Span | None = None  # before the reader's own unfinished step
+
+
+@dataclass(frozen=True)
+class View:
+    """An ordered list of spans; the last one is the reader's own text."""
+
+    spans: tuple[Span, ...]
+
+    def __post_init__(self) -> None:
+        if not self.spans:
+            raise ValueError("a view needs at least its own span")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.spans)
+
+    @property
+    def own(self) -> Span:
+        return self.spans[-1]
+
+    def view_starts(self) -> list[int]:
+        """View position of the first token of every span."""
+        starts, pos = [], 0
+        for span in self.spans:
+            starts.append(pos)
+            pos += span.num_tokens
+        return starts
+
+    def deltas(self) -> list[int]:
+        """Per-span query rotation ``(v_own - s_own) - (v_i - s_i)``."""
+        starts = self.view_starts()
+        own_offset = starts[-1] - self.own.start
+        return [own_offset - (v - s.start) for v, s in zip(starts, self.spans)]
+
+    def view_pos(self, lane: int, stored_pos: int) -> int:
+        """View position of one stored token; ``KeyError`` if not in the view."""
+        for v, span in zip(self.view_starts(), self.spans):
+            if span.lane == lane and span.start <= stored_pos < span.end:
+                return v + stored_pos - span.start
+        raise KeyError((lane, stored_pos))
+
+    def tokens(self) -> list[tuple[int, int]]:
+        """Every ``(lane, stored_pos)`` of the view, in view order."""
+        return [(s.lane, p) for s in self.spans for p in range(s.start, s.end)]
+
+
+def normalize(spans: Sequence[Span]) -> tuple[Span, ...]:
+    """Drop empty spans and merge a span into its predecessor when it continues it.
+
+    Merging keeps the view's token order unchanged; it turns
+    ``[prompt of lane w][own text of lane w]`` into one span with delta 0, so a
+    worker that reads nobody else attends exactly like a plain request.
+    """
+    out: list[Span] = []
+    for span in spans:
+        if span.num_tokens == 0:
+            continue
+        if out and out[-1].lane == span.lane and out[-1].end == span.start:
+            out[-1] = Span(span.lane, out[-1].start, span.end)
+        else:
+            out.append(span)
+    return tuple(out)
+
+
+def _own_view(parts: list[Span], own: Span) -> View:
+    spans = normalize([*parts, own])
+    if not spans or spans[-1].lane != own.lane or spans[-1].end != own.end:
+        raise ValueError("a view must end with the reader's own text")
+    return View(spans)
+
+
+def contiguous_views(prompt_len: int, lane_lens: Sequence[int]) -> list[View]:
+    """``[prompt][co-worker 1] ... [co-worker N-1][own]`` for every worker.
+
+    Every lane starts with the same ``prompt_len`` prompt tokens; each worker
+    reads the prompt from its own lane (whose full blocks are shared with the
+    other lanes through prefix caching), so with no co-worker text the view is
+    exactly its own lane.
+    """
+    _check_lanes(prompt_len, lane_lens)
+    views = []
+    for w, own_len in enumerate(lane_lens):
+        others = [Span(o, prompt_len, n) for o, n in enumerate(lane_lens) if o != w]
+        views.append(
+            _own_view([Span(w, 0, prompt_len), *others], Span(w, prompt_len, own_len))
+        )
+    return views
+
+
+def isolated_views(prompt_len: int, lane_lens: Sequence[int]) -> list[View]:
+    """``[prompt][own]``: N independent sequences (a testing aid)."""
+    _check_lanes(prompt_len, lane_lens)
+    return [View((Span(w, 0, n),)) for w, n in enumerate(lane_lens)]
+
+
+def combined_views(
+    prompt_len: int,
+    lane_lens: Sequence[int],
+    history: Sequence[Span],
+    step_starts: Sequence[int],
+    separators: Separators = Separators(),
+) -> list[View]:
+    """``[prompt][history][others' unfinished steps + pivot][own unfinished step]``.
+
+    ``history`` lists finished steps (spans of any lane) in the order they
+    finished; ``step_starts[w]`` is where worker ``w``'s unfinished step starts
+    in its lane (so ``[step_starts[w], lane_lens[w])`` is unfinished). A step's
+    tokens move into ``history`` when it finishes: a change of views only.
+    """
+    _check_lanes(prompt_len, lane_lens)
+    if len(step_starts) != len(lane_lens):
+        raise ValueError("one step start per lane")
+    views = []
+    for w, own_len in enumerate(lane_lens):
+        parts = [Span(w, 0, prompt_len)]
+        if history:
+            parts += _present(separators.history) + list(history)
+        others = [
+            Span(o, step_starts[o], n)
+            for o, n in enumerate(lane_lens)
+            if o != w and n > step_starts[o]
+        ]
+        if others:
+            parts += _present(separators.others)
+            for span in others:
+                parts += [span, *_present(separators.pivot)]
+        parts += _present(separators.own)
+        views.append(_own_view(parts, Span(w, step_starts[w], own_len)))
+    return views
+
+
+def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], **kw) -> list[View]:
+    """Views of every worker for one of :data:`LAYOUTS`."""
+    if layout == "contiguous":
+        return contiguous_views(prompt_len, lane_lens)
+    if layout == "isolated":
+        return isolated_views(prompt_len, lane_lens)
+    if layout == "combined":
+        return combined_views(prompt_len, lane_lens, **kw)
+    raise ValueError(f"layout: unknown layout {layout!r}; expected one of {LAYOUTS}")
+
+
+def _present(span: Span | None) -> list[Span]:
+    return [] if span is None else [span]
+
+
+def _check_lanes(prompt_len: int, lane_lens: Sequence[int]) -> None:
+    if prompt_len < 0 or not lane_lens:
+        raise ValueError("need a prompt length >= 0 and at least one lane")
+    if any(n < prompt_len for n in lane_lens):
+        raise ValueError("every lane starts with the whole prompt")
