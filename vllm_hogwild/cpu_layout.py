@@ -1,0 +1,51 @@
+"""Probe how vLLM's CPU attention kernels store K inside a cache block.
+
+The CPU backend's cache is ``[num_blocks, kv_heads, block_size, 2 * head_dim]``
+with the K block first and the V block second per ``[block, kv_head]``; the K
+block is plain ``[block_size, head_dim]`` or transposed ``[head_dim,
+block_size]`` depending on the kernel ISA. Instead of assuming, the probe writes
+known keys through vLLM's own cache-writing op on a scratch cache and looks
+where they landed. An unknown layout is refused loudly: reading K/V wrong
+would silently produce garbage attention.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+class UnknownCacheLayout(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def probe_k_transposed(isa: str, dtype: torch.dtype, block_size: int, head_dim: int) -> bool:
+    """True when ``isa`` stores K transposed; raises :class:`UnknownCacheLayout` otherwise unknown."""
+    from vllm import _custom_ops as ops
+
+    heads, num_blocks = 2, 3
+    cache = torch.zeros(num_blocks, heads, block_size, 2 * head_dim, dtype=dtype)
+    key_cache, value_cache = cache.view(num_blocks, heads, 2 * block_size, head_dim).chunk(2, dim=2)
+    slots = torch.tensor([block_size + 1, 2 * block_size + block_size - 1, 0])
+    n = len(slots)
+    # Small distinct integers: exact in every cache dtype.
+    key = (torch.arange(n * heads * head_dim) % 199 + 1).view(n, heads, head_dim).to(dtype)
+    value = -key
+    ops.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, isa)
+    found = set()
+    for t, slot in enumerate(slots.tolist()):
+        b, o = divmod(slot, block_size)
+        k_block = key_cache[b].reshape(heads, -1)
+        v_block = value_cache[b].reshape(heads, -1).view(heads, block_size, head_dim)
+        if not torch.equal(v_block[:, o], value[t]):
+            raise UnknownCacheLayout(f"CPU attention ISA {isa!r}: V is not stored [block_size, head_dim]")
+        plain = torch.equal(k_block.view(heads, block_size, head_dim)[:, o], key[t])
+        transposed = torch.equal(k_block.view(heads, head_dim, block_size)[:, :, o], key[t])
+        if plain == transposed:
+            raise UnknownCacheLayout(f"CPU attention ISA {isa!r}: unknown K block layout")
+        found.add(transposed)
+    if len(found) != 1:
+        raise UnknownCacheLayout(f"CPU attention ISA {isa!r}: inconsistent K block layout")
+    return found.pop()
