@@ -21,10 +21,11 @@ The two sides, measured in the same run:
   :func:`~vllm_hogwild.segment_attention.run` per layer (timed: the per-layer cost).
 - **materialize**: what the original Hogwild reference implementation does, per
   worker: token-granular gather of its view's K and V out of the paged cache into
-  contiguous ``[L, Hkv, D]`` tensors (torch advanced indexing on the cache's own
-  layout), re-rotation of every key from its stored position to its view position
-  (:func:`vllm_hogwild.rope.rotate` with cos/sin of the per-token position
-  difference), rotation of the query to its view position, and
+  contiguous ``[L, Hkv, D]`` tensors (one ``index_select`` per tensor on the
+  cache's own layout, see :class:`TokenGather`), re-rotation of every key from
+  its stored position to its view position (:func:`vllm_hogwild.rope.rotate`
+  with cos/sin of the per-token position difference), rotation of the query to
+  its view position, and
   ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
   The gather indices and the cos/sin tables depend only on the step's views, so
   like ``plan`` they are built once per step outside the timed per-layer work
@@ -77,7 +78,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vllm_hogwild import segment_attention as sa  # noqa: E402
-from vllm_hogwild.kv_layout import CpuPagedKV, PagedKV, PlainPagedKV  # noqa: E402
+from vllm_hogwild.kv_layout import PagedKV, PlainPagedKV  # noqa: E402
 from vllm_hogwild.rope import RopeSpec, rotate  # noqa: E402
 from vllm_hogwild.synthetic import KV_LAYOUTS, SyntheticGroup  # noqa: E402
 from vllm_hogwild.views import View, contiguous_views  # noqa: E402
@@ -103,57 +104,79 @@ def rope_spec() -> RopeSpec:
 
 @dataclass
 class _WorkerView:
-    blocks: torch.Tensor  # [L] physical block of every view token
-    offsets: torch.Tensor  # [L] offset within the block
+    k_index: torch.Tensor  # gather indices of the view's keys (see TokenGather)
+    v_index: torch.Tensor  # ... and of its values
     k_cos: torch.Tensor  # [L, rotary_dim / 2]: stored -> view position of every key
     k_sin: torch.Tensor
     q_cos: torch.Tensor  # [1, rotary_dim / 2]: stored -> view position of the query
     q_sin: torch.Tensor
 
 
-def materialize_prepare(group: SyntheticGroup, views: list[View], spec: RopeSpec) -> list[_WorkerView]:
+class TokenGather:
+    """Token-granular reads of a view's K and V ``[L, Hkv, D]`` out of a paged cache, on its own layout.
+
+    Each read is one ``index_select`` on a flat view of the cache with indices
+    built once per step: rows of ``Hkv * D`` (``plain``: a token's heads are
+    adjacent), rows of ``D`` (``cpu`` K and V: one row per token and head), or
+    single elements (``cpu_k_transposed`` K, whose token dimension is innermost).
+    Measured on this machine this is 1.5x (elements) to 6x (rows) faster than
+    torch advanced indexing of the block/offset views, so the alternative gets
+    its best plain-PyTorch shot.
+    """
+
+    def __init__(self, kv: PagedKV):
+        self.kv = kv
+        if isinstance(kv, PlainPagedKV):
+            nb, bs, heads, d = kv.key_cache.shape
+            self.k_src = kv.key_cache.reshape(nb * bs, heads * d)  # a view when contiguous
+            self.v_src = kv.value_cache.reshape(nb * bs, heads * d)
+            self.heads, self.d, self.bs = heads, d, bs
+            return
+        nb, heads, bs, two_d = kv.cache.shape
+        self.heads, self.d, self.bs = heads, two_d // 2, bs
+        self.v_src = kv.cache.view(-1, self.d)  # rows of D
+        self.k_src = kv.cache.view(-1) if kv.k_transposed else self.v_src
+
+    def indices(self, blocks: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-step: indices of the tokens at ``blocks [L]``, ``offsets [L]``."""
+        heads, d, bs = self.heads, self.d, self.bs
+        if isinstance(self.kv, PlainPagedKV):
+            rows = blocks * bs + offsets
+            return rows, rows
+        h = torch.arange(heads)
+        head_base = (blocks[:, None] * heads + h[None, :]) * 2  # [L, H]: (block, head) pair, K half
+        v_rows = ((head_base + 1) * bs + offsets[:, None]).reshape(-1)
+        if not self.kv.k_transposed:
+            return (head_base * bs + offsets[:, None]).reshape(-1), v_rows
+        dd = torch.arange(d)
+        k_elems = head_base[..., None] * (bs * d) + dd[None, None, :] * bs + offsets[:, None, None]
+        return k_elems.reshape(-1), v_rows
+
+    def __call__(self, k_index: torch.Tensor, v_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (-1, self.heads, self.d)
+        return self.k_src.index_select(0, k_index).view(shape), self.v_src.index_select(0, v_index).view(shape)
+
+
+def materialize_prepare(group: SyntheticGroup, views: list[View], spec: RopeSpec,
+                        gather: TokenGather) -> list[_WorkerView]:
     """Per-step tables of the materialize side (not timed per layer, like ``plan``)."""
     out = []
     for view in views:
         stored = torch.cat([torch.arange(s.start, s.end) for s in view.spans])
         tables = [torch.tensor(group.block_tables[s.lane]) for s in view.spans]
         blocks = torch.cat([t[torch.arange(s.start, s.end) // BLOCK_SIZE] for t, s in zip(tables, view.spans)])
+        k_index, v_index = gather.indices(blocks, stored % BLOCK_SIZE)
         k_cos, k_sin = spec.cos_sin(torch.arange(view.num_tokens) - stored)
         q_stored = view.own.end - 1  # one decode token: the last of its lane
         q_view = view.num_tokens - 1
         q_cos, q_sin = spec.cos_sin(torch.tensor([q_view - q_stored]))
-        out.append(_WorkerView(blocks, stored % BLOCK_SIZE, k_cos, k_sin, q_cos, q_sin))
+        out.append(_WorkerView(k_index, v_index, k_cos, k_sin, q_cos, q_sin))
     return out
-
-
-class TokenGather:
-    """Token-granular reads of K and V ``[L, Hkv, D]`` from a paged cache, on its own layout."""
-
-    def __init__(self, kv: PagedKV):
-        self.kv = kv
-        if isinstance(kv, PlainPagedKV):
-            self.k, self.v = kv.key_cache, kv.value_cache
-            return
-        nb, heads, bs, two_d = kv.cache.shape
-        d = two_d // 2
-        halves = kv.cache.view(nb, heads, 2, bs * d)
-        self.k = halves[:, :, 0].view(nb, heads, *((d, bs) if kv.k_transposed else (bs, d)))
-        self.v = halves[:, :, 1].view(nb, heads, bs, d)
-
-    def __call__(self, blocks: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(self.kv, PlainPagedKV):
-            return self.k[blocks, offsets], self.v[blocks, offsets]
-        # Advanced indices apart: the result is [L, H, D] in both cases.
-        if self.kv.k_transposed:
-            k = self.k[blocks, :, :, offsets]
-        else:
-            k = self.k[blocks, :, offsets, :]
-        return k, self.v[blocks, :, offsets, :]
 
 
 def _materialize_one(w: int, wv: _WorkerView, query: torch.Tensor, gather: TokenGather,
                      spec: RopeSpec, scale: float) -> torch.Tensor:
-    k, v = gather(wv.blocks, wv.offsets)  # [L, Hkv, D] each, contiguous copies
+    k, v = gather(wv.k_index, wv.v_index)  # [L, Hkv, D] each, contiguous copies
     k = rotate(k, wv.k_cos, wv.k_sin, spec)  # every key to its view position
     q = rotate(query[w : w + 1], wv.q_cos, wv.q_sin, spec)  # [1, Hq, D] to its view position
     o = F.scaled_dot_product_attention(
@@ -272,8 +295,8 @@ def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float
 
     plan_s = median_time(lambda: sa.plan(rows, BLOCK_SIZE, spec, num_tokens=n), reps=max(3, rounds))
     p = sa.plan(rows, BLOCK_SIZE, spec, num_tokens=n)
-    prep = materialize_prepare(group, views, spec)
     gather = TokenGather(group.kv)
+    prep = materialize_prepare(group, views, spec, gather)
 
     def segment():
         return sa.run(p, query, group.kv, scale=scale)

@@ -1,15 +1,13 @@
 """The ``vllm.general_plugins`` entry point.
 
 vLLM calls :func:`register` in every process it starts (API server, engine
-core, each worker, Ray actors). It must be cheap, idempotent, and change
-nothing in vLLM unless Hogwild is switched on.
+core, each worker, Ray actors). It is cheap and idempotent, and changes no
+behaviour of vLLM for requests without Hogwild options: it only installs the
+switch (which calls straight through unless ``additional_config["hogwild"]``
+is given) and the front-end check of Hogwild request options.
 """
 
 from __future__ import annotations
-
-import logging
-
-logger = logging.getLogger(__name__)
 
 _registered = False
 
@@ -19,12 +17,10 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    from vllm_hogwild import hooks
+
+    hooks.install()
     _registered = True
-    # Nothing is installed into vLLM yet: the scheduler, attention backend and
-    # runner hook are selected only when Hogwild is switched on (engine option
-    # ``additional_config={"hogwild": {...}}``), which arrives with the vLLM
-    # integration. Until then the plugin is dormant by construction.
-    logger.debug("vllm-hogwild plugin loaded (dormant)")
 
 
 def is_registered() -> bool:

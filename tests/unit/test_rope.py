@@ -116,7 +116,7 @@ def test_inv_freq_matches_transformers(rope: str, partial: float, head_dim: int)
 def test_inv_freq_reference_is_discriminating() -> None:
     """The comparison above can fail: frequencies of neighbouring kinds differ by far more than 1e-12."""
     base = RopeSpec.from_hf_config(llama_config(ROPES["yarn"])).inv_freq
-    other = RopeSpec.from_hf_config(llama_config({**ROPES["yarn"], "beta_fast": 8})).inv_freq
+    other = RopeSpec.from_hf_config(llama_config({**ROPES["yarn"], "factor": 4.5})).inv_freq
     assert max_rel(base, other) > 1e-3
     assert max_rel(
         RopeSpec.from_hf_config(llama_config(ROPES["llama3-short"])).inv_freq,

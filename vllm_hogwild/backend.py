@@ -1,0 +1,92 @@
+"""Attention backends that run Hogwild rows through segment attention.
+
+Subclasses of vLLM's platform backends, installed over them with
+``register_backend`` by the Hogwild worker (so only when Hogwild is switched
+on). Rows of plain requests, and Hogwild rows whose view is their own lane
+alone, go through the native kernel untouched; the other Hogwild rows are
+then overwritten with segment attention over their views.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from vllm.v1.attention.backends.cpu_attn import (
+    CPUAttentionBackend,
+    CPUAttentionBackendImpl,
+    CPUAttentionMetadataBuilder,
+)
+
+from vllm_hogwild import segment_attention as sa
+from vllm_hogwild import step_context
+from vllm_hogwild.cpu_layout import probe_k_transposed
+from vllm_hogwild.kv_layout import CpuPagedKV
+from vllm_hogwild.rope import RopeSpec
+
+logger = logging.getLogger(__name__)
+
+CPU_BACKEND_PATH = "vllm_hogwild.backend.HogwildCPUAttentionBackend"
+
+
+@dataclass
+class HogwildStep:
+    plan: sa.SegmentAttentionPlan
+    k_transposed: bool
+
+
+def rows_for_step(step: step_context.StepViews | None, query_start_loc: torch.Tensor,
+                  num_reqs: int) -> list[sa.QueryRow]:
+    """The step's Hogwild rows in this batch; empty when the publication does not match it."""
+    if step is None or not step.segments:
+        return []
+    if len(step.req_ids) < num_reqs or any(r not in step.req_ids[:num_reqs] for r in step.segments):
+        logger.warning("Hogwild views do not match the batch; running it without them")
+        return []
+    starts = query_start_loc.tolist()
+    rows = []
+    for i, req_id in enumerate(step.req_ids[:num_reqs]):
+        segments = step.segments.get(req_id)
+        if segments is not None:
+            rows.append(sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments))
+    return rows
+
+
+class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
+        # Probed, not assumed: reading K with the wrong layout is silent garbage.
+        self.k_transposed = probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim)
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
+        metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
+        rows = rows_for_step(step_context.current(), common_attn_metadata.query_start_loc_cpu,
+                             common_attn_metadata.num_reqs)
+        metadata.hogwild = None
+        if rows:
+            plan = sa.plan(rows, self.block_size, self.rope, num_tokens=common_attn_metadata.num_actual_tokens)
+            metadata.hogwild = HogwildStep(plan, self.k_transposed)
+        return metadata
+
+
+class HogwildCPUAttentionImpl(CPUAttentionBackendImpl):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
+        output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
+        step = getattr(attn_metadata, "hogwild", None)
+        if step is not None:
+            n = attn_metadata.num_actual_tokens
+            out = output[:n].view(n, self.num_heads, self.head_size)
+            sa.run(step.plan, query[:n], CpuPagedKV(kv_cache, step.k_transposed), self.scale, out=out)
+        return output
+
+
+class HogwildCPUAttentionBackend(CPUAttentionBackend):
+    @staticmethod
+    def get_builder_cls():
+        return HogwildCPUMetadataBuilder
+
+    @staticmethod
+    def get_impl_cls():
+        return HogwildCPUAttentionImpl

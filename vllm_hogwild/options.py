@@ -1,0 +1,153 @@
+"""Hogwild options: the engine switch and the per-request options. Pure, no vLLM import.
+
+Engine (offline ``LLM(..., additional_config={"hogwild": {...}})``)::
+
+    {"max_workers": 8}
+
+Request (offline ``SamplingParams(n=N, extra_args={"hogwild": {...}})``; the
+OpenAI server's flat ``vllm_xargs`` spell the same option ``hogwild_<name>``)::
+
+    {"layout": "contiguous", "protocol": "raw"}
+
+Every error is a :class:`HogwildOptionError` (a ``ValueError``) that names the
+offending field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+ENGINE_KEY = "hogwild"  # in additional_config
+REQUEST_KEY = "hogwild"  # in SamplingParams.extra_args
+FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
+
+REQUEST_LAYOUTS = ("contiguous", "isolated")
+PROTOCOLS = ("raw",)
+
+
+class HogwildOptionError(ValueError):
+    """A bad Hogwild option; ``parameter`` names the field."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(f"{parameter}: {message}")
+        self.parameter = parameter
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    max_workers: int = 8
+
+    @classmethod
+    def from_additional_config(cls, additional_config: Mapping[str, Any] | None) -> "EngineOptions | None":
+        """``None`` when Hogwild is not switched on."""
+        raw = (additional_config or {}).get(ENGINE_KEY)
+        if raw is None or raw is False:
+            return None
+        if raw is True:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise HogwildOptionError("additional_config.hogwild", "expected a dict of engine options")
+        known = {f.name for f in fields(cls)}
+        for key in raw:
+            if key not in known:
+                raise HogwildOptionError(
+                    f"additional_config.hogwild.{key}", f"unknown engine option; known: {sorted(known)}"
+                )
+        opts = cls(**raw)
+        if not isinstance(opts.max_workers, int) or not 1 <= opts.max_workers <= 64:
+            raise HogwildOptionError("additional_config.hogwild.max_workers", "an integer in [1, 64]")
+        return opts
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    layout: str = "contiguous"
+    protocol: str = "raw"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def requested(extra_args: Mapping[str, Any] | None) -> bool:
+    """Whether a request asks for Hogwild: a ``hogwild`` entry or any ``hogwild_*`` key."""
+    if not extra_args:
+        return False
+    return REQUEST_KEY in extra_args or any(k.startswith(FLAT_PREFIX) for k in extra_args)
+
+
+def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
+    """Read the options from ``extra_args`` (nested dict or flat ``hogwild_*`` keys)."""
+    nested = extra_args.get(REQUEST_KEY)
+    if nested is True or nested is None:
+        nested = {}
+    if not isinstance(nested, Mapping):
+        raise HogwildOptionError("hogwild", "expected a dict of Hogwild options")
+    values: dict[str, tuple[str, Any]] = {k: (f"hogwild.{k}", v) for k, v in nested.items()}
+    for key, value in extra_args.items():
+        if key.startswith(FLAT_PREFIX):
+            values[key[len(FLAT_PREFIX):]] = (key, value)
+    known = {f.name for f in fields(RequestOptions)}
+    for name, (field, _) in values.items():
+        if name not in known:
+            raise HogwildOptionError(field, f"unknown Hogwild option; known: {sorted(known)}")
+    opts = RequestOptions(**{k: v for k, (_, v) in values.items()})
+    if opts.layout not in REQUEST_LAYOUTS:
+        field = values["layout"][0]
+        raise HogwildOptionError(field, f"unknown layout {opts.layout!r}; expected one of {list(REQUEST_LAYOUTS)}")
+    if opts.protocol not in PROTOCOLS:
+        field = values["protocol"][0]
+        raise HogwildOptionError(field, f"unknown protocol {opts.protocol!r}; expected one of {list(PROTOCOLS)}")
+    return opts
+
+
+def blocks_for_group(prompt_len: int, max_tokens: int, num_workers: int, block_size: int) -> int:
+    """KV blocks a group can ever hold: the prompt's full blocks once, each lane's rest privately."""
+    shared = prompt_len // block_size
+    per_lane = -(-(prompt_len + max_tokens) // block_size) - shared
+    return shared + num_workers * per_lane
+
+
+def check_request(
+    opts: EngineOptions | None,
+    num_workers: int,
+    prompt_len: int,
+    max_tokens: int | None,
+    max_model_len: int,
+    block_size: int,
+    num_kv_blocks: int | None,
+) -> int:
+    """Validate a Hogwild request against the engine; return its per-worker ``max_tokens``.
+
+    Without ``max_tokens`` each worker gets an equal share of what the context
+    window leaves after the prompt.
+    """
+    if opts is None:
+        raise HogwildOptionError(
+            "hogwild",
+            "Hogwild is not switched on for this engine; start it with "
+            "additional_config={'hogwild': {}} (offline) or `vllm serve MODEL --plugin hogwild`",
+        )
+    if not 1 <= num_workers <= opts.max_workers:
+        raise HogwildOptionError("n", f"{num_workers} workers; this engine allows 1 to {opts.max_workers}")
+    room = max_model_len - prompt_len
+    if max_tokens is None:
+        max_tokens = room // num_workers
+        if max_tokens < 1:
+            raise HogwildOptionError("max_tokens", f"the prompt ({prompt_len} tokens) leaves no room in the context")
+    # A worker's view holds the prompt and every lane's tokens.
+    if prompt_len + num_workers * max_tokens > max_model_len:
+        raise HogwildOptionError(
+            "max_tokens",
+            f"prompt {prompt_len} + n {num_workers} x max_tokens {max_tokens} = "
+            f"{prompt_len + num_workers * max_tokens} tokens exceeds the context window ({max_model_len})",
+        )
+    if num_kv_blocks:
+        need = blocks_for_group(prompt_len, max_tokens, num_workers, block_size)
+        if need > num_kv_blocks:
+            raise HogwildOptionError(
+                "max_tokens",
+                f"the group needs {need} KV blocks (prompt {prompt_len}, n {num_workers}, "
+                f"max_tokens {max_tokens}) but the KV cache has {num_kv_blocks}",
+            )
+    return max_tokens

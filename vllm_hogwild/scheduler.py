@@ -1,0 +1,201 @@
+"""The Hogwild scheduler: vLLM's scheduler plus group admission, lock-step and shared-KV lifetime.
+
+Selected by the switch (``additional_config={"hogwild": {...}}``); requests
+without Hogwild options take vLLM's own code paths untouched.
+
+A Hogwild request reaches the engine core as its ``n`` children, one by one.
+The scheduler:
+
+- **forms the group**: children are kept out of the waiting queue until all
+  ``n`` have arrived;
+- **admits it whole**: only when every member fits for its whole budget
+  (``prompt + max_tokens`` slots each, the prompt's full blocks shared), and
+  then allocates those slots up front, so a member never asks for a block
+  later and so is never the request that triggers a preemption. Members are
+  also kept at the head of the running list, which is the end vLLM never
+  preempts from;
+- **keeps lock-step**: a member that is ahead of its group (it finished its
+  prefill while a sibling is still prefilling) is held back a step, so every
+  worker feeds its k-th token in the same step;
+- **keeps finished members' blocks** until the whole group ends (co-workers
+  still read them);
+- **ships the views**: after vLLM's own ``schedule()``, the segments every
+  decoding member reads are attached to the ``SchedulerOutput`` as
+  ``hogwild_segments`` (request id -> segments), which the runner hook hands
+  to the attention backend in the worker process.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from vllm_hogwild.group import Group, Lane, parse_member, step_segments
+from vllm_hogwild.step_context import SEGMENTS_ATTR
+from vllm_hogwild.options import REQUEST_KEY, EngineOptions, RequestOptions, blocks_for_group
+
+logger = logging.getLogger(__name__)
+
+
+class HogwildScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hogwild_options = EngineOptions.from_additional_config(self.vllm_config.additional_config)
+        self.groups: dict[str, Group] = {}  # by group id, in arrival order
+        self.group_of: dict[str, Group] = {}  # member request id -> group
+        self.gathering: dict[str, list[Request]] = {}  # group id -> members not yet queued
+        self.parked: dict[str, Request] = {}  # finished members whose blocks co-workers still read
+        self._allocate_slots = self.kv_cache_manager.allocate_slots
+        self._allocate_sig = inspect.signature(self._allocate_slots)
+        self.kv_cache_manager.allocate_slots = self._allocate_with_budget  # this instance only
+
+    # -- arrival -------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        spec = _hogwild_spec(request)
+        if spec is None:
+            return super().add_request(request)
+        num_workers, options = spec
+        group_id, index = parse_member(request.request_id, num_workers)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = Group(group_id, num_workers, options, request.max_tokens,
+                          prompt_len=request.num_prompt_tokens, arrival_time=request.arrival_time)
+            self.groups[group_id] = group
+            self.gathering[group_id] = []
+        group.member_ids[index] = request.request_id
+        self.group_of[request.request_id] = group
+        super().add_request(request)
+        # Held out of the waiting queue until the group is complete and fits.
+        self.waiting.remove_request(request)
+        self.gathering[group_id].append(request)
+
+    def get_request_counts(self) -> tuple[int, int]:
+        # Gathering members wait too: the engine must keep stepping for them.
+        num_running, num_waiting = super().get_request_counts()
+        return num_running, num_waiting + sum(len(m) for m in self.gathering.values())
+
+    # -- one step ------------------------------------------------------------
+
+    def schedule(self, *args: Any, **kwargs: Any):
+        self._admit_groups()
+        held = self._lock_step_holds()
+        if held:
+            self.running = [r for r in self.running if r not in held]
+        # Members first: vLLM preempts from the tail of `running`.
+        self.running.sort(key=lambda r: r.request_id not in self.group_of)
+        output = super().schedule(*args, **kwargs)
+        if held:
+            self.running = [*held, *self.running]
+        for req_id in output.preempted_req_ids or ():
+            if req_id in self.group_of:
+                logger.error("Hogwild member %s was preempted; its group's views may diverge", req_id)
+        setattr(output, SEGMENTS_ATTR, self._step_segments(output.num_scheduled_tokens))
+        return output
+
+    def _admit_groups(self) -> None:
+        """Queue complete groups, oldest first, while the whole group fits."""
+        for group_id, members in list(self.gathering.items()):
+            group = self.groups[group_id]
+            if not group.is_complete:
+                continue
+            if not self._fits(group):
+                break  # FCFS among groups: a later group does not overtake
+            group.admitted = True
+            del self.gathering[group_id]
+            members.sort(key=lambda r: group.index_of(r.request_id))
+            for request in reversed(members):
+                self.waiting.prepend_request(request)
+
+    def _fits(self, group: Group) -> bool:
+        queued = [r for r in self.waiting if r.request_id in self.group_of]
+        if len(self.running) + len(queued) + group.num_workers > self.max_num_active_reqs:
+            return False
+        bs = self.block_size
+        # Queued members have not allocated their budget yet: count it as taken.
+        promised = sum(-(-(r.num_prompt_tokens + r.max_tokens) // bs) for r in queued)
+        need = blocks_for_group(group.prompt_len, group.max_tokens, group.num_workers, bs)
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        return need + promised + self.kv_cache_manager.watermark_blocks <= free
+
+    def _lock_step_holds(self) -> list[Request]:
+        """Running members ahead of their group's slowest live member."""
+        held = []
+        by_group: dict[str, list[Request]] = {}
+        for r in self.running:
+            group = self.group_of.get(r.request_id)
+            if group is not None:
+                by_group.setdefault(group.group_id, []).append(r)
+        for group_id, running in by_group.items():
+            group = self.groups[group_id]
+            live = [self.requests[m] for m in group.member_ids
+                    if m in self.requests and not self.requests[m].is_finished()]
+            slowest = min(r.num_output_tokens for r in live)
+            held += [r for r in running if r.num_output_tokens > slowest]
+        return held
+
+    def _step_segments(self, num_scheduled: dict[str, int]) -> dict[str, tuple]:
+        out: dict[str, tuple] = {}
+        groups = {self.group_of[r].group_id: self.group_of[r] for r in num_scheduled if r in self.group_of}
+        for group in groups.values():
+            lanes, decoding = [], []
+            for w, member_id in enumerate(group.member_ids):
+                request = self.requests.get(member_id) or self.parked[member_id]
+                block_ids = self.kv_cache_manager.get_block_ids(member_id)[0]
+                lanes.append(Lane(tuple(block_ids), request.num_computed_tokens))
+                n = num_scheduled.get(member_id, 0)
+                if n and request.num_computed_tokens - n >= request.num_prompt_tokens:
+                    decoding.append(w)
+            if not decoding or any(lane.num_tokens < group.prompt_len for lane in lanes):
+                continue  # prefill steps read the prompt alone: plain attention
+            for w, segments in step_segments(group, lanes, decoding).items():
+                out[group.member_ids[w]] = segments
+        return out
+
+    # -- budget and lifetime -------------------------------------------------
+
+    def _allocate_with_budget(self, request: Request, *args: Any, **kwargs: Any):
+        """vLLM's ``allocate_slots``; a member's first call takes its whole budget."""
+        if request.request_id not in self.group_of:
+            return self._allocate_slots(request, *args, **kwargs)
+        bound = self._allocate_sig.bind(request, *args, **kwargs)
+        a = bound.arguments
+        have = (request.num_computed_tokens + a.get("num_new_computed_tokens", 0)
+                + a.get("num_external_computed_tokens", 0) + a["num_new_tokens"])
+        budget = request.num_prompt_tokens + request.max_tokens
+        a["num_lookahead_tokens"] = max(a.get("num_lookahead_tokens", 0), budget - have)
+        return self._allocate_slots(*bound.args, **bound.kwargs)
+
+    def _free_blocks(self, request: Request) -> None:
+        group = self.group_of.get(request.request_id)
+        if group is None:
+            return super()._free_blocks(request)
+        group.finished.add(group.index_of(request.request_id))
+        if not group.is_done:
+            # Co-workers still read this lane: keep its blocks, drop the request.
+            self.parked[request.request_id] = request
+            del self.requests[request.request_id]
+            return
+        for member_id in group.member_ids:
+            parked = self.parked.pop(member_id, None)
+            if parked is not None:
+                self._free_request_blocks(parked)
+            del self.group_of[member_id]
+        self.groups.pop(group.group_id, None)
+        self.gathering.pop(group.group_id, None)
+        super()._free_blocks(request)
+
+
+def _hogwild_spec(request: Request) -> tuple[int, RequestOptions] | None:
+    """``(num_workers, options)`` stamped on the request by the front end, or ``None``."""
+    params = request.sampling_params
+    extra = (params.extra_args or {}) if params is not None else {}
+    spec = extra.get(REQUEST_KEY)
+    if not isinstance(spec, dict) or "num_workers" not in spec:
+        return None
+    options = RequestOptions(**{k: v for k, v in spec.items() if k != "num_workers"})
+    return int(spec["num_workers"]), options

@@ -1,0 +1,57 @@
+"""The step's Hogwild views, handed from the model runner to the attention metadata builder.
+
+Worker process only. The scheduler attaches each decoding member's segments to
+the ``SchedulerOutput``; the one runner hook (:func:`install_runner_hook`,
+wrapping ``_prepare_inputs`` of this worker's runner instance) publishes them
+with the batch's final row order, and the metadata builder reads them when it
+builds the step's attention metadata. Every real step publishes afresh (an
+empty publication when the step has no Hogwild rows), and dummy and profile
+runs never call ``_prepare_inputs``: they see nothing, or a publication whose
+rows do not match their batch, which the builder refuses to use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_hogwild.segment_attention import Segment
+
+HOOKED_METHOD = "_prepare_inputs"
+SEGMENTS_ATTR = "hogwild_segments"  # the SchedulerOutput attribute the scheduler fills
+
+
+@dataclass(frozen=True)
+class StepViews:
+    segments: dict[str, tuple[Segment, ...]]  # request id -> segments it reads
+    req_ids: tuple[str, ...]  # the batch's rows, in order
+
+
+_current: StepViews | None = None
+
+
+def current() -> StepViews | None:
+    return _current
+
+
+def publish(step: StepViews | None) -> None:
+    global _current
+    _current = step
+
+
+def install_runner_hook(runner: Any) -> None:
+    """Wrap ``runner._prepare_inputs`` (this instance only, once)."""
+    original = getattr(runner, HOOKED_METHOD)
+    if getattr(original, "_hogwild_hook", False):
+        return
+
+    def prepare_inputs(scheduler_output, *args, **kwargs):
+        publish(None)  # never let a previous step's views outlive it
+        result = original(scheduler_output, *args, **kwargs)
+        segments = getattr(scheduler_output, SEGMENTS_ATTR, None) or {}
+        # After the original: it may reorder the batch rows.
+        publish(StepViews(segments, tuple(runner.input_batch.req_ids)))
+        return result
+
+    prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
+    setattr(runner, HOOKED_METHOD, prepare_inputs)
