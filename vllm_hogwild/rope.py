@@ -27,12 +27,6 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 # Everything else in vLLM's Llama-like families is NeoX style (rotate halves).
 INTERLEAVED_MODEL_TYPES = frozenset({"gptj", "codegen"})
 
-# Model families that have no rotary embedding at all (ALiBi or learned positions).
-NO_ROPE_MODEL_TYPES = frozenset(
-    {"gpt2", "opt", "bloom", "mpt", "bert", "roberta", "gpt_bigcode", "baichuan"}
-)
-
-
 @dataclass(frozen=True)
 class RopeSpec:
     """What re-rotating a query needs: the frequencies and the pair layout.
@@ -130,9 +124,9 @@ def _rope_params(cfg: Mapping[str, Any]) -> dict | None:
         return dict(params)
     theta = cfg.get("rope_theta")
     if theta is None:
-        if cfg.get("model_type") in NO_ROPE_MODEL_TYPES or cfg.get("alibi") or not params:
+        if cfg.get("model_type") not in INTERLEAVED_MODEL_TYPES:
             return None
-        theta = 10000.0
+        theta = 10000.0  # GPT-J / CodeGen configs carry no base; vLLM uses 10000
     scaling = cfg.get("rope_scaling") or {}
     return {"rope_theta": theta, **scaling}
 
@@ -141,7 +135,9 @@ def _head_dim(cfg: Mapping[str, Any]) -> int:
     head_dim = cfg.get("head_dim")
     if head_dim:
         return int(head_dim)
-    return int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    hidden = cfg.get("hidden_size") or cfg["n_embd"]
+    heads = cfg.get("num_attention_heads") or cfg["n_head"]
+    return int(hidden) // int(heads)
 
 
 def _rotary_dim(cfg: Mapping[str, Any], head_dim: int) -> int:
@@ -180,8 +176,10 @@ def _yarn_inv_freq(base: float, rotary_dim: int, p: Mapping[str, Any], cfg) -> t
     def correction_dim(num_rotations: float) -> float:
         return rotary_dim * math.log(old_len / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), rotary_dim - 1)
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if p.get("truncate", True):  # gpt-oss sets False: keep the range fractional
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rotary_dim - 1)
     if low == high:
         high += 0.001
     ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
@@ -198,7 +196,7 @@ def _yarn_attention_factor(p: Mapping[str, Any]) -> float:
     def get_mscale(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
-    if "mscale" in p or "mscale_all_dim" in p:  # DeepSeek's YaRN
+    if p.get("mscale") and p.get("mscale_all_dim"):  # DeepSeek's YaRN
         return get_mscale(factor, float(p.get("mscale", 1))) / get_mscale(
             factor, float(p.get("mscale_all_dim", 0))
         )

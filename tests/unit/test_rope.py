@@ -142,21 +142,12 @@ def test_yarn_attention_factor(extra: dict, expected: float) -> None:
     assert spec.attention_factor == pytest.approx(hf_inv_freq(config)[1], rel=1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with only one of mscale / mscale_all_dim, rope.py uses DeepSeek's "
-    "mscale/mscale_all_dim ratio; transformers and vLLM's YaRN (rope_type 'yarn') need both",
-)
 @pytest.mark.parametrize("extra", [{"mscale": 0.707}, {"mscale_all_dim": 1.0}])
 def test_yarn_attention_factor_with_one_mscale_key(extra: dict) -> None:
     config = llama_config({**ROPES["yarn"], **extra})
     assert RopeSpec.from_hf_config(config).attention_factor == pytest.approx(hf_inv_freq(config)[1], rel=1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rope.py ignores YaRN's 'truncate': False (gpt-oss); transformers and vLLM honour it",
-)
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_yarn_truncate_false(head_dim: int) -> None:
     config = llama_config({**ROPES["yarn"], "truncate": False}, head_dim)
@@ -266,7 +257,6 @@ def test_composes_with_vllm_deepseek_yarn() -> None:
 
 
 @pytest.mark.vllm
-@pytest.mark.xfail(strict=True, reason="BUG: rope.py ignores YaRN's 'truncate': False (see test_yarn_truncate_false)")
 def test_composes_with_vllm_yarn_truncate_false() -> None:
     _check_composition({**ROPES["yarn"], "truncate": False}, 64, 1.0, neox=True, method="native")
 
@@ -483,11 +473,6 @@ def test_style_follows_model_type_unless_given() -> None:
     assert not spec.is_neox_style and spec.rotary_dim == 32 and spec.head_dim == 64
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: stock GPT-J / CodeGen configs (no rope_theta, n_embd/n_head) are refused as "
-    "'no RoPE' although rope.py lists them as interleaved-RoPE model types",
-)
 def test_stock_gptj_config() -> None:
     spec = RopeSpec.from_hf_config(GPTJConfig(n_embd=256, n_head=4, rotary_dim=32))
     assert not spec.is_neox_style and spec.head_dim == 64 and spec.rotary_dim == 32
