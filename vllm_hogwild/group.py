@@ -32,6 +32,8 @@ class Group:
     admitted: bool = False
     finished: set[int] = field(default_factory=set)
     arrival_time: float = 0.0
+    block_size: int = 16
+    num_prefill_tokens: int = 0  # prompt tokens computed for the whole group
 
     def __post_init__(self) -> None:
         if not self.member_ids:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -49,6 +51,7 @@ class HogwildScheduler(Scheduler):
         self.group_of: dict[str, Group] = {}  # member request id -> group
         self.gathering: dict[str, list[Request]] = {}  # group id -> members not yet queued
         self.parked: dict[str, Request] = {}  # finished members whose blocks co-workers still read
+        self.stats = SchedulerStats()
         self._allocate_slots = self.kv_cache_manager.allocate_slots
         self._allocate_sig = inspect.signature(self._allocate_slots)
         self.kv_cache_manager.allocate_slots = self._allocate_with_budget  # this instance only
@@ -64,7 +67,8 @@ class HogwildScheduler(Scheduler):
         group = self.groups.get(group_id)
         if group is None:
             group = Group(group_id, num_workers, options, request.max_tokens,
-                          prompt_len=request.num_prompt_tokens, arrival_time=request.arrival_time)
+                          prompt_len=request.num_prompt_tokens, arrival_time=request.arrival_time,
+                          block_size=self.block_size)
             self.groups[group_id] = group
             self.gathering[group_id] = []
         group.member_ids[index] = request.request_id
@@ -93,9 +97,19 @@ class HogwildScheduler(Scheduler):
             self.running = [*held, *self.running]
         for req_id in output.preempted_req_ids or ():
             if req_id in self.group_of:
+                self.stats.num_member_preemptions += 1
                 logger.error("Hogwild member %s was preempted; its group's views may diverge", req_id)
+        self._count_prefill(output.num_scheduled_tokens)
         setattr(output, SEGMENTS_ATTR, self._step_segments(output.num_scheduled_tokens))
         return output
+
+    def _count_prefill(self, num_scheduled: dict[str, int]) -> None:
+        for req_id, n in num_scheduled.items():
+            group = self.group_of.get(req_id)
+            if group is not None:
+                request = self.requests[req_id]
+                before = request.num_computed_tokens - n  # counts were advanced by schedule()
+                group.num_prefill_tokens += max(0, min(n, request.num_prompt_tokens - before))
 
     def _admit_groups(self) -> None:
         """Queue complete groups, oldest first, while the whole group fits."""
@@ -107,6 +121,7 @@ class HogwildScheduler(Scheduler):
                 break  # FCFS among groups: a later group does not overtake
             group.admitted = True
             del self.gathering[group_id]
+            members = [r for r in members if not r.is_finished()]
             members.sort(key=lambda r: group.index_of(r.request_id))
             for request in reversed(members):
                 self.waiting.prepend_request(request)
@@ -142,19 +157,27 @@ class HogwildScheduler(Scheduler):
         out: dict[str, tuple] = {}
         groups = {self.group_of[r].group_id: self.group_of[r] for r in num_scheduled if r in self.group_of}
         for group in groups.values():
-            lanes, decoding = [], []
-            for w, member_id in enumerate(group.member_ids):
-                request = self.requests.get(member_id) or self.parked[member_id]
-                block_ids = self.kv_cache_manager.get_block_ids(member_id)[0]
-                lanes.append(Lane(tuple(block_ids), request.num_computed_tokens))
-                n = num_scheduled.get(member_id, 0)
-                if n and request.num_computed_tokens - n >= request.num_prompt_tokens:
-                    decoding.append(w)
-            if not decoding or any(lane.num_tokens < group.prompt_len for lane in lanes):
+            members = [self.requests.get(m) or self.parked[m] for m in group.member_ids]
+            if any(r.num_computed_tokens < group.prompt_len for r in members):
+                continue  # someone still prefills: every decode row reads the prompt alone
+            decoding = [
+                w for w, r in enumerate(members)
+                if num_scheduled.get(r.request_id, 0)
+                and r.num_computed_tokens - num_scheduled[r.request_id] >= r.num_prompt_tokens
+            ]
+            if not decoding:
                 continue  # prefill steps read the prompt alone: plain attention
+            lanes = self._lanes(group)
             for w, segments in step_segments(group, lanes, decoding).items():
                 out[group.member_ids[w]] = segments
         return out
+
+    def _lanes(self, group: Group, last: Request | None = None) -> list[Lane]:
+        lanes = []
+        for member_id in group.member_ids:
+            request = self.requests.get(member_id) or self.parked.get(member_id) or last
+            lanes.append(Lane(tuple(self.kv_cache_manager.get_block_ids(member_id)[0]), request.num_computed_tokens))
+        return lanes
 
     # -- budget and lifetime -------------------------------------------------
 
@@ -180,6 +203,7 @@ class HogwildScheduler(Scheduler):
             self.parked[request.request_id] = request
             del self.requests[request.request_id]
             return
+        self.stats.record_group_end(group, self._lanes(group, request))
         for member_id in group.member_ids:
             parked = self.parked.pop(member_id, None)
             if parked is not None:
@@ -188,6 +212,28 @@ class HogwildScheduler(Scheduler):
         self.groups.pop(group.group_id, None)
         self.gathering.pop(group.group_id, None)
         super()._free_blocks(request)
+
+
+@dataclass
+class GroupEnd:
+    num_workers: int
+    prompt_len: int
+    lane_lens: list[int]
+    num_blocks_held: int  # distinct blocks holding the group's tokens at its end
+    num_prefill_tokens: int  # prompt tokens computed for the group (prefix-cache hits excluded)
+
+
+@dataclass
+class SchedulerStats:
+    num_member_preemptions: int = 0
+    ended: deque = field(default_factory=lambda: deque(maxlen=1024))  # GroupEnd, newest last
+
+    def record_group_end(self, group: Group, lanes: list[Lane]) -> None:
+        used: set[int] = set()
+        for lane in lanes:
+            used.update(lane.block_ids[: -(-lane.num_tokens // group.block_size)])
+        self.ended.append(GroupEnd(group.num_workers, group.prompt_len, [l.num_tokens for l in lanes],
+                                   len(used), group.num_prefill_tokens))
 
 
 def _hogwild_spec(request: Request) -> tuple[int, RequestOptions] | None:

@@ -1,0 +1,97 @@
+"""Raw-mode Hogwild outside vLLM: a dense float64 re-implementation for the tests.
+
+Written from DESIGN.md's definition only (it imports nothing from the plugin):
+N lanes share the prompt; in lock-step, at step k every live worker feeds its
+token k, whose K/V is computed in its writer's own context at stored position
+``prompt_len + k`` and written before any attention of that layer. Worker w's
+query then attends its view ``[prompt][every other worker's fed tokens, in
+worker order][its own fed tokens]``, with every key rotated at its VIEW
+position (the same as re-rotating the stored key) and the query at the view's
+last position. A worker's last token is sampled but never fed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """NeoX-style rotation of ``x [L, H, D]`` at positions ``pos [L]``."""
+    angle = pos.to(torch.float64)[:, None] * inv_freq[None, :]  # [L, D/2]
+    cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class DenseHogwild:
+    def __init__(self, model) -> None:
+        self.model = model.to(torch.float64).eval()
+        cfg = model.config
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        theta = cfg.rope_parameters["rope_theta"]
+        self.inv_freq = 1.0 / theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+
+    def _attend(self, q, ks, vs, q_pos) -> torch.Tensor:
+        """q [Hq, D] raw; ks, vs [L, Hkv, D] raw, in view order -> [Hq * D]."""
+        n = ks.shape[0]
+        k = _rope(ks, torch.arange(n), self.inv_freq)
+        qr = _rope(q[None], torch.tensor([q_pos]), self.inv_freq)[0]
+        g = self.num_heads // self.num_kv_heads
+        k, v = k.repeat_interleave(g, dim=1), vs.repeat_interleave(g, dim=1)  # [L, Hq, D]
+        scores = torch.einsum("hd,lhd->hl", qr, k) / self.head_dim**0.5
+        return torch.einsum("hl,lhd->hd", scores.softmax(-1), v).reshape(-1)
+
+    @torch.no_grad()
+    def logprobs(self, prompt: list[int], outputs: list[list[int]], layout: str = "contiguous") -> list[list[float]]:
+        """Each worker's log-probability of each of its output tokens."""
+        m = self.model.model
+        n_workers, p = len(outputs), len(prompt)
+        layers = m.layers
+        # Prefill: one causal pass over the prompt, shared by every lane.
+        h = m.embed_tokens(torch.tensor(prompt))
+        keys = [[None] * n_workers for _ in layers]  # raw keys per layer, lane
+        vals = [[None] * n_workers for _ in layers]
+        for li, layer in enumerate(layers):
+            x = layer.input_layernorm(h)
+            q, k, v = self._qkv(layer, x)
+            for w in range(n_workers):
+                keys[li][w], vals[li][w] = k.clone(), v.clone()
+            attn = torch.stack([self._attend(q[t], k[: t + 1], v[: t + 1], t) for t in range(p)])
+            h = h + layer.self_attn.o_proj(attn)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        first = self._logprobs(h[-1])
+        result = [[first[out[0]].item()] for out in outputs]
+        # Decode in lock-step: at step k every worker with a token k+1 feeds token k.
+        for k in range(max(len(o) for o in outputs) - 1):
+            feeding = [w for w, o in enumerate(outputs) if k < len(o) - 1]
+            hs = {w: m.embed_tokens(torch.tensor([outputs[w][k]]))[0] for w in feeding}
+            for li, layer in enumerate(layers):
+                qs = {}
+                for w in feeding:  # every new K/V lands before any attention
+                    q, kk, vv = self._qkv(layer, layer.input_layernorm(hs[w])[None])
+                    keys[li][w] = torch.cat([keys[li][w], kk])
+                    vals[li][w] = torch.cat([vals[li][w], vv])
+                    qs[w] = q[0]
+                for w in feeding:
+                    order = [w] if layout == "isolated" else [o for o in range(n_workers) if o != w] + [w]
+                    ks = torch.cat([keys[li][w][:p]] + [keys[li][o][p:] for o in order])
+                    vs = torch.cat([vals[li][w][:p]] + [vals[li][o][p:] for o in order])
+                    out = layer.self_attn.o_proj(self._attend(qs[w], ks, vs, ks.shape[0] - 1))
+                    hs[w] = hs[w] + out
+                    hs[w] = hs[w] + layer.mlp(layer.post_attention_layernorm(hs[w][None]))[0]
+            for w in feeding:
+                result[w].append(self._logprobs(hs[w])[outputs[w][k + 1]].item())
+        return result
+
+    def _qkv(self, layer, x):
+        a = layer.self_attn
+        t = x.shape[0]
+        q = a.q_proj(x).view(t, self.num_heads, self.head_dim)
+        k = a.k_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        v = a.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        return q, k, v
+
+    def _logprobs(self, h):
+        m = self.model
+        return m.lm_head(m.model.norm(h[None]))[0].log_softmax(-1)

@@ -1,0 +1,160 @@
+"""Offline LLM.generate with Hogwild groups on a real vLLM engine (CPU, float32, tiny random Llama)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.hogwild_oracle import DenseHogwild
+from tests.integration.conftest import BLOCK_SIZE, make_llm, scheduler_of, shutdown
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+MAX_WORKERS = 4
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model):
+    engine = make_llm(tiny_model, additional_config={"hogwild": {"max_workers": MAX_WORKERS}})
+    yield engine
+    shutdown(engine)
+
+
+@pytest.fixture(scope="module")
+def oracle(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    return DenseHogwild(AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32))
+
+
+def prompt_ids(n: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(100, 40000, (n,), generator=g).tolist()
+
+
+def hogwild_params(n: int, max_tokens: int, seed: int, layout: str = "contiguous", **kw):
+    from vllm import SamplingParams
+
+    return SamplingParams(n=n, temperature=1.0, seed=seed, max_tokens=max_tokens, ignore_eos=True,
+                          logprobs=0, extra_args={"hogwild": {"layout": layout, "protocol": "raw"}}, **kw)
+
+
+def sampled_logprobs(completion) -> list[float]:
+    return [step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)]
+
+
+CASES = [(2, 45), (2, 64), (4, 45), (4, 64)]  # workers, prompt length (mid-block / on a block boundary)
+
+
+@pytest.fixture(scope="module")
+def raw_runs(llm):
+    """All oracle cases in ONE generate call: four groups share the engine's steps."""
+    prompts = [{"prompt_token_ids": prompt_ids(p, seed=1000 + i)} for i, (_, p) in enumerate(CASES)]
+    params = [hogwild_params(n, 64, seed=100 + i) for i, (n, _) in enumerate(CASES)]
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    return [(prompt["prompt_token_ids"], out) for prompt, out in zip(prompts, outputs)]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_raw_contiguous_matches_dense_oracle(raw_runs, oracle, case: int) -> None:
+    prompt, out = raw_runs[case]
+    n, _ = CASES[case]
+    assert len(out.outputs) == n
+    tokens = [list(c.token_ids) for c in out.outputs]
+    assert all(len(t) == 64 for t in tokens)
+    assert len({tuple(t) for t in tokens}) == n, "seeded workers should diverge"
+    expected = oracle.logprobs(prompt, tokens)
+    got = [sampled_logprobs(c) for c in out.outputs]
+    err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
+
+
+def test_oracle_tells_views_apart(raw_runs, oracle) -> None:
+    """The same outputs scored as N isolated workers do NOT match: the oracle can fail."""
+    prompt, out = raw_runs[0]
+    tokens = [list(c.token_ids) for c in out.outputs]
+    isolated = oracle.logprobs(prompt, tokens, layout="isolated")
+    got = [sampled_logprobs(c) for c in out.outputs]
+    assert max(abs(a - b) for g, e in zip(got, isolated) for a, b in zip(g, e)) > 1e-2
+
+
+def test_group_prefills_prompt_once_and_holds_expected_blocks(raw_runs, llm) -> None:
+    """The prompt is computed once; each other member recomputes only past its prefix-cache hit.
+
+    vLLM's prefix cache hits whole blocks and always leaves at least the last
+    prompt token to compute, so a sibling's hit is ``bs * floor((P - 1) / bs)``
+    tokens: the partial tail block, or the last full block when the prompt
+    ends on a block boundary.
+    """
+    ended = list(scheduler_of(llm).stats.ended)[-len(CASES):]
+    assert sorted((e.num_workers, e.prompt_len) for e in ended) == sorted(CASES)
+    for e in ended:
+        hit = BLOCK_SIZE * ((e.prompt_len - 1) // BLOCK_SIZE)
+        assert e.num_prefill_tokens == e.prompt_len + (e.num_workers - 1) * (e.prompt_len - hit)
+        shared = hit // BLOCK_SIZE
+        assert e.num_blocks_held == shared + sum(-(-n // BLOCK_SIZE) - shared for n in e.lane_lens)
+        prompt_blocks = -(-e.prompt_len // BLOCK_SIZE)
+        lane_blocks = sum(-(-(n - e.prompt_len) // BLOCK_SIZE) for n in e.lane_lens)
+        assert e.num_blocks_held <= prompt_blocks + lane_blocks + e.num_workers
+    assert scheduler_of(llm).stats.num_member_preemptions == 0
+
+
+def test_one_worker_equals_plain_request(llm) -> None:
+    from vllm import SamplingParams
+
+    prompt = {"prompt_token_ids": prompt_ids(50, seed=7)}
+    plain = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True, logprobs=0)
+    hog = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True, logprobs=0,
+                         extra_args={"hogwild": {"layout": "contiguous"}})
+    a, b = llm.generate([prompt, prompt], [plain, hog], use_tqdm=False)
+    assert a.outputs[0].token_ids == b.outputs[0].token_ids
+    err = max(abs(x - y) for x, y in zip(sampled_logprobs(a.outputs[0]), sampled_logprobs(b.outputs[0])))
+    assert err <= 1e-4
+
+
+def test_isolated_equals_plain_seeded_requests(llm) -> None:
+    from vllm import SamplingParams
+
+    prompt = {"prompt_token_ids": prompt_ids(40, seed=8)}
+    group = llm.generate([prompt], hogwild_params(3, 30, seed=11, layout="isolated"), use_tqdm=False)[0]
+    plains = llm.generate([prompt] * 3, [SamplingParams(temperature=1.0, seed=11 + i, max_tokens=30,
+                                                        ignore_eos=True) for i in range(3)], use_tqdm=False)
+    assert [c.token_ids for c in group.outputs] == [p.outputs[0].token_ids for p in plains]
+
+
+def test_plain_requests_beside_groups_are_unchanged(llm) -> None:
+    from vllm import SamplingParams
+
+    plain = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True, logprobs=0)
+    plain_prompts = [{"prompt_token_ids": prompt_ids(30 + 7 * i, seed=20 + i)} for i in range(3)]
+    alone = llm.generate(plain_prompts, plain, use_tqdm=False)
+    group_prompts = [{"prompt_token_ids": prompt_ids(60, seed=30 + i)} for i in range(2)]
+    mixed = llm.generate(
+        [*plain_prompts, *group_prompts],
+        [plain] * 3 + [hogwild_params(2, 40, seed=5), hogwild_params(3, 24, seed=6)],
+        use_tqdm=False,
+    )
+    for a, m in zip(alone, mixed[:3]):
+        assert a.outputs[0].token_ids == m.outputs[0].token_ids
+        assert max(abs(x - y) for x, y in zip(sampled_logprobs(a.outputs[0]), sampled_logprobs(m.outputs[0]))) <= 1e-4
+    assert [len(o.outputs) for o in mixed[3:]] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    "n, hogwild, max_tokens, field",
+    [
+        (MAX_WORKERS + 1, {"layout": "contiguous"}, 8, "n"),
+        (2, {"layout": "diagonal"}, 8, "hogwild.layout"),
+        (2, {"protocol": "chatty"}, 8, "hogwild.protocol"),
+        (2, {"speed": "fast"}, 8, "hogwild.speed"),
+        (2, {}, 1500, "max_tokens"),
+    ],
+)
+def test_bad_requests_name_the_field_and_the_engine_goes_on(llm, n, hogwild, max_tokens, field) -> None:
+    from vllm import SamplingParams
+
+    bad = SamplingParams(n=n, temperature=1.0, seed=1, max_tokens=max_tokens, extra_args={"hogwild": hogwild})
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        llm.generate([{"prompt_token_ids": prompt_ids(20, seed=1)}], bad, use_tqdm=False)
+    ok = llm.generate([{"prompt_token_ids": prompt_ids(20, seed=2)}], hogwild_params(2, 4, seed=3), use_tqdm=False)
+    assert [len(c.token_ids) for c in ok[0].outputs] == [4, 4]
