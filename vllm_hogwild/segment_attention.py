@@ -68,6 +68,24 @@ class _Bucket:
 
 
 @dataclass
+class _DecodeBatch:
+    """Single-token rows, batched by the lanes they read (G batches, padded).
+
+    Every row of a batch scores all of the batch's gathered keys once per
+    segment (K pairs), with an additive mask keeping each pair to its
+    segment; one softmax per row over all its pairs and keys. Few large ops
+    instead of many small ones: decode rows of one Hogwild group read the same
+    few lanes, so the extra masked scores are cheap.
+    """
+
+    block_ids: torch.Tensor  # [G, U] physical blocks (padding: block 0, masked)
+    pair_index: torch.Tensor  # [G, R, K] into the rotated pairs (P = padding)
+    bias: torch.Tensor  # [G, R, K, U * block_size] 0 where the pair sees the key, -inf elsewhere
+    row_select: torch.Tensor  # [T_out] flat (g * R + r) of the real rows
+    row_token: torch.Tensor  # [T_out] their query tokens
+
+
+@dataclass
 class SegmentAttentionPlan:
     """Per-step tensors shared by every layer. P: (token, segment) pairs."""
 
@@ -78,6 +96,7 @@ class SegmentAttentionPlan:
     pair_sin: torch.Tensor  # [P, rotary_dim / 2]
     buckets: list[_Bucket]
     rope: RopeSpec
+    decode: _DecodeBatch | None = None  # set when every row is one token: then buckets is empty
 
 
 def plan(
@@ -86,8 +105,18 @@ def plan(
     rope: RopeSpec,
     num_tokens: int | None = None,
     device: torch.device | str = "cpu",
+    batched_decode: bool = True,
 ) -> SegmentAttentionPlan:
-    """Build the step's index tensors; ``num_tokens``: rows of the query tensor (default: what the rows use)."""
+    """Build the step's index tensors; ``num_tokens``: rows of the query tensor (default: what the rows use).
+
+    When every row is one query token (decode) and ``batched_decode`` is set,
+    the plan takes the batched decode path; otherwise the block-bucket path,
+    which also serves multi-token rows.
+    """
+    if batched_decode and rows and all(r.num_query_tokens == 1 for r in rows) and (
+        _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES
+    ):
+        return _plan_decode(rows, block_size, rope, num_tokens, device)
     entries = [_row_entries(row, block_size) for row in rows]
     pair_token = _cat([e[0] for e in entries])
     pair_delta = _cat([e[1] for e in entries])
@@ -117,6 +146,93 @@ def plan(
     )
 
 
+# The batched decode path scores every (row, segment) pair against all keys its
+# rows read: cheap in ops, wasteful in FLOPs once views grow. Past this many
+# scores per KV head (measured on CPU: ~crossover at N=4, 2.5k-token views),
+# the block-bucket path is faster.
+DENSE_DECODE_MAX_SCORES = 24_576
+
+
+def _dense_scores(rows, bs: int) -> int:
+    keys = sum(-(-(seg.end - seg.start) // bs) * bs for seg in rows[0].segments)
+    return len(rows) * max(len(r.segments) for r in rows) * keys
+
+
+def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) -> SegmentAttentionPlan:
+    needed = max(r.query_start for r in rows) + 1
+    num_tokens = needed if num_tokens is None else num_tokens
+    if num_tokens < needed:
+        raise ValueError(f"rows use {needed} query tokens, the query tensor has {num_tokens}")
+    batches: dict[frozenset, list[QueryRow]] = {}
+    for row in rows:
+        _check_row(row, bs)
+        batches.setdefault(frozenset(seg.block_ids for seg in row.segments), []).append(row)
+    # Pairs in row order; per batch the blocks its rows read, each once.
+    pair_token, pair_delta, layout = [], [], []
+    for batch in batches.values():
+        blocks: dict[int, int] = {}
+        spans = []  # (r, k, pair, [(u, lo, hi)])
+        for r, row in enumerate(batch):
+            for k, seg in enumerate(row.segments):
+                pieces = []
+                for b in range(seg.start // bs, -(-seg.end // bs)) if seg.end > seg.start else ():
+                    u = blocks.setdefault(seg.block_ids[b], len(blocks))
+                    pieces.append((u, max(seg.start - b * bs, 0), min(seg.end - b * bs, bs)))
+                spans.append((r, k, len(pair_token), pieces))
+                pair_token.append(row.query_start)
+                pair_delta.append(seg.delta)
+        layout.append((batch, blocks, spans))
+    num_pairs = len(pair_token)
+    g_n = len(layout)
+    r_n = max(len(b) for b, _, _ in layout)
+    k_n = max(len(row.segments) for row in rows)
+    u_n = max(len(blocks) for _, blocks, _ in layout)
+    block_ids = torch.zeros(g_n, u_n, dtype=torch.long)
+    pair_index = torch.full((g_n, r_n, k_n), num_pairs, dtype=torch.long)
+    bias = torch.full((g_n, r_n, k_n, u_n * bs), -math.inf)
+    row_select, row_token = [], []
+    for g, (batch, blocks, spans) in enumerate(layout):
+        block_ids[g, : len(blocks)] = torch.tensor(list(blocks))
+        for r, k, pair, pieces in spans:
+            pair_index[g, r, k] = pair
+            for u, lo, hi in pieces:
+                bias[g, r, k, u * bs + lo : u * bs + hi] = 0.0
+        row_select += [g * r_n + r for r in range(len(batch))]
+        row_token += [row.query_start for row in batch]
+    cos, sin = rope.cos_sin(torch.tensor(pair_delta, dtype=torch.long))
+    to = lambda t: t.to(device)  # noqa: E731
+    decode = _DecodeBatch(to(block_ids), to(pair_index), to(bias),
+                          to(torch.tensor(row_select)), to(torch.tensor(row_token)))
+    return SegmentAttentionPlan(
+        num_tokens=num_tokens, out_tokens=decode.row_token, pair_token=to(torch.tensor(pair_token)),
+        pair_cos=to(cos), pair_sin=to(sin), buckets=[], rope=rope, decode=decode,
+    )
+
+
+def _run_decode(p: SegmentAttentionPlan, q: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
+    d_b = p.decode
+    _, num_q_heads, d = q.shape
+    heads = kv.num_kv_heads
+    g = num_q_heads // heads
+    cdt = q.dtype
+    pairs = rotate(q.index_select(0, p.pair_token), p.pair_cos.to(cdt), p.pair_sin.to(cdt), p.rope)
+    pairs = torch.cat([pairs, pairs.new_zeros(1, num_q_heads, d)])  # [P + 1, Hq, D]; last: padding
+    gb, u = d_b.block_ids.shape
+    _, r, k = d_b.pair_index.shape
+    bs = kv.block_size
+    k_t, v = kv.gather(d_b.block_ids.reshape(-1))  # [G*U, H, D, bs], [G*U, H, bs, D]
+    k_t = k_t.view(gb, u, heads, d, bs).permute(0, 2, 3, 1, 4).reshape(gb, heads, d, u * bs).to(cdt)
+    v = v.view(gb, u, heads, bs, d).permute(0, 2, 1, 3, 4).reshape(gb, heads, u * bs, d).to(cdt)
+    qb = pairs[d_b.pair_index].view(gb, r, k, heads, g, d).permute(0, 3, 1, 4, 2, 5)  # [G, H, R, g, K, D]
+    s = torch.matmul(qb.reshape(gb, heads, r * g * k, d), k_t) * scale  # [G, H, R*g*K, U*bs]
+    s = s.view(gb, heads, r, g, k, u * bs) + d_b.bias.to(cdt).view(gb, 1, r, 1, k, u * bs)
+    prob = torch.softmax(s.view(gb, heads, r, g, k * u * bs), dim=-1)
+    prob = prob.view(gb, heads, r, g, k, u * bs).sum(4)  # [G, H, R, g, U*bs]
+    o = torch.matmul(prob.view(gb, heads, r * g, u * bs), v)  # [G, H, R*g, D]
+    o = o.view(gb, heads, r, g, d).permute(0, 2, 1, 3, 4).reshape(gb * r, num_q_heads, d)
+    out.index_copy_(0, d_b.row_token, o.index_select(0, d_b.row_select).to(out.dtype))
+
+
 def run(
     p: SegmentAttentionPlan,
     query: torch.Tensor,
@@ -136,6 +252,9 @@ def run(
     cdt = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
     if out is None:
         out = torch.zeros_like(query)
+    if p.decode is not None:
+        _run_decode(p, query.to(cdt), kv, scale, out)
+        return out
     if not p.buckets:
         return out
     q = query.to(cdt)
@@ -177,12 +296,9 @@ def _row_entries(row: QueryRow, bs: int):
     Returns ``pair_token [P_r]``, ``pair_delta [P_r]`` and four ``[E_r]`` tensors:
     physical block, pair (row-local), first and one-past-last visible offset.
     """
+    _check_row(row, bs)
     n = row.num_query_tokens
-    if n <= 0 or not row.segments:
-        raise ValueError("a query row needs tokens and segments")
     own = row.segments[-1]
-    if own.end - own.start < n:
-        raise ValueError("the row's query tokens must lie in its last segment")
     tokens = torch.arange(row.query_start, row.query_start + n)
     q_pos = torch.arange(own.end - n, own.end)  # stored positions of the query tokens
     pair_token, pair_delta, ents = [], [], []
@@ -191,8 +307,6 @@ def _row_entries(row: QueryRow, bs: int):
         pair_delta.append(torch.full((n,), seg.delta, dtype=torch.int64))
         if seg.end <= seg.start:
             continue
-        if len(seg.block_ids) * bs < seg.end:
-            raise ValueError(f"segment ends at {seg.end} past its {len(seg.block_ids)} blocks")
         first, last = seg.start // bs, (seg.end - 1) // bs
         k = torch.arange(first, last + 1)  # logical blocks of the segment
         base = k * bs  # [K]
@@ -206,6 +320,17 @@ def _row_entries(row: QueryRow, bs: int):
         ents.append([t[keep] for t in (phys, pair, lo, hi)])
     cols = [_cat([e[i] for e in ents]) for i in range(4)]
     return torch.cat(pair_token), torch.cat(pair_delta), cols
+
+
+def _check_row(row: QueryRow, bs: int) -> None:
+    if row.num_query_tokens <= 0 or not row.segments:
+        raise ValueError("a query row needs tokens and segments")
+    own = row.segments[-1]
+    if own.end - own.start < row.num_query_tokens:
+        raise ValueError("the row's query tokens must lie in its last segment")
+    for seg in row.segments:
+        if len(seg.block_ids) * bs < seg.end:
+            raise ValueError(f"segment ends at {seg.end} past its {len(seg.block_ids)} blocks")
 
 
 def _bucket(blk, pair, token, lo, hi, num_pairs: int, num_tokens: int) -> list[_Bucket]:

@@ -110,9 +110,9 @@ def oracle(c: Case, group, views, rows, query) -> torch.Tensor:
     return torch.cat(outs)
 
 
-def ours(c: Case, group, rows, query) -> torch.Tensor:
+def ours(c: Case, group, rows, query, batched_decode: bool = True) -> torch.Tensor:
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-    plan = sa.plan(rows, c.block_size, spec, num_tokens=query.shape[0])
+    plan = sa.plan(rows, c.block_size, spec, num_tokens=query.shape[0], batched_decode=batched_decode)
     return sa.run(plan, query, group.kv)
 
 
@@ -121,11 +121,13 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def check(c: Case, tol: float | None = None) -> float:
+    """Both paths (batched decode when rows are single tokens, block buckets always) against the oracle."""
     group, views, rows, query = setup(c)
-    err = rel_err(ours(c, group, rows, query), oracle(c, group, views, rows, query))
+    ref = oracle(c, group, views, rows, query)
     tol = tol if tol is not None else (1e-5 if c.dtype == torch.float32 else 1e-2)
-    assert err <= tol, f"{c}: relative error {err:.2e} > {tol:.0e}"
-    return err
+    errs = [rel_err(ours(c, group, rows, query, batched), ref) for batched in (True, False)]
+    assert max(errs) <= tol, f"{c}: relative errors {errs} > {tol:.0e}"
+    return max(errs)
 
 
 # Every worker count x layout x cache layout; the other axes rotate with the case index.
@@ -187,7 +189,9 @@ def test_empty_segments_are_harmless() -> None:
         seg = row.segments[0]
         empty = sa.Segment(seg.block_ids, 3, 3, 999)
         padded.append(dataclasses.replace(row, segments=(empty, *row.segments[:-1], empty, row.segments[-1])))
-    assert rel_err(ours(c, group, padded, query), oracle(c, group, views, rows, query)) <= 1e-5
+    ref = oracle(c, group, views, rows, query)
+    for batched in (True, False):
+        assert rel_err(ours(c, group, padded, query, batched), ref) <= 1e-5
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "combined"])
@@ -197,11 +201,13 @@ def test_oracle_detects_a_delta_off_by_one(layout: str) -> None:
     group, views, rows, query = setup(c)
     ref = oracle(c, group, views, rows, query)
     assert rel_err(ours(c, group, rows, query), ref) <= 1e-5
+    assert rel_err(ours(c, group, rows, query, batched_decode=False), ref) <= 1e-5
     row = rows[0]
     assert len(row.segments) > 1
     seg = row.segments[0]
     bad = dataclasses.replace(row, segments=(dataclasses.replace(seg, delta=seg.delta + 1), *row.segments[1:]))
     assert rel_err(ours(c, group, [bad, *rows[1:]], query), ref) > 1e-3
+    assert rel_err(ours(c, group, [bad, *rows[1:]], query, batched_decode=False), ref) > 1e-3
 
 
 def test_oracle_detects_a_wrong_block() -> None:
@@ -214,6 +220,7 @@ def test_oracle_detects_a_wrong_block() -> None:
     table[0] = min(set(range(len(used) + 3)) - used)  # a spare block full of noise
     bad = dataclasses.replace(rows[0], segments=(dataclasses.replace(seg, block_ids=tuple(table)), *rows[0].segments[1:]))
     assert rel_err(ours(c, group, [bad, *rows[1:]], query), ref) > 1e-3
+    assert rel_err(ours(c, group, [bad, *rows[1:]], query, batched_decode=False), ref) > 1e-3
 
 
 def test_untouched_rows_keep_their_output() -> None:
@@ -222,9 +229,10 @@ def test_untouched_rows_keep_their_output() -> None:
     spec = RopeSpec.from_hf_config(config_of(c))
     extra = torch.randn(3, *query.shape[1:])
     q = torch.cat([query, extra])
-    out = torch.full_like(q, 7.0)
-    sa.run(sa.plan(rows, c.block_size, spec, num_tokens=q.shape[0]), q, group.kv, out=out)
-    assert torch.equal(out[query.shape[0]:], torch.full_like(extra, 7.0))
+    for batched in (True, False):
+        out = torch.full_like(q, 7.0)
+        sa.run(sa.plan(rows, c.block_size, spec, num_tokens=q.shape[0], batched_decode=batched), q, group.kv, out=out)
+        assert torch.equal(out[query.shape[0]:], torch.full_like(extra, 7.0))
 
 
 def test_row_outside_its_segment_is_refused() -> None:
