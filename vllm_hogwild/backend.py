@@ -22,6 +22,7 @@ from vllm.v1.attention.backends.cpu_attn import (
 from vllm_hogwild import segment_attention as sa
 from vllm_hogwild import step_context
 from vllm_hogwild.cpu_layout import probe_k_transposed
+from vllm_hogwild.cpu_ops import load as load_cpu_ops
 from vllm_hogwild.kv_layout import CpuPagedKV
 from vllm_hogwild.rope import RopeSpec
 
@@ -59,6 +60,7 @@ class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
         self.rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
         # Probed, not assumed: reading K with the wrong layout is silent garbage.
         self.k_transposed = probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim)
+        self.compiled = load_cpu_ops() is not None
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
@@ -66,7 +68,8 @@ class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
                              common_attn_metadata.num_reqs)
         metadata.hogwild = None
         if rows:
-            plan = sa.plan(rows, self.block_size, self.rope, num_tokens=common_attn_metadata.num_actual_tokens)
+            plan = sa.plan(rows, self.block_size, self.rope, num_tokens=common_attn_metadata.num_actual_tokens,
+                           compiled=self.compiled)
             metadata.hogwild = HogwildStep(plan, self.k_transposed)
         return metadata
 

@@ -64,10 +64,11 @@ def decode(args) -> dict:
 
                     salt += 1
                     full = _timed(llm, _prompt(p, salt), params(args.max_tokens))
+                    if kind == "hogwild":
+                        group = scheduler.stats.ended[-1]
                     salt += 1
                     first = _timed(llm, _prompt(p, salt), params(1))
                     times[kind].append(full - first)
-            group = scheduler.stats.ended[-1]
             tps = {k: n * (args.max_tokens - 1) / statistics.median(v) for k, v in times.items()}
             row = {
                 "workers": n, "prompt_len": p, "max_tokens": args.max_tokens,

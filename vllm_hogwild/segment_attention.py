@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from vllm_hogwild.kv_layout import PagedKV
+from vllm_hogwild.kv_layout import CpuPagedKV, PagedKV
 from vllm_hogwild.rope import RopeSpec, rotate
 
 
@@ -86,6 +86,18 @@ class _DecodeBatch:
 
 
 @dataclass
+class _DecodeCSR:
+    """Single-token rows as compressed lists, for the compiled CPU op: rows -> pairs -> pieces."""
+
+    row_token: torch.Tensor  # [R]
+    row_pair_ptr: torch.Tensor  # [R + 1] each row's pairs (one per segment)
+    pair_piece_ptr: torch.Tensor  # [P + 1] each pair's pieces (one per block it touches)
+    piece_block: torch.Tensor  # [Q] physical block
+    piece_lo: torch.Tensor  # [Q] first offset read in the block
+    piece_hi: torch.Tensor  # [Q] one past the last
+
+
+@dataclass
 class SegmentAttentionPlan:
     """Per-step tensors shared by every layer. P: (token, segment) pairs."""
 
@@ -97,6 +109,7 @@ class SegmentAttentionPlan:
     buckets: list[_Bucket]
     rope: RopeSpec
     decode: _DecodeBatch | None = None  # set when every row is one token: then buckets is empty
+    csr: _DecodeCSR | None = None  # set for the compiled CPU op
 
 
 def plan(
@@ -106,13 +119,18 @@ def plan(
     num_tokens: int | None = None,
     device: torch.device | str = "cpu",
     batched_decode: bool = True,
+    compiled: bool = False,
 ) -> SegmentAttentionPlan:
     """Build the step's index tensors; ``num_tokens``: rows of the query tensor (default: what the rows use).
 
     When every row is one query token (decode) and ``batched_decode`` is set,
     the plan takes the batched decode path; otherwise the block-bucket path,
-    which also serves multi-token rows.
+    which also serves multi-token rows. ``compiled`` plans single-token rows
+    for the compiled CPU op (:mod:`vllm_hogwild.cpu_ops`; ``run`` then needs
+    vLLM's CPU cache layout).
     """
+    if compiled and rows and all(r.num_query_tokens == 1 for r in rows):
+        return _plan_csr(rows, block_size, rope, num_tokens)
     if batched_decode and rows and all(r.num_query_tokens == 1 for r in rows) and (
         _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES
     ):
@@ -209,6 +227,50 @@ def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) 
     )
 
 
+def _plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None) -> SegmentAttentionPlan:
+    needed = max(r.query_start for r in rows) + 1
+    num_tokens = needed if num_tokens is None else num_tokens
+    if num_tokens < needed:
+        raise ValueError(f"rows use {needed} query tokens, the query tensor has {num_tokens}")
+    row_pair_ptr, pair_piece_ptr = [0], [0]
+    blocks, lo, hi, pair_delta, pair_token = [], [], [], [], []
+    for row in rows:
+        _check_row(row, bs)
+        for seg in row.segments:
+            if seg.end > seg.start:
+                for b in range(seg.start // bs, -(-seg.end // bs)):
+                    blocks.append(seg.block_ids[b])
+                    lo.append(max(seg.start - b * bs, 0))
+                    hi.append(min(seg.end - b * bs, bs))
+            pair_piece_ptr.append(len(blocks))
+            pair_delta.append(seg.delta)
+            pair_token.append(row.query_start)
+        row_pair_ptr.append(len(pair_delta))
+    cos, sin = rope.cos_sin(torch.tensor(pair_delta, dtype=torch.long))
+    t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
+    row_token = t([r.query_start for r in rows])
+    csr = _DecodeCSR(row_token, t(row_pair_ptr), t(pair_piece_ptr), t(blocks), t(lo), t(hi))
+    return SegmentAttentionPlan(num_tokens=num_tokens, out_tokens=row_token, pair_token=t(pair_token),
+                                pair_cos=cos.contiguous(), pair_sin=sin.contiguous(), buckets=[], rope=rope, csr=csr)
+
+
+def _run_csr(p: SegmentAttentionPlan, query: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
+    from vllm_hogwild.cpu_ops import load
+
+    ops = load()
+    if ops is None or not isinstance(kv, CpuPagedKV):
+        raise RuntimeError("a compiled plan needs the CPU op and vLLM's CPU cache layout")
+    c = p.csr
+    q = query if query.dtype == torch.float32 and query.is_contiguous() else query.float().contiguous()
+    direct = out.dtype == torch.float32 and out.is_contiguous()
+    dst = out if direct else torch.empty_like(q)
+    ops.segment_attention_decode(q, kv.cache, kv.k_transposed, c.row_token, c.row_pair_ptr,
+                                 p.pair_cos, p.pair_sin, c.pair_piece_ptr, c.piece_block, c.piece_lo,
+                                 c.piece_hi, p.rope.rotary_dim, p.rope.is_neox_style, scale, dst)
+    if not direct:
+        out[c.row_token] = dst[c.row_token].to(out.dtype)
+
+
 def _run_decode(p: SegmentAttentionPlan, q: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
     d_b = p.decode
     _, num_q_heads, d = q.shape
@@ -252,6 +314,9 @@ def run(
     cdt = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
     if out is None:
         out = torch.zeros_like(query)
+    if p.csr is not None:
+        _run_csr(p, query, kv, scale, out)
+        return out
     if p.decode is not None:
         _run_decode(p, query.to(cdt), kv, scale, out)
         return out

@@ -32,7 +32,7 @@ ROPES = {
 class Case:
     num_workers: int = 2
     layout: str = "contiguous"
-    kv_layout: str = "plain"
+    kv_layout: str = "cpu_k_transposed"
     head_dim: int = 64
     num_kv_heads: int = 2
     gqa: int = 3
@@ -110,10 +110,20 @@ def oracle(c: Case, group, views, rows, query) -> torch.Tensor:
     return torch.cat(outs)
 
 
-def ours(c: Case, group, rows, query, batched_decode: bool = True) -> torch.Tensor:
+PATHS = ("batched", "buckets", "compiled")
+
+
+def ours(c: Case, group, rows, query, path: str = "batched") -> torch.Tensor:
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-    plan = sa.plan(rows, c.block_size, spec, num_tokens=query.shape[0], batched_decode=batched_decode)
+    plan = sa.plan(rows, c.block_size, spec, num_tokens=query.shape[0],
+                   batched_decode=path == "batched", compiled=path == "compiled")
     return sa.run(plan, query, group.kv)
+
+
+def paths_for(c: Case, rows) -> list[str]:
+    """Every path that serves these rows: the compiled op takes single-token rows on vLLM's CPU layout."""
+    single = all(r.num_query_tokens == 1 for r in rows)
+    return ["batched", "buckets"] + (["compiled"] if single and c.kv_layout != "plain" else [])
 
 
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -121,11 +131,11 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def check(c: Case, tol: float | None = None) -> float:
-    """Both paths (batched decode when rows are single tokens, block buckets always) against the oracle."""
+    """Every path that serves the rows against the oracle."""
     group, views, rows, query = setup(c)
     ref = oracle(c, group, views, rows, query)
     tol = tol if tol is not None else (1e-5 if c.dtype == torch.float32 else 1e-2)
-    errs = [rel_err(ours(c, group, rows, query, batched), ref) for batched in (True, False)]
+    errs = [rel_err(ours(c, group, rows, query, path), ref) for path in paths_for(c, rows)]
     assert max(errs) <= tol, f"{c}: relative errors {errs} > {tol:.0e}"
     return max(errs)
 
@@ -190,8 +200,8 @@ def test_empty_segments_are_harmless() -> None:
         empty = sa.Segment(seg.block_ids, 3, 3, 999)
         padded.append(dataclasses.replace(row, segments=(empty, *row.segments[:-1], empty, row.segments[-1])))
     ref = oracle(c, group, views, rows, query)
-    for batched in (True, False):
-        assert rel_err(ours(c, group, padded, query, batched), ref) <= 1e-5
+    for path in PATHS:
+        assert rel_err(ours(c, group, padded, query, path), ref) <= 1e-5
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "combined"])
@@ -200,14 +210,14 @@ def test_oracle_detects_a_delta_off_by_one(layout: str) -> None:
     c = Case(num_workers=2, layout=layout, max_gen=30, seed=2)
     group, views, rows, query = setup(c)
     ref = oracle(c, group, views, rows, query)
-    assert rel_err(ours(c, group, rows, query), ref) <= 1e-5
-    assert rel_err(ours(c, group, rows, query, batched_decode=False), ref) <= 1e-5
+    for path in PATHS:
+        assert rel_err(ours(c, group, rows, query, path), ref) <= 1e-5
     row = rows[0]
     assert len(row.segments) > 1
     seg = row.segments[0]
     bad = dataclasses.replace(row, segments=(dataclasses.replace(seg, delta=seg.delta + 1), *row.segments[1:]))
-    assert rel_err(ours(c, group, [bad, *rows[1:]], query), ref) > 1e-3
-    assert rel_err(ours(c, group, [bad, *rows[1:]], query, batched_decode=False), ref) > 1e-3
+    for path in PATHS:
+        assert rel_err(ours(c, group, [bad, *rows[1:]], query, path), ref) > 1e-3
 
 
 def test_oracle_detects_a_wrong_block() -> None:
@@ -219,8 +229,8 @@ def test_oracle_detects_a_wrong_block() -> None:
     used = {b for t in group.block_tables for b in t}
     table[0] = min(set(range(len(used) + 3)) - used)  # a spare block full of noise
     bad = dataclasses.replace(rows[0], segments=(dataclasses.replace(seg, block_ids=tuple(table)), *rows[0].segments[1:]))
-    assert rel_err(ours(c, group, [bad, *rows[1:]], query), ref) > 1e-3
-    assert rel_err(ours(c, group, [bad, *rows[1:]], query, batched_decode=False), ref) > 1e-3
+    for path in PATHS:
+        assert rel_err(ours(c, group, [bad, *rows[1:]], query, path), ref) > 1e-3
 
 
 def test_untouched_rows_keep_their_output() -> None:
@@ -229,9 +239,11 @@ def test_untouched_rows_keep_their_output() -> None:
     spec = RopeSpec.from_hf_config(config_of(c))
     extra = torch.randn(3, *query.shape[1:])
     q = torch.cat([query, extra])
-    for batched in (True, False):
+    for path in PATHS:
         out = torch.full_like(q, 7.0)
-        sa.run(sa.plan(rows, c.block_size, spec, num_tokens=q.shape[0], batched_decode=batched), q, group.kv, out=out)
+        plan = sa.plan(rows, c.block_size, spec, num_tokens=q.shape[0],
+                       batched_decode=path == "batched", compiled=path == "compiled")
+        sa.run(plan, q, group.kv, out=out)
         assert torch.equal(out[query.shape[0]:], torch.full_like(extra, 7.0))
 
 

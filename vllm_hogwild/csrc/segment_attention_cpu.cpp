@@ -1,0 +1,150 @@
+// Segment attention for single-token (decode) rows over vLLM's CPU paged KV cache.
+//
+// Cache: [num_blocks, kv_heads, block_size, 2 * head_dim]; per [block, kv_head]
+// the K block (transposed [head_dim, block_size] or plain [block_size, head_dim])
+// then the V block [block_size, head_dim]. Read in place: no copies.
+//
+// Every row is one query token reading a list of pairs (one per segment of its
+// view); a pair rotates the query by its own cos/sin and attends a list of
+// pieces (block, [lo, hi) offsets). One online softmax per (row, query head)
+// over all pairs and pieces: the log-sum-exp merge of the segments.
+// The query heads sharing a KV head are processed together so each K/V element
+// is loaded once for all of them.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+template <typename scalar_t>
+inline float to_f(scalar_t x) { return static_cast<float>(x); }
+
+template <typename scalar_t>
+void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_transposed,
+              const torch::Tensor& row_token, const torch::Tensor& row_pair_ptr,
+              const torch::Tensor& pair_cos, const torch::Tensor& pair_sin,
+              const torch::Tensor& pair_piece_ptr, const torch::Tensor& piece_block,
+              const torch::Tensor& piece_lo, const torch::Tensor& piece_hi,
+              int64_t rotary_dim, bool neox, double scale, torch::Tensor& out) {
+  const int64_t num_rows = row_token.size(0);
+  const int64_t hq = query.size(1), d = query.size(2);
+  const int64_t heads = cache.size(1), bs = cache.size(2);
+  const int64_t g = hq / heads;
+  const int64_t half = rotary_dim / 2;
+  const float* q = query.data_ptr<float>();
+  const scalar_t* kv = cache.data_ptr<scalar_t>();
+  float* o = out.data_ptr<float>();
+  const int64_t* rt = row_token.data_ptr<int64_t>();
+  const int64_t* rp = row_pair_ptr.data_ptr<int64_t>();
+  const float* pc = pair_cos.data_ptr<float>();
+  const float* ps = pair_sin.data_ptr<float>();
+  const int64_t* pp = pair_piece_ptr.data_ptr<int64_t>();
+  const int64_t* pb = piece_block.data_ptr<int64_t>();
+  const int64_t* plo = piece_lo.data_ptr<int64_t>();
+  const int64_t* phi = piece_hi.data_ptr<int64_t>();
+  const float sc = static_cast<float>(scale);
+  const int64_t block_stride = heads * bs * 2 * d, head_stride = bs * 2 * d;
+
+  at::parallel_for(0, num_rows * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qr(g * d), acc(g * d), m(g), l(g), s(g * bs);
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t r = job / heads, h = job % heads;
+      const int64_t tok = rt[r];
+      std::fill(acc.begin(), acc.end(), 0.f);
+      std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
+      std::fill(l.begin(), l.end(), 0.f);
+      for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+        const float* c = pc + p * half;
+        const float* sn = ps + p * half;
+        for (int64_t gi = 0; gi < g; ++gi) {  // rotate the query for this pair
+          const float* x = q + (tok * hq + h * g + gi) * d;
+          float* y = qr.data() + gi * d;
+          for (int64_t i = 0; i < d; ++i) y[i] = x[i];
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            y[a] = x[a] * c[i] - x[b] * sn[i];
+            y[b] = x[b] * c[i] + x[a] * sn[i];
+          }
+        }
+        for (int64_t pi = pp[p]; pi < pp[p + 1]; ++pi) {
+          const int64_t lo = plo[pi], hi = phi[pi], n = hi - lo;
+          const scalar_t* kb = kv + pb[pi] * block_stride + h * head_stride;
+          const scalar_t* vb = kb + bs * d;
+          // Scores of every query head of this KV head against keys lo..hi.
+          for (int64_t gi = 0; gi < g; ++gi) {
+            float* srow = s.data() + gi * bs;
+            const float* y = qr.data() + gi * d;
+            for (int64_t j = 0; j < n; ++j) srow[j] = 0.f;
+            if (k_transposed) {
+              for (int64_t e = 0; e < d; ++e) {
+                const scalar_t* krow = kb + e * bs + lo;
+                const float ye = y[e];
+                for (int64_t j = 0; j < n; ++j) srow[j] += ye * to_f(krow[j]);
+              }
+            } else {
+              for (int64_t j = 0; j < n; ++j) {
+                const scalar_t* k = kb + (lo + j) * d;
+                float dot = 0.f;
+                for (int64_t e = 0; e < d; ++e) dot += y[e] * to_f(k[e]);
+                srow[j] = dot;
+              }
+            }
+            float bmax = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < n; ++j) {
+              srow[j] *= sc;
+              bmax = std::max(bmax, srow[j]);
+            }
+            const float m_new = std::max(m[gi], bmax);
+            const float rescale = std::exp(m[gi] - m_new);
+            float* a = acc.data() + gi * d;
+            for (int64_t e = 0; e < d; ++e) a[e] *= rescale;
+            float sum = 0.f;
+            for (int64_t j = 0; j < n; ++j) {
+              const float w = std::exp(srow[j] - m_new);
+              sum += w;
+              const scalar_t* v = vb + (lo + j) * d;
+              for (int64_t e = 0; e < d; ++e) a[e] += w * to_f(v[e]);
+            }
+            l[gi] = l[gi] * rescale + sum;
+            m[gi] = m_new;
+          }
+        }
+      }
+      for (int64_t gi = 0; gi < g; ++gi) {
+        float* dst = o + (tok * hq + h * g + gi) * d;
+        const float inv = 1.f / l[gi];
+        for (int64_t e = 0; e < d; ++e) dst[e] = acc[gi * d + e] * inv;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+// query: [T, Hq, D] float32, rotated at stored positions; out: [T, Hq, D] float32.
+void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_transposed,
+                              torch::Tensor row_token, torch::Tensor row_pair_ptr,
+                              torch::Tensor pair_cos, torch::Tensor pair_sin,
+                              torch::Tensor pair_piece_ptr, torch::Tensor piece_block,
+                              torch::Tensor piece_lo, torch::Tensor piece_hi,
+                              int64_t rotary_dim, bool neox, double scale, torch::Tensor out) {
+  TORCH_CHECK(query.scalar_type() == torch::kFloat && out.scalar_type() == torch::kFloat,
+              "query and out must be float32");
+  TORCH_CHECK(query.is_contiguous() && out.is_contiguous() && cache.is_contiguous(),
+              "query, out and cache must be contiguous");
+  TORCH_CHECK(cache.dim() == 4 && cache.size(3) == 2 * query.size(2), "cache must be [blocks, heads, bs, 2*D]");
+  TORCH_CHECK(query.size(1) % cache.size(1) == 0, "query heads must be a multiple of KV heads");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cache.scalar_type(), "segment_attention_decode", [&] {
+    run_rows<scalar_t>(query, cache, k_transposed, row_token, row_pair_ptr, pair_cos, pair_sin,
+                       pair_piece_ptr, piece_block, piece_lo, piece_hi, rotary_dim, neox, scale, out);
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("segment_attention_decode", &segment_attention_decode,
+        "Segment attention of single-token rows over vLLM's CPU paged KV cache");
+}
