@@ -1,0 +1,67 @@
+"""Every vLLM target the plugin hooks still has the shape it relies on; the upstream patches apply."""
+
+from __future__ import annotations
+
+import inspect
+import py_compile
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+PATCHES = sorted((Path(__file__).parents[2] / "patches").glob("0*.patch"))
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def test_hooked_targets_have_the_expected_shape() -> None:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadataBuilder
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.input_processor import InputProcessor
+    from vllm.v1.worker.cpu_worker import CPUWorker
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from vllm_hogwild import hooks
+
+    unwrap = lambda f: getattr(f, "_hogwild_original", f)  # noqa: E731
+    assert _params(unwrap(EngineArgs.create_engine_config))[0] == "self"
+    assert _params(unwrap(InputProcessor.process_inputs))[:4] == ["self", "request_id", "prompt", "params"]
+    assert _params(GPUModelRunner._prepare_inputs)[:3] == ["self", "scheduler_output", "num_scheduled_tokens"]
+    assert _params(CPUAttentionMetadataBuilder.build)[:4] == ["self", "common_prefix_len", "common_attn_metadata", "fast_build"]
+    alloc = _params(KVCacheManager.allocate_slots)
+    for name in ("request", "num_new_tokens", "num_new_computed_tokens", "num_lookahead_tokens",
+                 "num_external_computed_tokens"):
+        assert name in alloc, name
+    for name in ("_free_blocks", "_free_request_blocks", "get_request_counts", "add_request", "schedule"):
+        assert callable(getattr(Scheduler, name)), name
+    assert "preempted_req_ids" in SchedulerOutput.__dataclass_fields__
+    assert callable(CPUWorker.init_device)
+    for field in ("scheduler_cls", "worker_cls", "additional_config", "async_scheduling"):
+        assert field in EngineArgs.__dataclass_fields__, field
+    assert hooks.DEFAULT_SCHEDULER_CLS[1] == f"{Scheduler.__module__}.{Scheduler.__name__}"
+
+
+def test_upstream_patches_apply_to_the_pinned_vllm(tmp_path) -> None:
+    import vllm
+
+    site = Path(vllm.__file__).parents[1]
+    touched = set()
+    for p in PATCHES:
+        touched |= {line.split()[1][2:] for line in p.read_text().splitlines() if line.startswith("+++ ")}
+    for rel in touched:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(site / rel, tmp_path / rel)
+    assert len(PATCHES) == 4
+    for p in PATCHES:
+        run = subprocess.run(["git", "apply", "-p1", str(p)], cwd=tmp_path, capture_output=True, text=True)
+        assert run.returncode == 0, f"{p.name}: {run.stdout}{run.stderr}"
+    for rel in touched:
+        py_compile.compile(str(tmp_path / rel), doraise=True)
