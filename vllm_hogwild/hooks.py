@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import os
 from typing import Any
 
 from vllm_hogwild.options import (
@@ -34,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 SCHEDULER_CLS = "vllm_hogwild.scheduler.HogwildScheduler"
 CPU_WORKER_CLS = "vllm_hogwild.worker.HogwildCPUWorker"
+CUDA_WORKER_CLS = "vllm_hogwild.worker_cuda.HogwildGPUWorker"
 DEFAULT_SCHEDULER_CLS = (None, "vllm.v1.core.sched.scheduler.Scheduler")
 
 _installed = False
@@ -93,12 +95,21 @@ def _select_classes(engine_args) -> None:
 
     if engine_args.scheduler_cls not in DEFAULT_SCHEDULER_CLS and engine_args.scheduler_cls != SCHEDULER_CLS:
         raise HogwildOptionError("scheduler_cls", "Hogwild brings its own scheduler; leave scheduler_cls unset")
-    if engine_args.worker_cls not in ("auto", CPU_WORKER_CLS):
+    if engine_args.worker_cls not in ("auto", CPU_WORKER_CLS, CUDA_WORKER_CLS):
         raise HogwildOptionError("worker_cls", "Hogwild brings its own worker; leave worker_cls unset")
-    if not current_platform.is_cpu():
-        raise HogwildOptionError("additional_config.hogwild", f"no Hogwild worker for platform {current_platform.device_name!r} yet")
+    if current_platform.is_cpu():
+        engine_args.worker_cls = CPU_WORKER_CLS
+    elif current_platform.is_cuda():
+        engine_args.worker_cls = CUDA_WORKER_CLS
+        # The runner hook wraps the V1 model runner; the segment rows are
+        # overwritten in Python after the native kernel, which CUDA graphs
+        # would skip on replay.
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        engine_args.enforce_eager = True
+    else:
+        raise HogwildOptionError("additional_config.hogwild",
+                                 f"no Hogwild worker for platform {current_platform.device_name!r} yet")
     engine_args.scheduler_cls = SCHEDULER_CLS
-    engine_args.worker_cls = CPU_WORKER_CLS
     engine_args.async_scheduling = False  # the scheduler builds views from settled token counts
 
 

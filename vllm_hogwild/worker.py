@@ -1,7 +1,7 @@
 """Hogwild workers: vLLM's workers plus the backend override and the runner hook.
 
 Selected through ``worker_cls`` by the switch, so nothing here runs unless
-Hogwild is switched on.
+Hogwild is switched on. The CUDA worker lives in :mod:`vllm_hogwild.worker_cuda`.
 """
 
 from __future__ import annotations
@@ -22,3 +22,4 @@ class HogwildCPUWorker(CPUWorker):
     def init_device(self) -> None:
         super().init_device()
         install_runner_hook(self.model_runner)
+
