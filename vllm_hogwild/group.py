@@ -29,9 +29,7 @@ class Group:
     max_tokens: int
     member_ids: list[str | None] = field(default_factory=list)
     prompt_len: int = 0
-    admitted: bool = False
     finished: set[int] = field(default_factory=set)
-    arrival_time: float = 0.0
     block_size: int = 16
     num_prefill_tokens: int = 0  # prompt tokens computed for the whole group
 

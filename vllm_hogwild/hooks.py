@@ -66,14 +66,18 @@ def _wrap(owner: type, name: str, wrapper) -> None:
     setattr(owner, name, hooked)
 
 
-def request_error(err: HogwildOptionError) -> Exception:
-    """The error vLLM's front ends report as a client error (HTTP 400), still a ``ValueError``."""
+@functools.lru_cache(maxsize=1)
+def _validation_error_cls() -> type:
     from vllm.exceptions import VLLMValidationError
 
     class HogwildValidationError(VLLMValidationError, ValueError):
-        pass
+        """A bad Hogwild request: a client error (HTTP 400) for vLLM, a ``ValueError`` for users."""
 
-    return HogwildValidationError(str(err), parameter=err.parameter)
+    return HogwildValidationError
+
+
+def request_error(err: HogwildOptionError) -> Exception:
+    return _validation_error_cls()(str(err), parameter=err.parameter)
 
 
 # -- the switch ---------------------------------------------------------------

@@ -67,8 +67,7 @@ class HogwildScheduler(Scheduler):
         group = self.groups.get(group_id)
         if group is None:
             group = Group(group_id, num_workers, options, request.max_tokens,
-                          prompt_len=request.num_prompt_tokens, arrival_time=request.arrival_time,
-                          block_size=self.block_size)
+                          prompt_len=request.num_prompt_tokens, block_size=self.block_size)
             self.groups[group_id] = group
             self.gathering[group_id] = []
         group.member_ids[index] = request.request_id
@@ -119,7 +118,6 @@ class HogwildScheduler(Scheduler):
                 continue
             if not self._fits(group):
                 break  # FCFS among groups: a later group does not overtake
-            group.admitted = True
             del self.gathering[group_id]
             members = [r for r in members if not r.is_finished()]
             members.sort(key=lambda r: group.index_of(r.request_id))
@@ -172,10 +170,10 @@ class HogwildScheduler(Scheduler):
                 out[group.member_ids[w]] = segments
         return out
 
-    def _lanes(self, group: Group, last: Request | None = None) -> list[Lane]:
+    def _lanes(self, group: Group) -> list[Lane]:
         lanes = []
         for member_id in group.member_ids:
-            request = self.requests.get(member_id) or self.parked.get(member_id) or last
+            request = self.requests.get(member_id) or self.parked[member_id]
             lanes.append(Lane(tuple(self.kv_cache_manager.get_block_ids(member_id)[0]), request.num_computed_tokens))
         return lanes
 
@@ -203,7 +201,7 @@ class HogwildScheduler(Scheduler):
             self.parked[request.request_id] = request
             del self.requests[request.request_id]
             return
-        self.stats.record_group_end(group, self._lanes(group, request))
+        self.stats.record_group_end(group, self._lanes(group))
         for member_id in group.member_ids:
             parked = self.parked.pop(member_id, None)
             if parked is not None:
