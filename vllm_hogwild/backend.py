@@ -3,12 +3,14 @@
 Subclasses of vLLM's platform backends, installed over them with
 ``register_backend`` by the Hogwild worker (so only when Hogwild is switched
 on). Rows of plain requests, and Hogwild rows whose view is their own lane
-alone, go through the native kernel untouched; the other Hogwild rows are
-then overwritten with segment attention over their views.
+alone, go through the native kernel untouched. The other Hogwild rows are
+given the native kernel a context of their own query token only (cheap), then
+their outputs are written by segment attention over their views.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -38,20 +40,32 @@ class HogwildStep:
 
 
 def rows_for_step(step: step_context.StepViews | None, query_start_loc: torch.Tensor,
-                  num_reqs: int) -> list[sa.QueryRow]:
-    """The step's Hogwild rows in this batch; empty when the publication does not match it."""
+                  num_reqs: int) -> dict[int, sa.QueryRow]:
+    """The step's Hogwild rows in this batch, by batch row; empty when the publication does not match it."""
     if step is None or not step.segments:
-        return []
+        return {}
     if len(step.req_ids) < num_reqs or any(r not in step.req_ids[:num_reqs] for r in step.segments):
         logger.warning("Hogwild views do not match the batch; running it without them")
-        return []
+        return {}
     starts = query_start_loc.tolist()
-    rows = []
+    rows = {}
     for i, req_id in enumerate(step.req_ids[:num_reqs]):
         segments = step.segments.get(req_id)
         if segments is not None:
-            rows.append(sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments))
+            rows[i] = sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments)
     return rows
+
+
+def without_native_context(common, rows: dict[int, sa.QueryRow]):
+    """The batch as the native kernel should see it: Hogwild rows attend their own query token only.
+
+    Their native output is overwritten by segment attention anyway; this keeps
+    the kernel from reading their whole lane first (no row computed twice).
+    """
+    seq_lens = common.seq_lens.clone()
+    for i, row in rows.items():
+        seq_lens[i] = row.num_query_tokens
+    return dataclasses.replace(common, seq_lens=seq_lens)
 
 
 class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
@@ -63,14 +77,16 @@ class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
         self.compiled = load_cpu_ops() is not None
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
-        metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
         rows = rows_for_step(step_context.current(), common_attn_metadata.query_start_loc_cpu,
                              common_attn_metadata.num_reqs)
-        metadata.hogwild = None
-        if rows:
-            plan = sa.plan(rows, self.block_size, self.rope, num_tokens=common_attn_metadata.num_actual_tokens,
-                           compiled=self.compiled)
-            metadata.hogwild = HogwildStep(plan, self.k_transposed)
+        if not rows:
+            metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
+            metadata.hogwild = None
+            return metadata
+        metadata = super().build(common_prefix_len, without_native_context(common_attn_metadata, rows), fast_build)
+        plan = sa.plan(list(rows.values()), self.block_size, self.rope,
+                       num_tokens=common_attn_metadata.num_actual_tokens, compiled=self.compiled)
+        metadata.hogwild = HogwildStep(plan, self.k_transposed)
         return metadata
 
 

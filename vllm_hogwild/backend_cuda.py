@@ -41,7 +41,7 @@ class HogwildFlashAttentionMetadataBuilder(FlashAttentionMetadataBuilder):
                              common_attn_metadata.num_reqs)
         metadata.hogwild = None
         if rows:
-            metadata.hogwild = sa.plan(rows, self.hogwild_block_size, self.rope,
+            metadata.hogwild = sa.plan(list(rows.values()), self.hogwild_block_size, self.rope,
                                        num_tokens=common_attn_metadata.num_actual_tokens, device=self.device)
         return metadata
 
