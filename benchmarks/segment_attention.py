@@ -281,7 +281,11 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
 # --------------------------------------------------------------------------- one configuration
 
 
-def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float, seed: int = 0) -> dict:
+PATHS = ("auto", "buckets", "compiled")
+
+
+def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float, seed: int = 0,
+              path: str = "auto") -> dict:
     prompt = length // 2
     rest = length - prompt
     gen_lens = [rest // n + (1 if i < rest % n else 0) for i in range(n)]
@@ -293,8 +297,12 @@ def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float
     spec = rope_spec()
     scale = 1.0 / math.sqrt(HEAD_DIM)
 
-    plan_s = median_time(lambda: sa.plan(rows, BLOCK_SIZE, spec, num_tokens=n), reps=max(3, rounds))
-    p = sa.plan(rows, BLOCK_SIZE, spec, num_tokens=n)
+    def make_plan():
+        return sa.plan(rows, BLOCK_SIZE, spec, num_tokens=n, batched_decode=path == "auto",
+                       compiled=path == "compiled")
+
+    plan_s = median_time(make_plan, reps=max(3, rounds))
+    p = make_plan()
     gather = TokenGather(group.kv)
     prep = materialize_prepare(group, views, spec, gather)
 
@@ -315,7 +323,7 @@ def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float
         "view_len": length,
         "prompt_len": prompt,
         "gen_lens": gen_lens,
-        "kv_blocks_read_by_segment": int(sum(b.block_ids.numel() for b in p.buckets)),
+        "segment_path": path,
         "rel_err": err,
         "plan_ms_per_step": plan_s * 1e3,
         "segment_ms_per_layer": seg_s * 1e3,
@@ -330,7 +338,7 @@ def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float
 # --------------------------------------------------------------------------- report
 
 
-def machine_facts(kv_layout: str, rounds: int) -> dict:
+def machine_facts(kv_layout: str, rounds: int, path: str) -> dict:
     return {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -338,6 +346,7 @@ def machine_facts(kv_layout: str, rounds: int) -> dict:
         "machine": platform.machine(),
         "python": platform.python_version(),
         "kv_layout": kv_layout,
+        "segment_path": path,
         "dtype": str(DTYPE).replace("torch.", ""),
         "shapes": f"{NUM_Q_HEADS} q heads, {NUM_KV_HEADS} kv heads, head_dim {HEAD_DIM}, block_size {BLOCK_SIZE}",
         "rounds": rounds,
@@ -364,6 +373,7 @@ def markdown(results: list[dict], facts: dict) -> str:
         f"torch {facts['torch']}, threads = {facts['threads']} (cpu_count {facts['cpu_count']}, "
         f"{facts['machine']}), {facts['dtype']}, {facts['shapes']}, KV layout `{facts['kv_layout']}`, "
         f"median of {facts['rounds']} alternating rounds; 1-min load average "
+        f"segment path `{facts['segment_path']}`; "
         f"{facts['loadavg_1min_before']} before, {facts.get('loadavg_1min_after', '?')} after "
         f"({facts.get('wall_s', '?')} s).",
         "",
@@ -389,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, help="alternating A/B rounds (default 15, quick 3)")
     ap.add_argument("--sample-ms", type=float, help="target length of one timing sample")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--path", default="auto", choices=PATHS,
+                    help="segment attention path: auto (PyTorch, batched decode while views are small), "
+                         "buckets (PyTorch block buckets), compiled (the CPU op; CPU cache layouts only)")
     args = ap.parse_args(argv)
 
     cfg = QUICK if args.quick else FULL
@@ -396,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     sample_ms = args.sample_ms or cfg["sample_ms"]
     if args.threads:
         torch.set_num_threads(args.threads)
-    facts = machine_facts(args.kv_layout, rounds)
+    if args.path == "compiled" and args.kv_layout == "plain":
+        ap.error("--path compiled reads vLLM's CPU cache layouts only")
+    facts = machine_facts(args.kv_layout, rounds, args.path)
     print(f"# segment attention micro-benchmark: torch {facts['torch']}, threads {facts['threads']}, "
           f"{facts['dtype']}, {facts['shapes']}, KV layout {facts['kv_layout']}", flush=True)
 
@@ -404,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for n in cfg["workers"]:
         for length in cfg["lengths"]:
-            r = bench_one(n, length, args.kv_layout, rounds, sample_ms)
+            r = bench_one(n, length, args.kv_layout, rounds, sample_ms, path=args.path)
             results.append(r)
             print(f"N={n} L={length}: segment {r['segment_ms_per_layer']:.3f} ms, materialize "
                   f"{r['materialize_ms_per_layer']:.3f} ms, ratio {r['speed_ratio']:.2f}x, "

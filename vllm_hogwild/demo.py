@@ -82,6 +82,8 @@ def main() -> None:
     t_gen = time.perf_counter() - t1
     board.draw(final=True)
     print(f"\n=== Hogwild group: {args.workers} workers, one shared KV cache, raw protocol ===")
+    print("(raw protocol: each worker reads the others' tokens as they are, with no names or headers;"
+          " a 135M model mostly echoes them)")
     print(f"model: {model}\nprompt: {args.prompt}\n")
     for i, text in enumerate(board.texts):
         print(f"--- {NAMES[i]} (worker {i}, {num_tokens[i]} tokens) ---\n{text.strip()}\n")
