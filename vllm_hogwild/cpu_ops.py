@@ -26,7 +26,7 @@ def load():
         from torch.utils.cpp_extension import load as build
 
         return build(name="vllm_hogwild_cpu_ops", sources=[str(SOURCE)],
-                     extra_cflags=["-O3", "-march=native"], verbose=False)
+                     extra_cflags=["-O3", "-march=native", "-ffast-math"], verbose=False)
     except Exception as err:  # a missing compiler must not take the engine down
         logger.warning("vllm-hogwild: CPU kernel unavailable (%s); using the PyTorch path", err)
         return None
