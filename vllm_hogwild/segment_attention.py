@@ -1,21 +1,25 @@
-"""Segment attention, reference path (PyTorch, any device).
+"""Segment attention: every query row reads an ordered list of segments of lanes in a paged KV cache.
 
-Every query row reads an ordered list of segments of lanes stored in a paged
-KV cache; each segment is attended with the query rotated by the segment's
-``delta`` (see :mod:`vllm_hogwild.views`). The work is split in two:
+Each segment is attended with the query rotated by the segment's ``delta``
+(see :mod:`vllm_hogwild.views`); the keys are read as stored. The work is
+split in two: :func:`plan` (once per step) turns the rows into index tensors,
+:func:`run` (every layer) executes them. Three paths, all exact against the
+dense oracle in the tests:
 
-- :func:`plan` (once per step): turns the rows into index tensors — one entry
-  per (physical KV block, reader), where a reader is one query token rotated
-  for one segment. A block that several workers read in the step (the shared
-  prompt, every co-worker's lane) appears ONCE with all its readers.
-- :func:`run` (every layer): gathers each needed block once, rotates the
-  queries, and computes all (block, reader) scores in batched matmuls. Partial
-  softmax results of all blocks and segments of a query are merged exactly,
+- **block buckets** (PyTorch, any device, any rows): one entry per (physical KV
+  block, reader), where a reader is one query token rotated for one segment. A
+  block several workers read in the step (the shared prompt, every co-worker's
+  lane) is gathered ONCE for all its readers; scores in padded batched matmuls;
+  partial softmax results of all blocks and segments of a query merged exactly,
   log-sum-exp style (scatter-max, then scatter-sum of rescaled parts).
+- **batched decode** (PyTorch, single-token rows, small views): rows batched by
+  the lanes they read; every (row, segment) pair scores all of its batch's keys
+  under an additive mask; one softmax per row. Few large ops per layer.
+- **compiled** (vLLM's CPU cache layout, single-token rows): the C++ op of
+  :mod:`vllm_hogwild.cpu_ops` reads the cache in place, one online softmax per
+  (row, query head) over all segments.
 
-No Python loop over workers, segments or tokens per layer; one loop over at
-most a few reader-count buckets (blocks read by ~N readers in decode, by a
-chunk's tokens in prefill).
+No Python loop over workers, segments or tokens per layer in any path.
 """
 
 from __future__ import annotations
@@ -144,10 +148,7 @@ def plan(
         _cat([e[2][i] + (offsets[r] if i == 1 else 0) for r, e in enumerate(entries)])
         for i in range(4)
     )
-    needed = int(max((r.query_start + r.num_query_tokens for r in rows), default=0))
-    num_tokens = needed if num_tokens is None else num_tokens
-    if num_tokens < needed:
-        raise ValueError(f"rows use {needed} query tokens, the query tensor has {num_tokens}")
+    num_tokens = _query_rows(rows, num_tokens)
     cos, sin = rope.cos_sin(pair_delta)
     out_tokens = torch.unique(pair_token)
     buckets = _bucket(blk, pair, pair_token[pair] if len(pair) else pair, lo, hi,
@@ -177,10 +178,7 @@ def _dense_scores(rows, bs: int) -> int:
 
 
 def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) -> SegmentAttentionPlan:
-    needed = max(r.query_start for r in rows) + 1
-    num_tokens = needed if num_tokens is None else num_tokens
-    if num_tokens < needed:
-        raise ValueError(f"rows use {needed} query tokens, the query tensor has {num_tokens}")
+    num_tokens = _query_rows(rows, num_tokens)
     batches: dict[frozenset, list[QueryRow]] = {}
     for row in rows:
         _check_row(row, bs)
@@ -228,10 +226,7 @@ def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) 
 
 
 def _plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None) -> SegmentAttentionPlan:
-    needed = max(r.query_start for r in rows) + 1
-    num_tokens = needed if num_tokens is None else num_tokens
-    if num_tokens < needed:
-        raise ValueError(f"rows use {needed} query tokens, the query tensor has {num_tokens}")
+    num_tokens = _query_rows(rows, num_tokens)
     row_pair_ptr, pair_piece_ptr = [0], [0]
     blocks, lo, hi, pair_delta, pair_token = [], [], [], [], []
     for row in rows:
@@ -385,6 +380,14 @@ def _row_entries(row: QueryRow, bs: int):
         ents.append([t[keep] for t in (phys, pair, lo, hi)])
     cols = [_cat([e[i] for e in ents]) for i in range(4)]
     return torch.cat(pair_token), torch.cat(pair_delta), cols
+
+
+def _query_rows(rows: Sequence[QueryRow], num_tokens: int | None) -> int:
+    """Rows of the query tensor: ``num_tokens``, checked to hold every row, or just enough."""
+    needed = max((r.query_start + r.num_query_tokens for r in rows), default=0)
+    if num_tokens is not None and num_tokens < needed:
+        raise ValueError(f"rows use {needed} query tokens, the query tensor has {num_tokens}")
+    return needed if num_tokens is None else num_tokens
 
 
 def _check_row(row: QueryRow, bs: int) -> None:
