@@ -372,8 +372,8 @@ def markdown(results: list[dict], facts: dict) -> str:
     lines = [
         f"torch {facts['torch']}, threads = {facts['threads']} (cpu_count {facts['cpu_count']}, "
         f"{facts['machine']}), {facts['dtype']}, {facts['shapes']}, KV layout `{facts['kv_layout']}`, "
+        f"segment path `{facts['segment_path']}`, "
         f"median of {facts['rounds']} alternating rounds; 1-min load average "
-        f"segment path `{facts['segment_path']}`; "
         f"{facts['loadavg_1min_before']} before, {facts.get('loadavg_1min_after', '?')} after "
         f"({facts.get('wall_s', '?')} s).",
         "",
