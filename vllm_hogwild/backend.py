@@ -26,6 +26,7 @@ from vllm_hogwild import step_context
 from vllm_hogwild.cpu_layout import probe_k_transposed
 from vllm_hogwild.cpu_ops import load as load_cpu_ops
 from vllm_hogwild.kv_layout import CpuPagedKV
+from vllm_hogwild.options import EngineOptions
 from vllm_hogwild.rope import RopeSpec
 
 logger = logging.getLogger(__name__)
@@ -39,17 +40,19 @@ class HogwildStep:
     k_transposed: bool
 
 
-def rows_for_step(step: step_context.StepViews | None, query_start_loc: torch.Tensor,
-                  num_reqs: int) -> dict[int, sa.QueryRow]:
+def rows_for_step(step: step_context.StepViews | None, common) -> dict[int, sa.QueryRow]:
     """The step's Hogwild rows in this batch, by batch row; empty when the publication does not match it."""
     if step is None or not step.segments:
         return {}
-    if len(step.req_ids) < num_reqs or any(r not in step.req_ids[:num_reqs] for r in step.segments):
+    num_reqs = common.num_reqs
+    query_start_loc = common.query_start_loc_cpu
+    if (len(step.req_ids) != num_reqs or step.num_tokens != common.num_actual_tokens
+            or any(r not in step.req_ids for r in step.segments)):
         logger.warning("Hogwild views do not match the batch; running it without them")
         return {}
     starts = query_start_loc.tolist()
     rows = {}
-    for i, req_id in enumerate(step.req_ids[:num_reqs]):
+    for i, req_id in enumerate(step.req_ids):
         segments = step.segments.get(req_id)
         if segments is not None:
             rows[i] = sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments)
@@ -71,14 +74,19 @@ def without_native_context(common, rows: dict[int, sa.QueryRow]):
 class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        # vLLM's backend registry is per process: an engine without the switch
+        # that lives in a process where a Hogwild engine ran gets this class
+        # too. It then behaves exactly like the stock backend.
+        self.hogwild_on = EngineOptions.from_additional_config(vllm_config.additional_config) is not None
+        if not self.hogwild_on:
+            return
         self.rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
         # Probed, not assumed: reading K with the wrong layout is silent garbage.
         self.k_transposed = probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim)
         self.compiled = load_cpu_ops() is not None
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
-        rows = rows_for_step(step_context.current(), common_attn_metadata.query_start_loc_cpu,
-                             common_attn_metadata.num_reqs)
+        rows = rows_for_step(step_context.take(), common_attn_metadata) if self.hogwild_on else {}
         if not rows:
             metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
             metadata.hogwild = None

@@ -24,6 +24,7 @@ from vllm_hogwild import segment_attention as sa
 from vllm_hogwild import step_context
 from vllm_hogwild.backend import rows_for_step
 from vllm_hogwild.kv_layout import PlainPagedKV
+from vllm_hogwild.options import EngineOptions
 from vllm_hogwild.rope import RopeSpec
 
 CUDA_BACKEND_PATH = "vllm_hogwild.backend_cuda.HogwildFlashAttentionBackend"
@@ -32,13 +33,13 @@ CUDA_BACKEND_PATH = "vllm_hogwild.backend_cuda.HogwildFlashAttentionBackend"
 class HogwildFlashAttentionMetadataBuilder(FlashAttentionMetadataBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self.rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
+        self.hogwild_on = EngineOptions.from_additional_config(vllm_config.additional_config) is not None
+        self.rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config) if self.hogwild_on else None
         self.hogwild_block_size = kv_cache_spec.block_size
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
-        rows = rows_for_step(step_context.current(), common_attn_metadata.query_start_loc_cpu,
-                             common_attn_metadata.num_reqs)
+        rows = rows_for_step(step_context.take(), common_attn_metadata) if self.hogwild_on else {}
         metadata.hogwild = None
         if rows:
             metadata.hogwild = sa.plan(list(rows.values()), self.hogwild_block_size, self.rope,

@@ -3,11 +3,10 @@
 Worker process only. The scheduler attaches each decoding member's segments to
 the ``SchedulerOutput``; the one runner hook (:func:`install_runner_hook`,
 wrapping ``_prepare_inputs`` of this worker's runner instance) publishes them
-with the batch's final row order, and the metadata builder reads them when it
-builds the step's attention metadata. Every real step publishes afresh (an
-empty publication when the step has no Hogwild rows), and dummy and profile
-runs never call ``_prepare_inputs``: they see nothing, or a publication whose
-rows do not match their batch, which the builder refuses to use.
+with the batch's final row order, and the metadata builder takes them (once)
+when it builds the step's attention metadata. Every real step publishes
+afresh, and dummy and profile runs never call ``_prepare_inputs``: they find
+nothing, and a publication whose batch size does not match is refused.
 """
 
 from __future__ import annotations
@@ -25,13 +24,17 @@ SEGMENTS_ATTR = "hogwild_segments"  # the SchedulerOutput attribute the schedule
 class StepViews:
     segments: dict[str, tuple[Segment, ...]]  # request id -> segments it reads
     req_ids: tuple[str, ...]  # the batch's rows, in order
+    num_tokens: int  # the batch's scheduled tokens: a builder checks it is building this batch
 
 
 _current: StepViews | None = None
 
 
-def current() -> StepViews | None:
-    return _current
+def take() -> StepViews | None:
+    """The step's publication, once: a later build (another step, a dummy run) cannot reuse it."""
+    global _current
+    step, _current = _current, None
+    return step
 
 
 def publish(step: StepViews | None) -> None:
@@ -50,7 +53,8 @@ def install_runner_hook(runner: Any) -> None:
         result = original(scheduler_output, *args, **kwargs)
         segments = getattr(scheduler_output, SEGMENTS_ATTR, None) or {}
         # After the original: it may reorder the batch rows.
-        publish(StepViews(segments, tuple(runner.input_batch.req_ids)))
+        publish(StepViews(segments, tuple(runner.input_batch.req_ids),
+                          scheduler_output.total_num_scheduled_tokens))
         return result
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
