@@ -71,6 +71,14 @@ def without_native_context(common, rows: dict[int, sa.QueryRow]):
     return dataclasses.replace(common, seq_lens=seq_lens)
 
 
+def write_segment_rows(impl, plan: sa.SegmentAttentionPlan, query: torch.Tensor, kv, attn_metadata,
+                       output: torch.Tensor) -> None:
+    """Overwrite the planned rows of ``output`` ``[T, Hq * D]`` with segment attention (any backend impl)."""
+    n = attn_metadata.num_actual_tokens
+    out = output[:n].view(n, impl.num_heads, impl.head_size)
+    sa.run(plan, query[:n], kv, impl.scale, out=out)
+
+
 class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -103,9 +111,7 @@ class HogwildCPUAttentionImpl(CPUAttentionBackendImpl):
         output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
         step = getattr(attn_metadata, "hogwild", None)
         if step is not None:
-            n = attn_metadata.num_actual_tokens
-            out = output[:n].view(n, self.num_heads, self.head_size)
-            sa.run(step.plan, query[:n], CpuPagedKV(kv_cache, step.k_transposed), self.scale, out=out)
+            write_segment_rows(self, step.plan, query, CpuPagedKV(kv_cache, step.k_transposed), attn_metadata, output)
         return output
 
 

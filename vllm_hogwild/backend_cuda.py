@@ -22,7 +22,7 @@ from vllm.v1.attention.backends.flash_attn import (
 
 from vllm_hogwild import segment_attention as sa
 from vllm_hogwild import step_context
-from vllm_hogwild.backend import rows_for_step
+from vllm_hogwild.backend import rows_for_step, write_segment_rows
 from vllm_hogwild.kv_layout import PlainPagedKV
 from vllm_hogwild.options import EngineOptions
 from vllm_hogwild.rope import RopeSpec
@@ -52,10 +52,8 @@ class HogwildFlashAttentionImpl(FlashAttentionImpl):
         output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
         plan = getattr(attn_metadata, "hogwild", None)
         if plan is not None:
-            n = attn_metadata.num_actual_tokens
             key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
-            out = output[:n].view(n, self.num_heads, self.head_size)
-            sa.run(plan, query[:n], PlainPagedKV(key_cache, value_cache), self.scale, out=out)
+            write_segment_rows(self, plan, query, PlainPagedKV(key_cache, value_cache), attn_metadata, output)
         return output
 
 

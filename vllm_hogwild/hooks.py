@@ -20,7 +20,6 @@ import copy
 import functools
 import logging
 import os
-from typing import Any
 
 from vllm_hogwild.options import (
     REQUEST_KEY,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request, RequestStatus
+from vllm.v1.request import Request
 
 from vllm_hogwild.group import Group, Lane, parse_member, step_segments
 from vllm_hogwild.step_context import SEGMENTS_ATTR
