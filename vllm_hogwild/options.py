@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 ENGINE_KEY = "hogwild"  # in additional_config
+REFUSED_KEY = "hogwild_refused"  # in additional_config: switched on for a model Hogwild cannot serve
 REQUEST_KEY = "hogwild"  # in SamplingParams.extra_args
 FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
@@ -76,6 +77,13 @@ def requested(extra_args: Mapping[str, Any] | None) -> bool:
     return REQUEST_KEY in extra_args or any(k.startswith(FLAT_PREFIX) for k in extra_args)
 
 
+def request_field(extra_args: Mapping[str, Any]) -> str:
+    """The field that made a request a Hogwild request: ``hogwild`` or its first ``hogwild_*`` key."""
+    if REQUEST_KEY in extra_args:
+        return REQUEST_KEY
+    return next(k for k in extra_args if k.startswith(FLAT_PREFIX))
+
+
 def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
     """Read the options from ``extra_args`` (nested dict or flat ``hogwild_*`` keys)."""
     nested = extra_args.get(REQUEST_KEY)
@@ -109,7 +117,7 @@ def blocks_for_group(prompt_len: int, max_tokens: int, num_workers: int, block_s
 
 
 def check_request(
-    opts: EngineOptions | None,
+    opts: EngineOptions,
     num_workers: int,
     prompt_len: int,
     max_tokens: int | None,
@@ -122,12 +130,6 @@ def check_request(
     Without ``max_tokens`` each worker gets an equal share of what the context
     window leaves after the prompt.
     """
-    if opts is None:
-        raise HogwildOptionError(
-            "hogwild",
-            "Hogwild is not switched on for this engine; start it with "
-            "additional_config={'hogwild': {}} (offline) or `vllm serve MODEL --plugin hogwild`",
-        )
     if not 1 <= num_workers <= opts.max_workers:
         raise HogwildOptionError("n", f"{num_workers} workers; this engine allows 1 to {opts.max_workers}")
     room = max_model_len - prompt_len

@@ -22,21 +22,26 @@ The scheduler:
 - **ships the views**: after vLLM's own ``schedule()``, the segments every
   decoding member reads are attached to the ``SchedulerOutput`` as
   ``hogwild_segments`` (request id -> segments), which the runner hook hands
-  to the attention backend in the worker process.
+  to the attention backend in the worker process;
+- **reports**: groups running and waiting, and one record per ended group,
+  ride on vLLM's own ``SchedulerStats`` to the front end, where
+  :mod:`vllm_hogwild.metrics` turns them into Prometheus series.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
 from vllm_hogwild.group import Group, Lane, parse_member, step_segments
+from vllm_hogwild.metrics import attach_snapshot
 from vllm_hogwild.step_context import SEGMENTS_ATTR
 from vllm_hogwild.options import REQUEST_KEY, EngineOptions, RequestOptions, blocks_for_group
 
@@ -67,7 +72,8 @@ class HogwildScheduler(Scheduler):
         group = self.groups.get(group_id)
         if group is None:
             group = Group(group_id, num_workers, options, request.max_tokens,
-                          prompt_len=request.num_prompt_tokens, block_size=self.block_size)
+                          prompt_len=request.num_prompt_tokens, block_size=self.block_size,
+                          arrival_time=time.monotonic())
             self.groups[group_id] = group
             self.gathering[group_id] = []
         group.member_ids[index] = request.request_id
@@ -108,7 +114,9 @@ class HogwildScheduler(Scheduler):
             if group is not None:
                 request = self.requests[req_id]
                 before = request.num_computed_tokens - n  # counts were advanced by schedule()
-                group.num_prefill_tokens += max(0, min(n, request.num_prompt_tokens - before))
+                prefill = max(0, min(n, request.num_prompt_tokens - before))
+                group.num_prefill_tokens += prefill
+                group.prefill_by_worker[group.index_of(req_id)] += prefill
 
     def _admit_groups(self) -> None:
         """Queue complete groups, oldest first, while the whole group fits."""
@@ -119,6 +127,7 @@ class HogwildScheduler(Scheduler):
             if not self._fits(group):
                 break  # FCFS among groups: a later group does not overtake
             del self.gathering[group_id]
+            group.admitted_time = time.monotonic()
             members = [r for r in members if not r.is_finished()]
             members.sort(key=lambda r: group.index_of(r.request_id))
             for request in reversed(members):
@@ -201,7 +210,9 @@ class HogwildScheduler(Scheduler):
             self.parked[request.request_id] = request
             del self.requests[request.request_id]
             return
-        self.stats.record_group_end(group, self._lanes(group))
+        self.stats.record_group_end(group, self._lanes(group), [
+            (self.requests.get(m) or self.parked[m]).num_output_tokens for m in group.member_ids
+        ])
         for member_id in group.member_ids:
             parked = self.parked.pop(member_id, None)
             if parked is not None:
@@ -211,6 +222,15 @@ class HogwildScheduler(Scheduler):
         self.gathering.pop(group.group_id, None)
         super()._free_blocks(request)
 
+    # -- stats ---------------------------------------------------------------
+
+    def make_stats(self, *args: Any, **kwargs: Any):
+        stats = super().make_stats(*args, **kwargs)
+        if stats is not None:  # vLLM's log_stats is on (the server's default)
+            running = sum(1 for g in self.groups.values() if g.group_id not in self.gathering)
+            attach_snapshot(stats, self.stats.snapshot(running, len(self.gathering)))
+        return stats
+
 
 @dataclass
 class GroupEnd:
@@ -219,19 +239,43 @@ class GroupEnd:
     lane_lens: list[int]
     num_blocks_held: int  # distinct blocks holding the group's tokens at its end
     num_prefill_tokens: int  # prompt tokens computed for the group (prefix-cache hits excluded)
+    num_prefill_saved: int  # prompt tokens computed once for the group instead of once per worker
+    output_lens: list[int]  # tokens each worker generated
+    coworker_reads: list[int]  # co-worker tokens each worker attended, summed over its steps
+    admission_wait_s: float | None  # first member's arrival to the group's admission (None: never admitted)
+    latency_s: float  # first member's arrival to the group's end
 
 
 @dataclass
 class SchedulerStats:
     num_member_preemptions: int = 0
     ended: deque = field(default_factory=lambda: deque(maxlen=1024))  # GroupEnd, newest last
+    _unreported: list = field(default_factory=list)  # GroupEnd not yet in a snapshot
 
-    def record_group_end(self, group: Group, lanes: list[Lane]) -> None:
+    def record_group_end(self, group: Group, lanes: list[Lane], output_lens: list[int]) -> None:
         used: set[int] = set()
         for lane in lanes:
             used.update(lane.block_ids[: -(-lane.num_tokens // group.block_size)])
-        self.ended.append(GroupEnd(group.num_workers, group.prompt_len, [l.num_tokens for l in lanes],
-                                   len(used), group.num_prefill_tokens))
+        now = time.monotonic()
+        end = GroupEnd(
+            group.num_workers, group.prompt_len, [l.num_tokens for l in lanes], len(used),
+            group.num_prefill_tokens, group.num_prefill_saved, output_lens, list(group.coworker_reads),
+            admission_wait_s=(group.admitted_time - group.arrival_time) if group.admitted_time else None,
+            latency_s=now - group.arrival_time,
+        )
+        self.ended.append(end)
+        self._unreported.append(end)
+        del self._unreported[:-1024]
+
+    def snapshot(self, groups_running: int, groups_waiting: int) -> dict[str, Any]:
+        """What the front end's metrics need since the last snapshot (plain types: it crosses processes)."""
+        ended, self._unreported = self._unreported, []
+        return {
+            "groups_running": groups_running,
+            "groups_waiting": groups_waiting,
+            "member_preemptions": self.num_member_preemptions,
+            "ended": [asdict(e) for e in ended],
+        }
 
 
 def _hogwild_spec(request: Request) -> tuple[int, RequestOptions] | None:

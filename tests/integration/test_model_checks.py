@@ -1,4 +1,4 @@
-"""Models Hogwild cannot serve are refused when the engine is configured, naming the field."""
+"""Models Hogwild cannot serve run as stock vLLM; their Hogwild requests are refused, naming the reason."""
 
 from __future__ import annotations
 
@@ -24,9 +24,21 @@ def _tiny_gpt2(folder):
     return folder
 
 
-def test_model_without_rope_is_refused(tmp_path) -> None:
-    with pytest.raises(ValueError, match="rope_type: model type 'gpt2' has no rotary"):
-        make_llm(_tiny_gpt2(tmp_path), additional_config={"hogwild": {}})
+def test_model_without_rope_serves_plain_requests_and_refuses_hogwild(tmp_path) -> None:
+    from vllm import SamplingParams
+
+    from tests.integration.conftest import scheduler_of, shutdown
+
+    llm = make_llm(_tiny_gpt2(tmp_path), additional_config={"hogwild": {}})
+    try:
+        assert type(scheduler_of(llm)).__module__ == "vllm.v1.core.sched.scheduler"  # stock engine
+        bad = SamplingParams(n=2, temperature=1.0, max_tokens=4, extra_args={"hogwild_layout": "contiguous"})
+        with pytest.raises(ValueError, match="^hogwild_layout: .*rope_type: model type 'gpt2' has no rotary"):
+            llm.generate([{"prompt_token_ids": [1, 2, 3]}], bad, use_tqdm=False)
+        ok = llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=4), use_tqdm=False)
+        assert len(ok[0].outputs[0].token_ids) == 4
+    finally:
+        shutdown(llm)
 
 
 def test_unknown_engine_option_is_refused(tiny_model) -> None:
