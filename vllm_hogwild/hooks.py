@@ -7,7 +7,9 @@
 2. ``InputProcessor.process_inputs`` (the request check): a request that
    carries Hogwild options is validated in the front end, before any work
    starts, and its options are normalized for the engine core. Requests
-   without Hogwild options pass through untouched.
+   without Hogwild options pass through untouched. ``AsyncLLM.generate`` runs
+   the same check when it is called, so that a server refuses a bad streaming
+   request with HTTP 400 before its response starts.
 3. ``EngineArgs.add_cli_args`` and ``EngineArgs.from_cli_args`` (the flags):
    add ``--plugin hogwild`` and ``--hogwild-*`` to ``vllm serve`` and fold them
    into ``additional_config["hogwild"]`` (:mod:`vllm_hogwild.cli`).
@@ -55,12 +57,14 @@ def install() -> None:
     if _installed:
         return
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.engine.input_processor import InputProcessor
 
     from vllm.v1.metrics.loggers import StatLoggerManager
 
     _wrap(EngineArgs, "create_engine_config", _create_engine_config)
     _wrap(InputProcessor, "process_inputs", _process_inputs)
+    _wrap(AsyncLLM, "generate", _generate)
     _wrap(EngineArgs, "add_cli_args", _add_cli_args)
     _wrap(EngineArgs, "from_cli_args", _from_cli_args)
     _wrap(StatLoggerManager, "__init__", _stat_logger_manager_init)
@@ -211,36 +215,71 @@ def _process_inputs(original, processor, request_id, prompt, params, *args, **kw
     extra = getattr(p, "extra_args", None)
     if not requested(extra):
         return request
-    config = processor.vllm_config
-    engine_options = EngineOptions.from_additional_config(config.additional_config)
-    try:
-        if engine_options is None:
-            refused = (config.additional_config or {}).get(REFUSED_KEY)
-            if refused:
-                raise HogwildOptionError(
-                    request_field(extra),
-                    f"this model cannot serve Hogwild requests ({refused['message']})",
-                )
-            raise HogwildOptionError(
-                request_field(extra),
-                "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
-                "or, offline, LLM(..., additional_config={'hogwild': {}})",
-            )
-        options = parse_request(extra)
-        max_tokens = check_request(
-            engine_options,
-            num_workers=p.n,
-            prompt_len=len(request.prompt_token_ids or ()),
-            max_tokens=p.max_tokens if user_max_tokens is not None else None,
-            max_model_len=config.model_config.max_model_len,
-            block_size=config.cache_config.block_size,
-            num_kv_blocks=config.cache_config.num_gpu_blocks,
-        )
-    except HogwildOptionError as err:
-        raise request_error(err) from None
+    options, max_tokens = check(
+        processor.vllm_config, extra, num_workers=p.n, prompt_len=len(request.prompt_token_ids or ()),
+        max_tokens=p.max_tokens if user_max_tokens is not None else None,
+    )
     p = copy.copy(p)  # never mutate the caller's SamplingParams
     p.max_tokens = max_tokens
     p.extra_args = {k: v for k, v in extra.items() if k != REQUEST_KEY and not k.startswith("hogwild_")}
     p.extra_args[REQUEST_KEY] = {**options.to_dict(), "num_workers": p.n}
     request.sampling_params = p
     return request
+
+
+def _generate(original, engine, prompt, sampling_params, request_id, *args, **kwargs):
+    """Check a Hogwild request before the server starts its response.
+
+    ``AsyncLLM.generate`` is an async generator: its own input processing
+    runs on the first iteration, after a streaming response has already
+    begun, and an error then arrives inside the stream. Running the same
+    check at call time turns a bad Hogwild field into an HTTP 400, streaming
+    or not; the check in ``process_inputs`` still runs (and, for requests
+    whose prompt length is unknown here, is the one that decides).
+    """
+    extra = getattr(sampling_params, "extra_args", None)
+    if requested(extra):
+        from vllm.renderers.inputs.preprocess import extract_prompt_len
+
+        try:
+            prompt_len = extract_prompt_len(engine.model_config, prompt)
+        except Exception:  # an EngineCoreRequest, a streaming input, ...: checked later
+            prompt_len = None
+        if prompt_len is not None:
+            check(engine.vllm_config, extra, num_workers=sampling_params.n, prompt_len=prompt_len,
+                  max_tokens=sampling_params.max_tokens)
+    return original(engine, prompt, sampling_params, request_id, *args, **kwargs)
+
+
+def check(config, extra_args, num_workers: int, prompt_len: int, max_tokens: int | None):
+    """Validate a Hogwild request against the engine: ``(options, per-worker max_tokens)``.
+
+    Raises the client error vLLM turns into HTTP 400, naming the field.
+    """
+    engine_options = EngineOptions.from_additional_config(config.additional_config)
+    try:
+        if engine_options is None:
+            refused = (config.additional_config or {}).get(REFUSED_KEY)
+            if refused:
+                raise HogwildOptionError(
+                    request_field(extra_args),
+                    f"this model cannot serve Hogwild requests ({refused['message']})",
+                )
+            raise HogwildOptionError(
+                request_field(extra_args),
+                "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
+                "or, offline, LLM(..., additional_config={'hogwild': {}})",
+            )
+        options = parse_request(extra_args)
+        max_tokens = check_request(
+            engine_options,
+            num_workers=num_workers,
+            prompt_len=prompt_len,
+            max_tokens=max_tokens,
+            max_model_len=config.model_config.max_model_len,
+            block_size=config.cache_config.block_size,
+            num_kv_blocks=config.cache_config.num_gpu_blocks,
+        )
+    except HogwildOptionError as err:
+        raise request_error(err) from None
+    return options, max_tokens

@@ -16,6 +16,8 @@ Series (labels ``model_name`` and ``engine``, like vLLM's):
 =========================================  =========  ==================================================
 ``hogwild:groups_running``                 gauge      groups admitted and not ended
 ``hogwild:groups_waiting``                 gauge      groups gathering their workers or waiting for room
+``hogwild:kv_cache_free_blocks``           gauge      KV blocks free for new requests (vLLM's free queue,
+                                                      prefix-cached blocks included)
 ``hogwild:workers_per_group``              histogram  ``n`` of each ended group
 ``hogwild:group_generation_tokens``        histogram  tokens all workers of a group generated
 ``hogwild:coworker_tokens_read``           histogram  per worker: co-worker tokens it attended, summed
@@ -41,7 +43,7 @@ PREFIX = "hogwild:"
 _LATENCY_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 2400]
 _WAIT_BUCKETS = [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 _WORKER_BUCKETS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
-_TOKEN_BUCKETS = [2**k for k in range(4, 24)]
+_TOKEN_BUCKETS = [4**k for k in range(2, 12)]
 
 
 def attach_snapshot(stats, snapshot: dict[str, Any]) -> None:
@@ -92,6 +94,7 @@ class HogwildStatLogger(AggregateStatLoggerBase):
 
         self.groups_running = gauge("groups_running", "Hogwild groups admitted and not ended.")
         self.groups_waiting = gauge("groups_waiting", "Hogwild groups gathering their workers or waiting for room.")
+        self.free_blocks = gauge("kv_cache_free_blocks", "KV cache blocks free for new requests.")
         self.workers = histogram("workers_per_group", "Workers (n) of each ended Hogwild group.", _WORKER_BUCKETS)
         self.generation = histogram(
             "group_generation_tokens", "Tokens all workers of an ended Hogwild group generated.", _TOKEN_BUCKETS
@@ -122,6 +125,7 @@ class HogwildStatLogger(AggregateStatLoggerBase):
         i = engine_idx
         self.groups_running[i].set(snap["groups_running"])
         self.groups_waiting[i].set(snap["groups_waiting"])
+        self.free_blocks[i].set(snap["kv_free_blocks"])
         new_preemptions = snap["member_preemptions"] - self._preemptions_seen[i]
         if new_preemptions > 0:
             self.preemptions[i].inc(new_preemptions)

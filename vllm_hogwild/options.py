@@ -127,13 +127,14 @@ def check_request(
 ) -> int:
     """Validate a Hogwild request against the engine; return its per-worker ``max_tokens``.
 
-    Without ``max_tokens`` each worker gets an equal share of what the context
-    window leaves after the prompt.
+    Without ``max_tokens``, or with one that asks for the whole room the
+    context window leaves after the prompt (what vLLM's server fills in when a
+    client sends none), each worker gets an equal share of that room.
     """
     if not 1 <= num_workers <= opts.max_workers:
         raise HogwildOptionError("n", f"{num_workers} workers; this engine allows 1 to {opts.max_workers}")
     room = max_model_len - prompt_len
-    if max_tokens is None:
+    if max_tokens is None or max_tokens >= room:
         max_tokens = room // num_workers
         if max_tokens < 1:
             raise HogwildOptionError("max_tokens", f"the prompt ({prompt_len} tokens) leaves no room in the context")

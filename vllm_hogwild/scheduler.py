@@ -228,7 +228,8 @@ class HogwildScheduler(Scheduler):
         stats = super().make_stats(*args, **kwargs)
         if stats is not None:  # vLLM's log_stats is on (the server's default)
             running = sum(1 for g in self.groups.values() if g.group_id not in self.gathering)
-            attach_snapshot(stats, self.stats.snapshot(running, len(self.gathering)))
+            free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+            attach_snapshot(stats, self.stats.snapshot(running, len(self.gathering), free))
         return stats
 
 
@@ -267,12 +268,13 @@ class SchedulerStats:
         self._unreported.append(end)
         del self._unreported[:-1024]
 
-    def snapshot(self, groups_running: int, groups_waiting: int) -> dict[str, Any]:
+    def snapshot(self, groups_running: int, groups_waiting: int, free_blocks: int) -> dict[str, Any]:
         """What the front end's metrics need since the last snapshot (plain types: it crosses processes)."""
         ended, self._unreported = self._unreported, []
         return {
             "groups_running": groups_running,
             "groups_waiting": groups_waiting,
+            "kv_free_blocks": free_blocks,
             "member_preemptions": self.num_member_preemptions,
             "ended": [asdict(e) for e in ended],
         }

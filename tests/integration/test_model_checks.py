@@ -5,23 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.conftest import make_llm
+from tests.integration.tiny_model import build_tiny_gpt2
 
 pytestmark = pytest.mark.vllm
-
-
-def _tiny_gpt2(folder):
-    import shutil
-
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from tests.integration.tiny_model import TOKENIZER_FILES
-    from vllm_hogwild.default_model import prepare
-
-    GPT2LMHeadModel(GPT2Config(vocab_size=49152, n_embd=64, n_layer=1, n_head=2, n_positions=4096)).save_pretrained(folder)
-    for name in TOKENIZER_FILES:
-        if (prepare(verbose=False) / name).exists():
-            shutil.copy(prepare(verbose=False) / name, folder / name)
-    return folder
 
 
 def test_model_without_rope_serves_plain_requests_and_refuses_hogwild(tmp_path) -> None:
@@ -29,7 +15,7 @@ def test_model_without_rope_serves_plain_requests_and_refuses_hogwild(tmp_path) 
 
     from tests.integration.conftest import scheduler_of, shutdown
 
-    llm = make_llm(_tiny_gpt2(tmp_path), additional_config={"hogwild": {}})
+    llm = make_llm(build_tiny_gpt2(tmp_path), additional_config={"hogwild": {}})
     try:
         assert type(scheduler_of(llm)).__module__ == "vllm.v1.core.sched.scheduler"  # stock engine
         bad = SamplingParams(n=2, temperature=1.0, max_tokens=4, extra_args={"hogwild_layout": "contiguous"})

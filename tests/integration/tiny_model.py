@@ -32,3 +32,21 @@ def build_tiny_llama(folder: Path, seed: int = 0, num_layers: int = 2) -> Path:
         if (source / name).exists():
             shutil.copy(source / name, folder / name)
     return folder
+
+
+def build_tiny_gpt2(folder: Path) -> Path:
+    """A tiny random GPT-2 (learned absolute positions, no RoPE) with SmolLM2's tokenizer."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from vllm_hogwild.default_model import prepare
+
+    if (folder / "config.json").exists():
+        return folder
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=49152, n_embd=64, n_layer=1, n_head=2, n_positions=4096)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    source = prepare(verbose=False)
+    for name in TOKENIZER_FILES:
+        if (source / name).exists():
+            shutil.copy(source / name, folder / name)
+    return folder

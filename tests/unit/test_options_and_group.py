@@ -61,6 +61,7 @@ def test_check_request_fields() -> None:
     kw = dict(prompt_len=100, max_model_len=1000, block_size=32, num_kv_blocks=100)
     assert check_request(opts, 4, max_tokens=200, **kw) == 200
     assert check_request(opts, 3, max_tokens=None, **kw) == 300  # an equal share of the room
+    assert check_request(opts, 3, max_tokens=900, **kw) == 300  # the whole room: what vLLM's server fills in
     cases = [(opts, 5, 10, "^n: 5 workers"),
              (opts, 0, 10, "^n: 0 workers"), (opts, 4, 226, "^max_tokens: prompt 100 \\+ n 4")]
     for o, n, mt, pattern in cases:

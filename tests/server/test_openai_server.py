@@ -1,0 +1,232 @@
+"""`vllm serve <default model> --plugin hogwild`, called with the stock `openai` client over real HTTP and SSE.
+
+One server for the module (started as a user types it, through the `vllm`
+command). The offline results it must reproduce come from `LLM(...)` in a
+separate process with the same environment (tests/server/offline_reference.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.server.conftest import Server, server_env
+
+pytestmark = [pytest.mark.vllm, pytest.mark.server]
+
+MAX_WORKERS = 4
+PROMPT = "Alice and Bob split a list of chores between them. Alice:"
+MESSAGES = [{"role": "user", "content": "Two friends plan a picnic. Suggest what each should bring."}]
+SAMPLING = dict(temperature=0.8, top_p=0.95, top_k=50, max_tokens=12)
+RAW = {"hogwild_layout": "contiguous", "hogwild_protocol": "raw"}
+CASES = [(route, n) for route in ("completions", "chat") for n in (2, 4)]
+
+
+def _case(route: str, n: int) -> dict:
+    body = {"prompt": PROMPT} if route == "completions" else {"messages": MESSAGES}
+    return {"route": route, "n": n, "seed": 1000 + n, **SAMPLING, **body,
+            "extra_args": {"hogwild": {"layout": "contiguous", "protocol": "raw"}}}
+
+
+@pytest.fixture(scope="module")
+def served(default_model_dir, tmp_path_factory):
+    """(server, offline results by (route, n)); the offline run overlaps the server's start-up."""
+    tmp = tmp_path_factory.mktemp("server")
+    server = Server(default_model_dir, ["--plugin", "hogwild", "--hogwild-max-workers", str(MAX_WORKERS)],
+                    tmp / "server.log", name="smollm2")
+    try:
+        cases = [_case(route, n) for route, n in CASES]
+        (tmp / "cases.json").write_text(json.dumps(cases))
+        subprocess.run(
+            [sys.executable, "-m", "tests.server.offline_reference", str(default_model_dir),
+             str(tmp / "cases.json"), str(tmp / "offline.json")],
+            check=True, env=server_env(), timeout=900, capture_output=True,
+        )
+        offline = dict(zip(CASES, json.loads((tmp / "offline.json").read_text())))
+        server.wait_ready()
+        yield server, offline
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(served) -> Server:
+    return served[0]
+
+
+def client(server: Server):
+    import openai
+
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def async_client(server: Server):
+    import openai
+
+    return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def _request(route: str, n: int, **kw):
+    case = _case(route, n)
+    body = {"prompt": case["prompt"]} if route == "completions" else {"messages": case["messages"]}
+    return dict(model="smollm2", n=n, seed=case["seed"], temperature=SAMPLING["temperature"],
+                top_p=SAMPLING["top_p"], max_tokens=SAMPLING["max_tokens"],
+                extra_body={"top_k": SAMPLING["top_k"], "vllm_xargs": RAW}, **body, **kw)
+
+
+def _create(c, route: str, **kw):
+    return (c.completions if route == "completions" else c.chat.completions).create(**kw)
+
+
+def _text(choice, route: str) -> str:
+    return choice.text if route == "completions" else choice.message.content
+
+
+def _delta(choice, route: str) -> str:
+    return (choice.text if route == "completions" else choice.delta.content) or ""
+
+
+@pytest.mark.parametrize("route,n", CASES)
+def test_one_choice_per_worker_equal_to_offline(served, route, n) -> None:
+    server, offline = served
+    ref = offline[(route, n)]
+    resp = _create(client(server), route, **_request(route, n))
+    assert [c.index for c in resp.choices] == list(range(n))
+    assert [_text(c, route) for c in resp.choices] == ref["texts"]
+    assert all(c.finish_reason == "length" for c in resp.choices) == all(t == 12 for t in ref["num_tokens"])
+    assert resp.usage.prompt_tokens == ref["prompt_tokens"]
+    assert resp.usage.completion_tokens == sum(ref["num_tokens"])  # every worker's tokens
+    assert resp.usage.total_tokens == ref["prompt_tokens"] + sum(ref["num_tokens"])
+
+
+@pytest.mark.parametrize("route,n", CASES)
+def test_streaming_delivers_every_worker_live(served, route, n) -> None:
+    server, offline = served
+    ref = offline[(route, n)]
+    stream = _create(client(server), route, stream=True, stream_options={"include_usage": True},
+                     **_request(route, n))
+    texts, order, usage, finish = [""] * n, [], None, {}
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if _delta(choice, route):
+                texts[choice.index] += _delta(choice, route)
+                order.append(choice.index)
+            if choice.finish_reason is not None:
+                finish[choice.index] = choice.finish_reason
+    assert texts == ref["texts"]
+    assert sorted(finish) == list(range(n))
+    assert usage.completion_tokens == sum(ref["num_tokens"]) and usage.prompt_tokens == ref["prompt_tokens"]
+    # Interleaved as produced: every worker has started before any has finished.
+    first = [order.index(w) for w in range(n)]
+    last = [len(order) - 1 - order[::-1].index(w) for w in range(n)]
+    assert max(first) < min(last), order
+
+
+def test_hogwild_and_plain_requests_side_by_side(server) -> None:
+    c = client(server)
+    plain_prompts = [f"Fact number {i} about the sea:" for i in range(8)]
+    plain = dict(model="smollm2", temperature=0.0, max_tokens=16)
+    alone = [c.completions.create(prompt=p, **plain).choices[0].text for p in plain_prompts]
+
+    async def together():
+        ac = async_client(server)
+        hog = [ac.completions.create(**{**_request("completions", 2), "seed": s, "max_tokens": 16,
+                                        "extra_body": {"vllm_xargs": RAW, "ignore_eos": True}})
+               for s in range(8)]
+        plains = [ac.completions.create(prompt=p, **plain) for p in plain_prompts]
+        return await asyncio.gather(*hog, *plains)
+
+    results = asyncio.run(together())
+    hog, plains = results[:8], results[8:]
+    for resp in hog:
+        assert [ch.index for ch in resp.choices] == [0, 1]
+        assert resp.usage.completion_tokens == 2 * 16
+    assert [r.choices[0].text for r in plains] == alone
+
+
+def test_disconnect_mid_stream_aborts_the_group_and_frees_its_blocks(server) -> None:
+    n = 4
+    c = client(server)
+    c.completions.create(model="smollm2", prompt="warm up", max_tokens=2)
+    free_before = server.metric("hogwild:kv_cache_free_blocks")
+    ended_before = server.metric("hogwild:groups_ended_total")
+    generated_before = server.metric("hogwild:group_generation_tokens_sum")
+    stream = c.completions.create(
+        model="smollm2", prompt="Write a very long story about a dragon. " * 40, n=n, max_tokens=400,
+        temperature=0.8, stream=True, extra_body={"vllm_xargs": RAW, "ignore_eos": True},
+    )
+    received = [0] * n
+    for chunk in stream:
+        for choice in chunk.choices:
+            received[choice.index] += 1
+        if sum(received) >= 10 * n:
+            break
+    assert server.metric("hogwild:kv_cache_free_blocks") < free_before  # the group holds blocks
+    stream.close()  # the client goes away mid-stream
+    deadline = time.monotonic() + 30
+    while server.metric("hogwild:groups_ended_total") == ended_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.metric("hogwild:groups_ended_total") == ended_before + 1
+    assert server.metric("hogwild:groups_running") == 0
+    assert server.metric("hogwild:kv_cache_free_blocks") == free_before
+    generated = server.metric("hogwild:group_generation_tokens_sum") - generated_before
+    steps_after_disconnect = (generated - sum(received)) / n
+    assert 0 <= steps_after_disconnect <= 3, (generated, received)
+
+
+BAD = [
+    ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_layout": "spiral"}}}, "hogwild_layout"),
+    ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_protocol": "chat"}}}, "hogwild_protocol"),
+    ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_colour": "blue"}}}, "hogwild_colour"),
+    ({"n": MAX_WORKERS + 1, "extra_body": {"vllm_xargs": RAW}}, "n"),
+    ({"n": 2, "max_tokens": 1500, "extra_body": {"vllm_xargs": RAW}}, "max_tokens"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("route", ["completions", "chat"])
+@pytest.mark.parametrize("bad,field", BAD, ids=[f for _, f in BAD])
+def test_bad_field_is_a_400_naming_it_and_the_server_keeps_serving(server, route, stream, bad, field) -> None:
+    import openai
+
+    c = client(server)
+    body = {"prompt": "Hi"} if route == "completions" else {"messages": MESSAGES}
+    with pytest.raises(openai.BadRequestError) as info:  # raised before any stream starts
+        _create(c, route, model="smollm2", temperature=0.8, stream=stream, **body, **bad)
+    assert info.value.status_code == 400
+    assert info.value.body["param"] == field
+    assert info.value.body["message"].startswith(f"{field}: ")
+    good = _create(c, route, **_request(route, 2))
+    assert len(good.choices) == 2
+
+
+def test_metrics_keep_vllm_series_and_add_hogwild_ones(server) -> None:
+    c = client(server)
+    n, t, block = 3, 6, 128  # vLLM's CPU block size
+    prompt = "A long shared prompt for the whole group. " * 40
+    before = {k: server.metric(k) for k in ("hogwild:prefill_tokens_saved_total", "hogwild:coworker_tokens_read_sum",
+                                             "hogwild:workers_per_group_sum", "hogwild:groups_ended_total")}
+    resp = c.completions.create(model="smollm2", prompt=prompt, n=n, max_tokens=t, temperature=0.8,
+                                extra_body={"vllm_xargs": RAW, "ignore_eos": True})
+    p = resp.usage.prompt_tokens
+    assert p > 2 * block
+    text = server.metrics()
+    for name in ("vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:generation_tokens_total",
+                 "hogwild:groups_running", "hogwild:groups_waiting", "hogwild:group_latency_seconds_bucket",
+                 "hogwild:admission_wait_seconds_bucket", "hogwild:group_generation_tokens_bucket"):
+        assert name in text, name
+    delta = {k: server.metric(k) - v for k, v in before.items()}
+    assert delta["hogwild:groups_ended_total"] == 1
+    assert delta["hogwild:workers_per_group_sum"] == n
+    # The prompt's full blocks are computed once; vLLM recomputes at least one
+    # prompt token, so each further worker reuses the full blocks before it.
+    assert delta["hogwild:prefill_tokens_saved_total"] == (n - 1) * block * ((p - 1) // block)
+    # In lock-step each worker's decode step k (k = 1 .. t-1) reads k tokens of each co-worker.
+    assert delta["hogwild:coworker_tokens_read_sum"] == n * (n - 1) * t * (t - 1) // 2
