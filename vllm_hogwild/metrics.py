@@ -8,7 +8,7 @@ the key :data:`CARRIER_KEY` of its ``kv_connector_stats`` dict (the only
 free-form field it has), and :class:`HogwildStatLogger`, which the plugin puts
 first among the front end's stat loggers when Hogwild is on, takes it out
 again before vLLM's own loggers see the stats. A KV connector's own entries in
-that dict are left as they were. ``patches/05-scheduler-plugin-stats.patch``
+that dict are left as they were. ``patches/06-scheduler-plugin-stats.patch``
 is the upstream field that would retire the carrier.
 
 Series (labels ``model_name`` and ``engine``, like vLLM's):

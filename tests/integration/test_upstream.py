@@ -20,12 +20,17 @@ def _params(fn) -> list[str]:
 
 
 def test_hooked_targets_have_the_expected_shape() -> None:
+    import vllm.entrypoints.cli.main as cli_main
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.renderers.inputs import preprocess
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadataBuilder
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.engine.input_processor import InputProcessor
+    from vllm.v1.metrics.loggers import StatLoggerManager
+    from vllm.v1.metrics.stats import SchedulerStats
     from vllm.v1.worker.cpu_worker import CPUWorker
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -47,6 +52,23 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     for field in ("scheduler_cls", "worker_cls", "additional_config", "async_scheduling"):
         assert field in EngineArgs.__dataclass_fields__, field
     assert hooks.DEFAULT_SCHEDULER_CLS[1] == f"{Scheduler.__module__}.{Scheduler.__name__}"
+    # the flags: a staticmethod and a classmethod, wrapped as such
+    add_cli_args = EngineArgs.__dict__["add_cli_args"]
+    assert isinstance(add_cli_args, staticmethod)
+    assert _params(unwrap(add_cli_args.__func__))[0] == "parser"
+    from_cli_args = EngineArgs.__dict__["from_cli_args"]
+    assert isinstance(from_cli_args, classmethod)
+    assert _params(unwrap(from_cli_args.__func__))[:2] == ["cls", "args"]
+    # the metrics
+    manager_init = _params(unwrap(StatLoggerManager.__init__))
+    assert manager_init[:2] == ["self", "vllm_config"]
+    assert "custom_stat_loggers" in manager_init
+    assert "kv_connector_stats" in SchedulerStats.__dataclass_fields__
+    # the check before a stream starts
+    assert _params(unwrap(AsyncLLM.generate))[:4] == ["self", "prompt", "sampling_params", "request_id"]
+    assert callable(preprocess.extract_prompt_len)
+    # the reason for cpu_dist: the CLI asks for the "vllm" distribution's version
+    assert 'importlib.metadata.version("vllm")' in inspect.getsource(cli_main.main)
 
 
 def test_upstream_patches_apply_to_the_pinned_vllm(tmp_path) -> None:
@@ -59,7 +81,7 @@ def test_upstream_patches_apply_to_the_pinned_vllm(tmp_path) -> None:
     for rel in touched:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(site / rel, tmp_path / rel)
-    assert len(PATCHES) == 4
+    assert len(PATCHES) == 7
     for p in PATCHES:
         run = subprocess.run(["git", "apply", "-p1", str(p)], cwd=tmp_path, capture_output=True, text=True)
         assert run.returncode == 0, f"{p.name}: {run.stdout}{run.stderr}"

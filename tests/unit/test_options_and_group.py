@@ -103,3 +103,18 @@ def test_contiguous_segments_read_every_lane_with_view_deltas() -> None:
     # delta = (view_pos(q) - stored_pos(q)) - (v - s): query stored at 6, viewed at 10.
     assert [seg.delta for seg in s] == [4 - 0, 4 - (5 - 5), 4 - (7 - 5), 0 + 4 - 4]
     assert segments_of(member_views(group, lanes)[1], lanes) == s
+
+
+def test_coworker_reads_and_prefill_saved_are_counted_per_worker() -> None:
+    group = Group("g", 3, RequestOptions(), 8, prompt_len=5)
+    step_segments(group, lanes_of(5, [3, 1, 4]), [0, 1, 2])
+    assert group.coworker_reads == [1 + 4, 3 + 4, 3 + 1]  # the prompt is nobody's
+    step_segments(group, lanes_of(5, [4, 2, 4]), [1])  # only worker 1 decodes this step
+    assert group.coworker_reads == [5, 7 + 8, 4]
+    iso = Group("g", 2, RequestOptions(layout="isolated"), 8, prompt_len=5)
+    step_segments(iso, lanes_of(5, [3, 3]), [0, 1])
+    assert iso.coworker_reads == [0, 0]
+    group.prefill_by_worker = [5, 1, 1]  # worker 0 computed the prompt, the others its last token
+    assert group.num_prefill_saved == 2 * 5 - 2
+    group.prefill_by_worker = [5, 5, 5]  # nothing shared
+    assert group.num_prefill_saved == 0

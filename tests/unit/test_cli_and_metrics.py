@@ -1,0 +1,109 @@
+"""The serve flags fold into the engine switch; the metrics snapshot survives the trip and leaves vLLM's stats as they were."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+
+from vllm_hogwild.cli import add_cli_args, fold_cli_args
+from vllm_hogwild.options import HogwildOptionError
+
+
+def _parse(argv: list[str]):
+    parser = add_cli_args(argparse.ArgumentParser())
+    args = parser.parse_args(argv)
+    engine_args = SimpleNamespace(additional_config={"other": 1})
+    fold_cli_args(args, engine_args)
+    return engine_args.additional_config
+
+
+def test_plugin_flag_switches_hogwild_on_with_engine_options() -> None:
+    assert _parse([]) == {"other": 1}  # stock
+    assert _parse(["--plugin", "hogwild"]) == {"other": 1, "hogwild": {}}
+    assert _parse(["--plugin", "hogwild", "--hogwild-max-workers", "3"]) == {"other": 1, "hogwild": {"max_workers": 3}}
+
+
+def test_flags_override_options_given_in_additional_config() -> None:
+    parser = add_cli_args(argparse.ArgumentParser())
+    args = parser.parse_args(["--plugin", "hogwild", "--hogwild-max-workers", "5"])
+    engine_args = SimpleNamespace(additional_config={"hogwild": {"max_workers": 2}})
+    fold_cli_args(args, engine_args)
+    assert engine_args.additional_config == {"hogwild": {"max_workers": 5}}
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--hogwild-max-workers", "3"], "--hogwild-max-workers"),
+    (["--plugin", "hogwild", "--hogwild-max-workers", "0"], "--hogwild-max-workers"),
+    (["--plugin", "hogwild", "--hogwild-max-workers", "65"], "--hogwild-max-workers"),
+])
+def test_bad_flags_name_the_flag(argv, field) -> None:
+    with pytest.raises(HogwildOptionError) as info:
+        _parse(argv)
+    assert info.value.parameter == field
+
+
+def test_unknown_plugin_name_is_an_argparse_error() -> None:
+    parser = add_cli_args(argparse.ArgumentParser())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--plugin", "hogwld"])
+
+
+def test_adding_the_flags_twice_is_harmless() -> None:
+    parser = add_cli_args(add_cli_args(argparse.ArgumentParser()))
+    assert parser.parse_args(["--plugin", "hogwild"]).plugin == ["hogwild"]
+
+
+@pytest.mark.vllm
+def test_snapshot_rides_on_scheduler_stats_and_is_taken_out_again() -> None:
+    from vllm.v1.metrics.stats import SchedulerStats
+    from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+    from vllm.v1.engine import EngineCoreOutputs
+
+    from vllm_hogwild.metrics import attach_snapshot, take_snapshot
+
+    snap = {"groups_running": 1, "groups_waiting": 2, "kv_free_blocks": 7, "member_preemptions": 0,
+            "ended": [{"num_workers": 2, "admission_wait_s": None}]}
+    for connector in (None, {"num_transfers": 3}):
+        stats = SchedulerStats(num_running_reqs=4, kv_connector_stats=connector)
+        attach_snapshot(stats, snap)
+        # Across the engine-core -> front-end boundary, as vLLM encodes it.
+        wire = MsgpackEncoder().encode(EngineCoreOutputs(scheduler_stats=stats))
+        received = MsgpackDecoder(EngineCoreOutputs).decode(wire).scheduler_stats
+        assert take_snapshot(received) == snap
+        assert received.kv_connector_stats == connector  # vLLM's loggers see what they would without Hogwild
+        assert received.num_running_reqs == 4
+        assert take_snapshot(received) is None
+
+
+@pytest.mark.vllm
+def test_stat_logger_turns_snapshots_into_series() -> None:
+    from prometheus_client import REGISTRY
+    from vllm.v1.metrics.stats import SchedulerStats
+
+    from vllm_hogwild.metrics import HogwildStatLogger, attach_snapshot
+
+    config = SimpleNamespace(model_config=SimpleNamespace(served_model_name="m"))
+    logger = HogwildStatLogger(config, [0])
+    HogwildStatLogger(config, [0])  # a second engine in one process replaces the series, no duplicate error
+    logger = HogwildStatLogger(config, [0])
+    end = {"num_workers": 3, "output_lens": [4, 5, 6], "coworker_reads": [10, 20, 30], "num_prefill_saved": 256,
+           "latency_s": 1.5, "admission_wait_s": 0.25}
+    stats = SchedulerStats()
+    attach_snapshot(stats, {"groups_running": 2, "groups_waiting": 1, "kv_free_blocks": 99,
+                            "member_preemptions": 0, "ended": [end, {**end, "admission_wait_s": None}]})
+    logger.record(stats, None, engine_idx=0)
+    assert stats.kv_connector_stats is None
+    value = lambda name: REGISTRY.get_sample_value(name, {"model_name": "m", "engine": "0"})  # noqa: E731
+    assert value("hogwild:groups_running") == 2 and value("hogwild:groups_waiting") == 1
+    assert value("hogwild:kv_cache_free_blocks") == 99
+    assert value("hogwild:groups_ended_total") == 2
+    assert value("hogwild:workers_per_group_sum") == 6
+    assert value("hogwild:group_generation_tokens_sum") == 30
+    assert value("hogwild:coworker_tokens_read_count") == 6 and value("hogwild:coworker_tokens_read_sum") == 120
+    assert value("hogwild:prefill_tokens_saved_total") == 512
+    assert value("hogwild:group_latency_seconds_count") == 2
+    assert value("hogwild:admission_wait_seconds_count") == 1  # a group never admitted has no wait
+    logger.record(SchedulerStats(), None, engine_idx=0)  # a step without a snapshot changes nothing
+    assert value("hogwild:groups_running") == 2
