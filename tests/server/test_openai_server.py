@@ -230,3 +230,18 @@ def test_metrics_keep_vllm_series_and_add_hogwild_ones(server) -> None:
     assert delta["hogwild:prefill_tokens_saved_total"] == (n - 1) * block * ((p - 1) // block)
     # In lock-step each worker's decode step k (k = 1 .. t-1) reads k tokens of each co-worker.
     assert delta["hogwild:coworker_tokens_read_sum"] == n * (n - 1) * t * (t - 1) // 2
+
+
+@pytest.mark.parametrize("script,expect", [
+    ("openai_client.py", ["usage: prompt=", "time to first token", "HTTP 400: hogwild_layout: unknown layout"]),
+    ("stream_view.py", ["worker 0:", "worker 1:", "group usage:"]),
+])
+def test_examples_run_against_the_server(server, script, expect) -> None:
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / script
+    run = subprocess.run([sys.executable, str(path), "--base-url", server.base_url + "/v1", "--workers", "2",
+                          "--max-tokens", "8"], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for text in expect:
+        assert text in run.stdout, text
