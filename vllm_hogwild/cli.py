@@ -28,6 +28,10 @@ _HELP = {
 }
 
 
+class _Default(int):
+    """An option's default as a flag default: shown by ``--help``, told apart from a value the user gave."""
+
+
 def engine_flags() -> list[tuple[str, str, Any]]:
     """(flag, EngineOptions field, default) for every engine option."""
     return [
@@ -60,8 +64,8 @@ def add_cli_args(parser):
         group.add_argument(
             flag,
             type=type(default),
-            default=None,
-            help=f"{_HELP.get(name, name)} Needs {PLUGIN_FLAG} {PLUGIN_NAME}. Default: {default}.",
+            default=_Default(default),
+            help=f"{_HELP.get(name, name)} Needs {PLUGIN_FLAG} {PLUGIN_NAME}.",
         )
     return parser
 
@@ -72,7 +76,7 @@ def fold_cli_args(args: argparse.Namespace, engine_args) -> None:
     given = {
         name: getattr(args, dest)
         for flag, name, _ in engine_flags()
-        if (dest := flag[2:].replace("-", "_")) and getattr(args, dest, None) is not None
+        if (dest := flag[2:].replace("-", "_")) and not isinstance(getattr(args, dest, None), (_Default, type(None)))
     }
     if PLUGIN_NAME not in plugins:
         if given:

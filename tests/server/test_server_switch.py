@@ -61,7 +61,7 @@ def test_serve_help_lists_the_hogwild_flags() -> None:
     assert "--plugin hogwild" in summary.stdout and "--hogwild-max-workers" in summary.stdout
     group = _cli("serve", "--help=hogwild")
     assert group.returncode == 0, group.stderr
-    for text in ("--plugin NAME", "--hogwild-max-workers", "Largest number of workers", "Default: 8"):
+    for text in ("--plugin NAME", "--hogwild-max-workers", "Largest number of workers", "(default: 8)"):
         assert text in group.stdout, text
 
 
