@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-LAYOUTS = ("contiguous", "isolated", "combined")
+LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
 
 
 @dataclass(frozen=True)
@@ -189,6 +189,30 @@ def combined_views(
     return views
 
 
+def interleaved_views(
+    prompt_len: int,
+    lane_lens: Sequence[int],
+    history: Sequence[Span],
+    step_starts: Sequence[int],
+    separators: Separators = Separators(),
+) -> list[View]:
+    """``[prompt][history][own unfinished step]``: ``combined`` without the others' live work.
+
+    An ablation: co-workers are seen only through finished steps.
+    """
+    _check_lanes(prompt_len, lane_lens)
+    if len(step_starts) != len(lane_lens):
+        raise ValueError("one step start per lane")
+    views = []
+    for w, own_len in enumerate(lane_lens):
+        parts = [Span(w, 0, prompt_len)]
+        if history:
+            parts += _present(separators.history) + list(history)
+        parts += _present(separators.own)
+        views.append(_own_view(parts, Span(w, step_starts[w], own_len)))
+    return views
+
+
 def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], **kw) -> list[View]:
     """Views of every worker for one of :data:`LAYOUTS`."""
     if layout == "contiguous":
@@ -197,6 +221,8 @@ def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], **kw) ->
         return isolated_views(prompt_len, lane_lens)
     if layout == "combined":
         return combined_views(prompt_len, lane_lens, **kw)
+    if layout == "interleaved":
+        return interleaved_views(prompt_len, lane_lens, **kw)
     raise ValueError(f"layout: unknown layout {layout!r}; expected one of {LAYOUTS}")
 
 

@@ -471,24 +471,24 @@ def test_span_and_view_validation() -> None:
 
 def test_unknown_layout_is_refused() -> None:
     with pytest.raises(ValueError, match="layout"):
-        build_views("interleaved", 3, [4, 5])
+        build_views("diagonal", 3, [4, 5])
     with pytest.raises(ValueError, match="layout"):
         build_views("", 3, [4, 5])
-    assert set(LAYOUTS) == {"contiguous", "isolated", "combined"}
+    assert set(LAYOUTS) == {"contiguous", "isolated", "combined", "interleaved"}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_lane_shorter_than_prompt_is_refused(layout: str) -> None:
-    kw = {"history": [], "step_starts": [4, 2]} if layout == "combined" else {}
+    kw = {"history": [], "step_starts": [4, 2]} if layout in ("combined", "interleaved") else {}
     with pytest.raises(ValueError, match="prompt"):
         build_views(layout, 4, [5, 2], **kw)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_bad_group_is_refused(layout: str) -> None:
-    kw = {"history": [], "step_starts": []} if layout == "combined" else {}
+    kw = {"history": [], "step_starts": []} if layout in ("combined", "interleaved") else {}
     with pytest.raises(ValueError):
         build_views(layout, 3, [], **kw)
-    kw = {"history": [], "step_starts": [0]} if layout == "combined" else {}
+    kw = {"history": [], "step_starts": [0]} if layout in ("combined", "interleaved") else {}
     with pytest.raises(ValueError):
         build_views(layout, -1, [3], **kw)
