@@ -81,7 +81,7 @@ def setup(c: Case):
     group = SyntheticGroup.build(
         c.prompt_len, gen_lens, c.num_kv_heads, c.head_dim, c.block_size, c.kv_layout, c.dtype, seed=c.seed
     )
-    kw = random_combined(rng, c.prompt_len, gen_lens) if c.layout == "combined" else {}
+    kw = random_combined(rng, c.prompt_len, gen_lens) if c.layout in ("combined", "interleaved") else {}
     views = build_views(c.layout, c.prompt_len, group.lane_lens, **kw)
     n_q = [min(rng.randint(1, c.max_query_tokens), v.own.num_tokens) for v in views]
     rows = group.rows(views, n_q)
@@ -141,7 +141,7 @@ def check(c: Case, tol: float | None = None) -> float:
 
 
 # Every worker count x layout x cache layout; the other axes rotate with the case index.
-GRID = list(itertools.product([1, 2, 3, 4, 8], ["contiguous", "isolated", "combined"], KV_LAYOUTS))
+GRID = list(itertools.product([1, 2, 3, 4, 8], ["contiguous", "isolated", "combined", "interleaved"], KV_LAYOUTS))
 
 
 @pytest.mark.parametrize("i", range(len(GRID)))
