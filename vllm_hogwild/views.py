@@ -167,26 +167,7 @@ def combined_views(
     in its lane (so ``[step_starts[w], lane_lens[w])`` is unfinished). A step's
     tokens move into ``history`` when it finishes: a change of views only.
     """
-    _check_lanes(prompt_len, lane_lens)
-    if len(step_starts) != len(lane_lens):
-        raise ValueError("one step start per lane")
-    views = []
-    for w, own_len in enumerate(lane_lens):
-        parts = [Span(w, 0, prompt_len)]
-        if history:
-            parts += _present(separators.history) + list(history)
-        others = [
-            Span(o, step_starts[o], n)
-            for o, n in enumerate(lane_lens)
-            if o != w and n > step_starts[o]
-        ]
-        if others:
-            parts += _present(separators.others)
-            for span in others:
-                parts += [span, *_present(separators.pivot)]
-        parts += _present(separators.own)
-        views.append(_own_view(parts, Span(w, step_starts[w], own_len)))
-    return views
+    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=True)
 
 
 def interleaved_views(
@@ -200,6 +181,17 @@ def interleaved_views(
 
     An ablation: co-workers are seen only through finished steps.
     """
+    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=False)
+
+
+def _history_views(
+    prompt_len: int,
+    lane_lens: Sequence[int],
+    history: Sequence[Span],
+    step_starts: Sequence[int],
+    separators: Separators,
+    live_others: bool,
+) -> list[View]:
     _check_lanes(prompt_len, lane_lens)
     if len(step_starts) != len(lane_lens):
         raise ValueError("one step start per lane")
@@ -208,6 +200,15 @@ def interleaved_views(
         parts = [Span(w, 0, prompt_len)]
         if history:
             parts += _present(separators.history) + list(history)
+        others = [
+            Span(o, step_starts[o], n)
+            for o, n in enumerate(lane_lens)
+            if live_others and o != w and n > step_starts[o]
+        ]
+        if others:
+            parts += _present(separators.others)
+            for span in others:
+                parts += [span, *_present(separators.pivot)]
         parts += _present(separators.own)
         views.append(_own_view(parts, Span(w, step_starts[w], own_len)))
     return views
