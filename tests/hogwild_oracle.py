@@ -1,5 +1,8 @@
 """Raw-mode Hogwild outside vLLM: a dense float64 re-implementation for the tests.
 
+Layouts: contiguous, isolated, and the two with a shared history of finished
+steps (combined, interleaved), whose step ends the caller gives.
+
 Written from DESIGN.md's definition only (it imports nothing from the plugin):
 N lanes share the prompt; in lock-step, at step k every live worker feeds its
 token k, whose K/V is computed in its writer's own context at stored position
@@ -43,8 +46,18 @@ class DenseHogwild:
         return torch.einsum("hl,lhd->hd", scores.softmax(-1), v).reshape(-1)
 
     @torch.no_grad()
-    def logprobs(self, prompt: list[int], outputs: list[list[int]], layout: str = "contiguous") -> list[list[float]]:
-        """Each worker's log-probability of each of its output tokens."""
+    def logprobs(
+        self,
+        prompt: list[int],
+        outputs: list[list[int]],
+        layout: str = "contiguous",
+        step_ends: list[list[int]] | None = None,
+    ) -> list[list[float]]:
+        """Each worker's log-probability of each of its output tokens.
+
+        ``combined`` and ``interleaved`` need ``step_ends[w]``: the indices of
+        worker w's output tokens that end a step.
+        """
         m = self.model.model
         n_workers, p = len(outputs), len(prompt)
         layers = m.layers
@@ -62,9 +75,23 @@ class DenseHogwild:
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         first = self._logprobs(h[-1])
         result = [[first[out[0]].item()] for out in outputs]
+        # Shared history (combined, interleaved): finished steps as (lane, start, end).
+        history: list[tuple[int, int, int]] = []
+        starts = [p] * n_workers  # where each lane's part outside the history starts
+        pending = [[p + i + 1 for i in ends] for ends in (step_ends or [[] for _ in outputs])]
         # Decode in lock-step: at step k every worker with a token k+1 feeds token k.
         for k in range(max(len(o) for o in outputs) - 1):
             feeding = [w for w, o in enumerate(outputs) if k < len(o) - 1]
+            for w, o in enumerate(outputs):  # steps join, in worker order, once written and followed
+                length = p + min(k + 1, len(o) - 1)
+                stopped = k >= len(o) - 1
+                # A step ending at e joins once the token at e is fed; a stopped lane's rest joins too.
+                ends = [e for e in pending[w] if e < length] + ([length] if stopped else [])
+                for e in ends:
+                    if e > starts[w]:
+                        history.append((w, starts[w], e))
+                        starts[w] = e
+                pending[w] = [e for e in pending[w] if e >= length] if not stopped else []
             hs = {w: m.embed_tokens(torch.tensor([outputs[w][k]]))[0] for w in feeding}
             for li, layer in enumerate(layers):
                 qs = {}
@@ -74,15 +101,27 @@ class DenseHogwild:
                     vals[li][w] = torch.cat([vals[li][w], vv])
                     qs[w] = q[0]
                 for w in feeding:
-                    order = [w] if layout == "isolated" else [o for o in range(n_workers) if o != w] + [w]
-                    ks = torch.cat([keys[li][w][:p]] + [keys[li][o][p:] for o in order])
-                    vs = torch.cat([vals[li][w][:p]] + [vals[li][o][p:] for o in order])
+                    spans = self._view(w, k, p, outputs, layout, history, starts)
+                    ks = torch.cat([keys[li][lane][a:b] for lane, a, b in spans])
+                    vs = torch.cat([vals[li][lane][a:b] for lane, a, b in spans])
                     out = layer.self_attn.o_proj(self._attend(qs[w], ks, vs, ks.shape[0] - 1))
                     hs[w] = hs[w] + out
                     hs[w] = hs[w] + layer.mlp(layer.post_attention_layernorm(hs[w][None]))[0]
             for w in feeding:
                 result[w].append(self._logprobs(hs[w])[outputs[w][k + 1]].item())
         return result
+
+    @staticmethod
+    def _view(w, k, p, outputs, layout, history, starts) -> list[tuple[int, int, int]]:
+        """Worker w's view at decode step k as (lane, start, end) spans in view order."""
+        length = [p + min(k + 1, len(o) - 1) for o in outputs]
+        others = [o for o in range(len(outputs)) if o != w]
+        if layout == "isolated":
+            return [(w, 0, length[w])]
+        if layout == "contiguous":
+            return [(w, 0, p)] + [(o, p, length[o]) for o in others] + [(w, p, length[w])]
+        live = [(o, starts[o], length[o]) for o in others if length[o] > starts[o]] if layout == "combined" else []
+        return [(w, 0, p)] + history + live + [(w, starts[w], length[w])]
 
     def _qkv(self, layer, x):
         a = layer.self_attn

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from vllm_hogwild.options import RequestOptions
+from vllm_hogwild.options import STEP_LAYOUTS, RequestOptions
 from vllm_hogwild.segment_attention import Segment
+from vllm_hogwild.steps import STEP_END, StepTracker
 from vllm_hogwild.views import View, build_views
 
 
@@ -43,6 +44,13 @@ class Group:
             self.member_ids = [None] * self.num_workers
         self.prefill_by_worker = self.prefill_by_worker or [0] * self.num_workers
         self.coworker_reads = self.coworker_reads or [0] * self.num_workers
+        # Layouts with a shared history: the steps of every lane, and how many of
+        # each worker's sampled tokens the tracker has seen.
+        self.steps = (
+            StepTracker(self.num_workers, self.prompt_len, self.options.step_end or STEP_END)
+            if self.options.layout in STEP_LAYOUTS else None
+        )
+        self.num_observed = [0] * self.num_workers
 
     @property
     def num_prefill_saved(self) -> int:
@@ -63,8 +71,17 @@ class Group:
 
 
 def member_views(group: Group, lanes: Sequence[Lane]) -> list[View]:
-    """Every member's view given all lanes (worker order)."""
-    return build_views(group.options.layout, group.prompt_len, [lane.num_tokens for lane in lanes])
+    """Every member's view given all lanes (worker order).
+
+    For the layouts with a shared history, finished steps whose last token has
+    been fed join the history first (``group.steps.join``).
+    """
+    lens = [lane.num_tokens for lane in lanes]
+    if group.steps is None:
+        return build_views(group.options.layout, group.prompt_len, lens)
+    group.steps.join(lens)
+    return build_views(group.options.layout, group.prompt_len, lens,
+                       history=group.steps.history, step_starts=group.steps.step_starts)
 
 
 def segments_of(view: View, lanes: Sequence[Lane]) -> tuple[Segment, ...] | None:

@@ -9,12 +9,17 @@ OpenAI server's flat ``vllm_xargs`` spell the same option ``hogwild_<name>``)::
 
     {"layout": "contiguous", "protocol": "raw"}
 
+``layout`` is ``contiguous``, ``isolated``, ``combined`` or ``interleaved``;
+the last two cut each worker's text into steps (``step_end``, a regular
+expression, default :data:`vllm_hogwild.steps.STEP_END`).
+
 Every error is a :class:`HogwildOptionError` (a ``ValueError``) that names the
 offending field.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
@@ -23,7 +28,8 @@ REFUSED_KEY = "hogwild_refused"  # in additional_config: switched on for a model
 REQUEST_KEY = "hogwild"  # in SamplingParams.extra_args
 FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
-REQUEST_LAYOUTS = ("contiguous", "isolated")
+REQUEST_LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
+STEP_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
 PROTOCOLS = ("raw",)
 
 
@@ -65,6 +71,7 @@ class EngineOptions:
 class RequestOptions:
     layout: str = "contiguous"
     protocol: str = "raw"
+    step_end: str | None = None  # regex ending a step (combined, interleaved); None: steps.STEP_END
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +110,16 @@ def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
     if opts.layout not in REQUEST_LAYOUTS:
         field = values["layout"][0]
         raise HogwildOptionError(field, f"unknown layout {opts.layout!r}; expected one of {list(REQUEST_LAYOUTS)}")
+    if opts.step_end is not None:
+        field = values["step_end"][0]
+        if not isinstance(opts.step_end, str) or not opts.step_end:
+            raise HogwildOptionError(field, "a non-empty regular expression")
+        try:
+            re.compile(opts.step_end)
+        except re.error as err:
+            raise HogwildOptionError(field, f"not a regular expression: {err}") from None
+        if opts.layout not in STEP_LAYOUTS:
+            raise HogwildOptionError(field, f"steps exist only in the layouts {list(STEP_LAYOUTS)}")
     if opts.protocol not in PROTOCOLS:
         field = values["protocol"][0]
         raise HogwildOptionError(field, f"unknown protocol {opts.protocol!r}; expected one of {list(PROTOCOLS)}")

@@ -57,6 +57,7 @@ class HogwildScheduler(Scheduler):
         self.gathering: dict[str, list[Request]] = {}  # group id -> members not yet queued
         self.parked: dict[str, Request] = {}  # finished members whose blocks co-workers still read
         self.stats = SchedulerStats()
+        self._hogwild_tokenizer = None  # loaded for the first group that cuts its text into steps
         self._allocate_slots = self.kv_cache_manager.allocate_slots
         self._allocate_sig = inspect.signature(self._allocate_slots)
         self.kv_cache_manager.allocate_slots = self._allocate_with_budget  # this instance only
@@ -165,6 +166,9 @@ class HogwildScheduler(Scheduler):
         groups = {self.group_of[r].group_id: self.group_of[r] for r in num_scheduled if r in self.group_of}
         for group in groups.values():
             members = [self.requests.get(m) or self.parked[m] for m in group.member_ids]
+            if group.steps is not None:
+                for w, request in enumerate(members):
+                    self._observe_sampled(group, w, request)
             if any(r.num_computed_tokens < group.prompt_len for r in members):
                 continue  # someone still prefills: every decode row reads the prompt alone
             decoding = [
@@ -178,6 +182,21 @@ class HogwildScheduler(Scheduler):
             for w, segments in step_segments(group, lanes, decoding).items():
                 out[group.member_ids[w]] = segments
         return out
+
+    def _observe_sampled(self, group: Group, worker: int, request: Request) -> None:
+        """Show the step tracker the tokens ``worker`` sampled since last time."""
+        tokens = request.output_token_ids
+        for i in range(group.num_observed[worker], len(tokens)):
+            text = self._tokenizer().decode([tokens[i]])
+            group.steps.on_sampled(worker, group.prompt_len + i, text)
+        group.num_observed[worker] = len(tokens)
+
+    def _tokenizer(self):
+        if self._hogwild_tokenizer is None:
+            from vllm.tokenizers import cached_tokenizer_from_config
+
+            self._hogwild_tokenizer = cached_tokenizer_from_config(model_config=self.vllm_config.model_config)
+        return self._hogwild_tokenizer
 
     def _lanes(self, group: Group) -> list[Lane]:
         lanes = []
@@ -204,7 +223,11 @@ class HogwildScheduler(Scheduler):
         group = self.group_of.get(request.request_id)
         if group is None:
             return super()._free_blocks(request)
-        group.finished.add(group.index_of(request.request_id))
+        worker = group.index_of(request.request_id)
+        group.finished.add(worker)
+        if group.steps is not None:
+            self._observe_sampled(group, worker, request)
+            group.steps.stop(worker, request.num_computed_tokens)
         if not group.is_done:
             # Co-workers still read this lane: keep its blocks, drop the request.
             self.parked[request.request_id] = request

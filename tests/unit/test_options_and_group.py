@@ -118,3 +118,26 @@ def test_coworker_reads_and_prefill_saved_are_counted_per_worker() -> None:
     assert group.num_prefill_saved == 2 * 5 - 2
     group.prefill_by_worker = [5, 5, 5]  # nothing shared
     assert group.num_prefill_saved == 0
+
+
+def test_step_layouts_and_step_end_option() -> None:
+    assert parse_request({"hogwild_layout": "combined"}).step_end is None
+    assert parse_request({"hogwild": {"layout": "interleaved", "step_end": "\n\n"}}).step_end == "\n\n"
+    for extra, field in [({"hogwild_layout": "combined", "hogwild_step_end": "("}, "hogwild_step_end"),
+                         ({"hogwild": {"layout": "combined", "step_end": ""}}, "hogwild.step_end"),
+                         ({"hogwild": {"layout": "contiguous", "step_end": "x"}}, "hogwild.step_end")]:
+        with pytest.raises(HogwildOptionError) as info:
+            parse_request(extra)
+        assert info.value.parameter == field
+
+
+def test_combined_group_views_follow_its_steps() -> None:
+    group = Group("g", 2, RequestOptions(layout="combined", step_end="!"), 8, prompt_len=5)
+    assert group.steps is not None and Group("h", 2, RequestOptions(), 8, prompt_len=5).steps is None
+    group.steps.on_sampled(0, 5, "go!")  # worker 0's first step is its first token
+    group.steps.on_sampled(1, 5, "b")
+    lanes = lanes_of(5, [2, 2])  # both fed their second token: worker 0's step joins
+    views = member_views(group, lanes)
+    assert group.steps.history[0].lane == 0 and (group.steps.history[0].start, group.steps.history[0].end) == (5, 6)
+    # Worker 1 reads: prompt, the history (worker 0's step), worker 0's live step, its own text.
+    assert [(s.lane, s.start, s.end) for s in views[1].spans] == [(1, 0, 5), (0, 5, 7), (1, 5, 7)]
