@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -158,3 +160,55 @@ def test_bad_requests_name_the_field_and_the_engine_goes_on(llm, n, hogwild, max
         llm.generate([{"prompt_token_ids": prompt_ids(20, seed=1)}], bad, use_tqdm=False)
     ok = llm.generate([{"prompt_token_ids": prompt_ids(20, seed=2)}], hogwild_params(2, 4, seed=3), use_tqdm=False)
     assert [len(c.token_ids) for c in ok[0].outputs] == [4, 4]
+
+
+# -- layouts with a shared history of finished steps ---------------------------
+
+STEP_END = "e"
+STEP_CASES = [("combined", 2, 45), ("combined", 3, 64), ("interleaved", 3, 45)]
+
+
+def step_ends(tokenizer, tokens: list[int]) -> list[int]:
+    """Token i ends a step iff the pattern matches text that token i completes, since the last end."""
+    ends, since = [], ""
+    for i, t in enumerate(tokens):
+        before, since = since, since + tokenizer.decode([t])
+        if any(m.end() > len(before) for m in re.finditer(STEP_END, since)):
+            ends.append(i)
+            since = ""
+    return ends
+
+
+@pytest.fixture(scope="module")
+def step_runs(llm):
+    """The step-layout cases in one generate call."""
+    prompts = [{"prompt_token_ids": prompt_ids(p, seed=500 + i)} for i, (_, _, p) in enumerate(STEP_CASES)]
+    params = []
+    for i, (layout, n, _) in enumerate(STEP_CASES):
+        sp = hogwild_params(n, 40, seed=50 + i, layout=layout)
+        sp.extra_args["hogwild"]["step_end"] = STEP_END
+        params.append(sp)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    assert scheduler_of(llm).stats.num_member_preemptions == 0
+    return [(p["prompt_token_ids"], out) for p, out in zip(prompts, outputs)], llm.get_tokenizer()
+
+
+@pytest.mark.parametrize("case", range(len(STEP_CASES)))
+def test_step_layouts_match_the_dense_oracle(step_runs, oracle, case: int) -> None:
+    """combined / interleaved: steps end where STEP_END matches the text (a frequent pattern on
+    the tiny random model, so the shared history changes nearly every step); the oracle gets
+    the step ends found here from the output tokens, independently of the plugin's tracker."""
+    results, tokenizer = step_runs
+    layout, n, _ = STEP_CASES[case]
+    prompt, out = results[case]
+    tokens = [list(c.token_ids) for c in out.outputs]
+    ends = [step_ends(tokenizer, t) for t in tokens]
+    assert all(len(e) >= 5 for e in ends), "the pattern should cut many steps"
+    expected = oracle.logprobs(prompt, tokens, layout=layout, step_ends=ends)
+    got = [sampled_logprobs(c) for c in out.outputs]
+    err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
+    # The oracle can tell: the same tokens scored with another layout disagree.
+    other = "contiguous" if layout == "combined" else "combined"
+    wrong = oracle.logprobs(prompt, tokens, layout=other, step_ends=ends)
+    assert max(abs(a - b) for g, e in zip(got, wrong) for a, b in zip(g, e)) > 1e-3
