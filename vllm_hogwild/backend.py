@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 CPU_BACKEND_PATH = "vllm_hogwild.backend.HogwildCPUAttentionBackend"
 
 
+
 @dataclass
 class HogwildStep:
     plan: sa.SegmentAttentionPlan

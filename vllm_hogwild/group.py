@@ -7,6 +7,7 @@ member that decodes in that step.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -51,6 +52,8 @@ class Group:
             if self.options.layout in STEP_LAYOUTS else None
         )
         self.num_observed = [0] * self.num_workers
+        self.num_steps = [1] * self.num_workers  # the step each worker writes (named protocol)
+        self.placing = [deque() for _ in range(self.num_workers)]  # tokens the engine still places, per lane
 
     @property
     def num_prefill_saved(self) -> int:

@@ -147,6 +147,11 @@ def _select_classes(engine_args) -> None:
                                  f"no Hogwild worker for platform {current_platform.device_name!r} yet")
     engine_args.scheduler_cls = SCHEDULER_CLS
     engine_args.async_scheduling = False  # the scheduler builds views from settled token counts
+    from vllm_hogwild.forcing import LOGITS_PROCESSOR
+
+    processors = list(engine_args.logits_processors or [])
+    if LOGITS_PROCESSOR not in processors:
+        engine_args.logits_processors = [*processors, LOGITS_PROCESSOR]  # tokens the engine places
 
 
 def check_model(model_config) -> None:
@@ -271,6 +276,13 @@ def check(config, extra_args, num_workers: int, prompt_len: int, max_tokens: int
                 "or, offline, LLM(..., additional_config={'hogwild': {}})",
             )
         options = parse_request(extra_args)
+        if options.protocol == "named":
+            from vllm_hogwild.protocol import names
+
+            try:
+                names(num_workers)
+            except ValueError as err:
+                raise HogwildOptionError("n", str(err).removeprefix("n: ")) from None
         max_tokens = check_request(
             engine_options,
             num_workers=num_workers,

@@ -11,7 +11,9 @@ OpenAI server's flat ``vllm_xargs`` spell the same option ``hogwild_<name>``)::
 
 ``layout`` is ``contiguous``, ``isolated``, ``combined`` or ``interleaved``;
 the last two cut each worker's text into steps (``step_end``, a regular
-expression, default :data:`vllm_hogwild.steps.STEP_END`).
+expression, default :data:`vllm_hogwild.steps.STEP_END`). ``protocol`` is
+``raw`` (nothing injected) or ``named`` (step layouts only: the engine starts
+every step of a worker with its name and step number, ``**Alice [2]:** ``).
 
 Every error is a :class:`HogwildOptionError` (a ``ValueError``) that names the
 offending field.
@@ -30,7 +32,7 @@ FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
 REQUEST_LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
 STEP_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
-PROTOCOLS = ("raw",)
+PROTOCOLS = ("raw", "named")
 
 
 class HogwildOptionError(ValueError):
@@ -123,6 +125,8 @@ def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
     if opts.protocol not in PROTOCOLS:
         field = values["protocol"][0]
         raise HogwildOptionError(field, f"unknown protocol {opts.protocol!r}; expected one of {list(PROTOCOLS)}")
+    if opts.protocol == "named" and opts.layout not in STEP_LAYOUTS:
+        raise HogwildOptionError(values["protocol"][0], f"'named' needs steps: layout one of {list(STEP_LAYOUTS)}")
     return opts
 
 

@@ -42,8 +42,9 @@ from vllm.v1.request import Request
 
 from vllm_hogwild.group import Group, Lane, parse_member, step_segments
 from vllm_hogwild.metrics import attach_snapshot
-from vllm_hogwild.step_context import SEGMENTS_ATTR
+from vllm_hogwild.step_context import FORCED_ATTR, SEGMENTS_ATTR
 from vllm_hogwild.options import REQUEST_KEY, EngineOptions, RequestOptions, blocks_for_group
+from vllm_hogwild.protocol import step_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ class HogwildScheduler(Scheduler):
             self.gathering[group_id] = []
         group.member_ids[index] = request.request_id
         self.group_of[request.request_id] = group
+        if options.protocol == "named":
+            self._place(group, index, step_prefix(index, 1, num_workers))
         super().add_request(request)
         # Held out of the waiting queue until the group is complete and fits.
         self.waiting.remove_request(request)
@@ -107,7 +110,25 @@ class HogwildScheduler(Scheduler):
                 logger.error("Hogwild member %s was preempted; its group's views may diverge", req_id)
         self._count_prefill(output.num_scheduled_tokens)
         setattr(output, SEGMENTS_ATTR, self._step_segments(output.num_scheduled_tokens))
+        setattr(output, FORCED_ATTR, self._forced_tokens(output.num_scheduled_tokens))
         return output
+
+    def _place(self, group: Group, worker: int, text: str) -> None:
+        """Queue ``text`` to be placed into ``worker``'s lane, one forced token per step."""
+        group.placing[worker].extend(self._tokenizer().encode(text, add_special_tokens=False))
+
+    def _forced_tokens(self, num_scheduled: dict[str, int]) -> dict[str, int]:
+        """The token each member that samples this step must produce, where the engine places text."""
+        forced = {}
+        for req_id in num_scheduled:
+            group = self.group_of.get(req_id)
+            if group is None:
+                continue
+            queue = group.placing[group.index_of(req_id)]
+            request = self.requests[req_id]
+            if queue and request.num_computed_tokens >= request.num_tokens:  # it samples this step
+                forced[req_id] = queue.popleft()
+        return forced
 
     def _count_prefill(self, num_scheduled: dict[str, int]) -> None:
         for req_id, n in num_scheduled.items():
@@ -188,7 +209,9 @@ class HogwildScheduler(Scheduler):
         tokens = request.output_token_ids
         for i in range(group.num_observed[worker], len(tokens)):
             text = self._tokenizer().decode([tokens[i]])
-            group.steps.on_sampled(worker, group.prompt_len + i, text)
+            if group.steps.on_sampled(worker, group.prompt_len + i, text) and group.options.protocol == "named":
+                group.num_steps[worker] += 1
+                self._place(group, worker, step_prefix(worker, group.num_steps[worker], group.num_workers))
         group.num_observed[worker] = len(tokens)
 
     def _tokenizer(self):

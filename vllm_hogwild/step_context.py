@@ -7,6 +7,9 @@ with the batch's final row order, and the metadata builder takes them (once)
 when it builds the step's attention metadata. Every real step publishes
 afresh, and dummy and profile runs never call ``_prepare_inputs``: they find
 nothing, and a publication whose batch size does not match is refused.
+
+The same hook hands the tokens the scheduler forces this step (step prefixes
+it places into lanes) to the sampler's logits processor, by logits row.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from vllm_hogwild.segment_attention import Segment
 
 HOOKED_METHOD = "_prepare_inputs"
 SEGMENTS_ATTR = "hogwild_segments"  # the SchedulerOutput attribute the scheduler fills
+FORCED_ATTR = "hogwild_forced"  # request id -> the token it must sample this step
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,14 @@ class StepViews:
 
 
 _current: StepViews | None = None
+_forced_rows: dict[int, int] | None = None  # logits row -> forced token, for this step's sampler
+
+
+def take_forced() -> dict[int, int] | None:
+    """The step's forced tokens by logits row, once (see :mod:`vllm_hogwild.forcing`)."""
+    global _forced_rows
+    rows, _forced_rows = _forced_rows, None
+    return rows
 
 
 def take() -> StepViews | None:
@@ -49,12 +61,17 @@ def install_runner_hook(runner: Any) -> None:
         return
 
     def prepare_inputs(scheduler_output, *args, **kwargs):
+        global _forced_rows
         publish(None)  # never let a previous step's views outlive it
+        _forced_rows = None
         result = original(scheduler_output, *args, **kwargs)
         segments = getattr(scheduler_output, SEGMENTS_ATTR, None) or {}
         # After the original: it may reorder the batch rows.
-        publish(StepViews(segments, tuple(runner.input_batch.req_ids),
-                          scheduler_output.total_num_scheduled_tokens))
+        req_ids = tuple(runner.input_batch.req_ids)
+        publish(StepViews(segments, req_ids, scheduler_output.total_num_scheduled_tokens))
+        forced = getattr(scheduler_output, FORCED_ATTR, None)
+        if forced:
+            _forced_rows = {row: forced[r] for row, r in enumerate(req_ids) if r in forced}
         return result
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]

@@ -67,3 +67,24 @@ def test_hogwild_request_without_the_switch_is_refused(llm) -> None:
         llm.generate([{"prompt_token_ids": PROMPTS[0]}], bad, use_tqdm=False)
     ok = llm.generate([{"prompt_token_ids": PROMPTS[0]}], SamplingParams(max_tokens=4), use_tqdm=False)
     assert len(ok[0].outputs[0].token_ids) == 4
+
+
+def test_a_hogwild_engine_after_a_stock_engine_in_one_process(llm, tiny_model) -> None:
+    """vLLM caches its attention backend per process; the Hogwild engine must still get its own."""
+    from transformers import AutoModelForCausalLM
+    import torch
+
+    from tests.hogwild_oracle import DenseHogwild
+    from tests.integration.test_offline import hogwild_params, sampled_logprobs
+
+    assert type(scheduler_of(llm)).__module__ == "vllm.v1.core.sched.scheduler"  # the stock engine lives on
+    hogwild = make_llm(tiny_model, additional_config={"hogwild": {}})
+    try:
+        (out,) = hogwild.generate([{"prompt_token_ids": PROMPTS[0]}], hogwild_params(2, 16, seed=4), use_tqdm=False)
+    finally:
+        shutdown(hogwild)
+    tokens = [list(c.token_ids) for c in out.outputs]
+    oracle = DenseHogwild(AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32))
+    expected = oracle.logprobs(PROMPTS[0], tokens)
+    got = [sampled_logprobs(c) for c in out.outputs]
+    assert max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e)) <= 1e-4

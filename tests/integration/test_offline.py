@@ -168,12 +168,12 @@ STEP_END = "e"
 STEP_CASES = [("combined", 2, 45), ("combined", 3, 64), ("interleaved", 3, 45)]
 
 
-def step_ends(tokenizer, tokens: list[int]) -> list[int]:
+def step_ends_for(tokenizer, tokens: list[int], pattern: str) -> list[int]:
     """Token i ends a step iff the pattern matches text that token i completes, since the last end."""
     ends, since = [], ""
     for i, t in enumerate(tokens):
         before, since = since, since + tokenizer.decode([t])
-        if any(m.end() > len(before) for m in re.finditer(STEP_END, since)):
+        if any(m.end() > len(before) for m in re.finditer(pattern, since)):
             ends.append(i)
             since = ""
     return ends
@@ -202,7 +202,7 @@ def test_step_layouts_match_the_dense_oracle(step_runs, oracle, case: int) -> No
     layout, n, _ = STEP_CASES[case]
     prompt, out = results[case]
     tokens = [list(c.token_ids) for c in out.outputs]
-    ends = [step_ends(tokenizer, t) for t in tokens]
+    ends = [step_ends_for(tokenizer, t, STEP_END) for t in tokens]
     assert all(len(e) >= 5 for e in ends), "the pattern should cut many steps"
     expected = oracle.logprobs(prompt, tokens, layout=layout, step_ends=ends)
     got = [sampled_logprobs(c) for c in out.outputs]
@@ -212,3 +212,30 @@ def test_step_layouts_match_the_dense_oracle(step_runs, oracle, case: int) -> No
     other = "contiguous" if layout == "combined" else "combined"
     wrong = oracle.logprobs(prompt, tokens, layout=other, step_ends=ends)
     assert max(abs(a - b) for g, e in zip(got, wrong) for a, b in zip(g, e)) > 1e-3
+
+
+NAMED_STEP_END = "[ghkmpw]"  # frequent in random text, absent from the step prefixes
+
+
+def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle) -> None:
+    """The engine starts every step with "**Alice [k]:** " (forced tokens, one per step); they are
+    ordinary lane tokens: in the text, and scored by the oracle like any other."""
+    n, prompt = 3, prompt_ids(40, seed=900)
+    params = hogwild_params(n, 48, seed=90, layout="combined")
+    params.extra_args["hogwild"].update(protocol="named", step_end=NAMED_STEP_END)
+    (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+    tokenizer = llm.get_tokenizer()
+    tokens = [list(c.token_ids) for c in out.outputs]
+    for w, (name, c) in enumerate(zip(("Alice", "Bob", "Carol"), out.outputs)):
+        assert c.text.startswith(f"**{name} [1]:** ")
+        num_ends = len(step_ends_for(tokenizer, tokens[w], NAMED_STEP_END))
+        assert num_ends >= 3
+        # Every step end is followed by the next prefix (the budget may cut the last one short).
+        for k in range(2, num_ends + 1):
+            assert f"**{name} [{k}]:** " in c.text, (k, c.text)
+        assert f"**{name} [{num_ends + 2}]" not in c.text
+    ends = [step_ends_for(tokenizer, t, NAMED_STEP_END) for t in tokens]
+    expected = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends)
+    got = [sampled_logprobs(c) for c in out.outputs]
+    err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"

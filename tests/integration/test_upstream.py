@@ -52,6 +52,15 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     for field in ("scheduler_cls", "worker_cls", "additional_config", "async_scheduling"):
         assert field in EngineArgs.__dataclass_fields__, field
     assert hooks.DEFAULT_SCHEDULER_CLS[1] == f"{Scheduler.__module__}.{Scheduler.__name__}"
+    # The backend override forgets vLLM's per-process backend choice; forced tokens use the
+    # logits-processor interface.
+    from vllm.v1.attention.selector import _cached_get_attn_backend
+    from vllm.v1.sample.logits_processor import LogitsProcessor
+
+    assert callable(_cached_get_attn_backend.cache_clear)
+    for name in ("apply", "update_state", "is_argmax_invariant"):
+        assert name in LogitsProcessor.__dict__, name
+    assert "logits_processors" in EngineArgs.__dataclass_fields__
     # the flags: a staticmethod and a classmethod, wrapped as such
     add_cli_args = EngineArgs.__dict__["add_cli_args"]
     assert isinstance(add_cli_args, staticmethod)

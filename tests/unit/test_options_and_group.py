@@ -141,3 +141,10 @@ def test_combined_group_views_follow_its_steps() -> None:
     assert group.steps.history[0].lane == 0 and (group.steps.history[0].start, group.steps.history[0].end) == (5, 6)
     # Worker 1 reads: prompt, the history (worker 0's step), worker 0's live step, its own text.
     assert [(s.lane, s.start, s.end) for s in views[1].spans] == [(1, 0, 5), (0, 5, 7), (1, 5, 7)]
+
+
+def test_named_protocol_needs_a_step_layout() -> None:
+    assert parse_request({"hogwild_layout": "combined", "hogwild_protocol": "named"}).protocol == "named"
+    with pytest.raises(HogwildOptionError) as info:
+        parse_request({"hogwild_protocol": "named"})  # contiguous has no steps
+    assert info.value.parameter == "hogwild_protocol"
