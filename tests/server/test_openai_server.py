@@ -245,3 +245,14 @@ def test_examples_run_against_the_server(server, script, expect) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     for text in expect:
         assert text in run.stdout, text
+
+
+def test_named_protocol_in_combined_layout_through_the_server(server) -> None:
+    stream = client(server).chat.completions.create(
+        model="smollm2", messages=MESSAGES, n=2, max_tokens=24, temperature=0.8, seed=5, stream=True,
+        extra_body={"vllm_xargs": {"hogwild_layout": "combined", "hogwild_protocol": "named"}})
+    texts = ["", ""]
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts[0].startswith("**Alice [1]:** ") and texts[1].startswith("**Bob [1]:** ")
