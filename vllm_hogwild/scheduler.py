@@ -23,6 +23,11 @@ The scheduler:
   decoding member reads are attached to the ``SchedulerOutput`` as
   ``hogwild_segments`` (request id -> segments), which the runner hook hands
   to the attention backend in the worker process;
+- **cuts steps** (``combined``, ``interleaved``): shows each member's newly
+  sampled tokens, decoded, to the group's step tracker before building views;
+- **places tokens** (``named`` protocol): queues each step prefix as token ids
+  and ships, per step, the token each such member must sample
+  (``hogwild_forced``, applied by :mod:`vllm_hogwild.forcing`);
 - **reports**: groups running and waiting, and one record per ended group,
   ride on vLLM's own ``SchedulerStats`` to the front end, where
   :mod:`vllm_hogwild.metrics` turns them into Prometheus series.
