@@ -10,7 +10,7 @@ PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
 VENV=.venv
 CONSTRAINTS=requirements/cpu-constraints.txt
 STAMP=$VENV/.vllm-hogwild-setup
-want=$(cat setup.py "$CONSTRAINTS" scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat setup.py "$CONSTRAINTS" scripts/setup.sh vllm_hogwild/cpu_dist.py | sha256sum | cut -d' ' -f1)
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
   exit 0
