@@ -52,6 +52,8 @@ class Group:
             if self.options.layout in STEP_LAYOUTS else None
         )
         self.num_observed = [0] * self.num_workers
+        self.texts = [""] * self.num_workers  # decoded text of each lane (answer_pattern only)
+        self.answered = False
         self.num_steps = [1] * self.num_workers  # the step each worker writes (named protocol)
         self.placing = [deque() for _ in range(self.num_workers)]  # tokens the engine still places, per lane
 
@@ -60,6 +62,11 @@ class Group:
         """Prompt tokens the group did not compute: the prompt is computed once, not once per worker."""
         extra = sum(self.prefill_by_worker) - max(self.prefill_by_worker, default=0)
         return max(0, (self.num_workers - 1) * self.prompt_len - extra)
+
+    @property
+    def observes_text(self) -> bool:
+        """Whether the scheduler must decode this group's sampled tokens (steps or answers)."""
+        return self.steps is not None or self.options.answer_pattern is not None
 
     @property
     def is_complete(self) -> bool:

@@ -14,6 +14,9 @@ the last two cut each worker's text into steps (``step_end``, a regular
 expression, default :data:`vllm_hogwild.steps.STEP_END`). ``protocol`` is
 ``raw`` (nothing injected) or ``named`` (step layouts only: the engine starts
 every step of a worker with its name and step number, ``**Alice [2]:** ``).
+``answer_pattern`` (a regular expression with one group) ends the whole group
+once any worker's text matches it: every live worker then samples its end of
+sequence next.
 
 Every error is a :class:`HogwildOptionError` (a ``ValueError``) that names the
 offending field.
@@ -74,6 +77,7 @@ class RequestOptions:
     layout: str = "contiguous"
     protocol: str = "raw"
     step_end: str | None = None  # regex ending a step (combined, interleaved); None: steps.STEP_END
+    answer_pattern: str | None = None  # regex (one group): the group stops once a worker writes a match
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +126,14 @@ def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
             raise HogwildOptionError(field, f"not a regular expression: {err}") from None
         if opts.layout not in STEP_LAYOUTS:
             raise HogwildOptionError(field, f"steps exist only in the layouts {list(STEP_LAYOUTS)}")
+    if opts.answer_pattern is not None:
+        field = values["answer_pattern"][0]
+        try:
+            groups = re.compile(opts.answer_pattern).groups if isinstance(opts.answer_pattern, str) else -1
+        except re.error as err:
+            raise HogwildOptionError(field, f"not a regular expression: {err}") from None
+        if groups < 1 or not opts.answer_pattern:
+            raise HogwildOptionError(field, "a regular expression with a group around the answer")
     if opts.protocol not in PROTOCOLS:
         field = values["protocol"][0]
         raise HogwildOptionError(field, f"unknown protocol {opts.protocol!r}; expected one of {list(PROTOCOLS)}")

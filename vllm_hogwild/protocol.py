@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi")
 TASKS = ("math", "code", "general")
@@ -100,3 +101,17 @@ def final_answer(text: str, task: str = "math", pattern: str | None = None) -> s
     regex = re.compile(pattern or DEFAULT_ANSWER_PATTERN[task], re.DOTALL)
     found = [m.group(1).strip() for m in regex.finditer(text)]
     return found[-1] if found else None
+
+
+def group_answer(texts: Sequence[str], pattern: str) -> tuple[int, str] | None:
+    """``(worker, answer)`` of a group's outputs (worker order): the first worker whose text matches.
+
+    With ``answer_pattern`` the engine ends the group one token after the first
+    match, so at most the workers that matched in that same step carry one.
+    """
+    regex = re.compile(pattern, re.DOTALL)
+    for worker, text in enumerate(texts):
+        match = regex.search(text)
+        if match:
+            return worker, match.group(1).strip()
+    return None

@@ -27,7 +27,9 @@ The scheduler:
   sampled tokens, decoded, to the group's step tracker before building views;
 - **places tokens** (``named`` protocol): queues each step prefix as token ids
   and ships, per step, the token each such member must sample
-  (``hogwild_forced``, applied by :mod:`vllm_hogwild.forcing`);
+  (``hogwild_forced``, applied by :mod:`vllm_hogwild.forcing`); once a worker
+  writes a match of ``answer_pattern``, every live member's next token is its
+  end of sequence;
 - **reports**: groups running and waiting, and one record per ended group,
   ride on vLLM's own ``SchedulerStats`` to the front end, where
   :mod:`vllm_hogwild.metrics` turns them into Prometheus series.
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -192,9 +195,11 @@ class HogwildScheduler(Scheduler):
         groups = {self.group_of[r].group_id: self.group_of[r] for r in num_scheduled if r in self.group_of}
         for group in groups.values():
             members = [self.requests.get(m) or self.parked[m] for m in group.member_ids]
-            if group.steps is not None:
+            if group.observes_text:
                 for w, request in enumerate(members):
                     self._observe_sampled(group, w, request)
+                if group.answered:
+                    self._stop_group(group, members)
             if any(r.num_computed_tokens < group.prompt_len for r in members):
                 continue  # someone still prefills: every decode row reads the prompt alone
             decoding = [
@@ -210,14 +215,27 @@ class HogwildScheduler(Scheduler):
         return out
 
     def _observe_sampled(self, group: Group, worker: int, request: Request) -> None:
-        """Show the step tracker the tokens ``worker`` sampled since last time."""
+        """Decode the tokens ``worker`` sampled since last time: steps, prefixes, answers."""
         tokens = request.output_token_ids
+        pattern = group.options.answer_pattern
         for i in range(group.num_observed[worker], len(tokens)):
             text = self._tokenizer().decode([tokens[i]])
-            if group.steps.on_sampled(worker, group.prompt_len + i, text) and group.options.protocol == "named":
+            ended = group.steps is not None and group.steps.on_sampled(worker, group.prompt_len + i, text)
+            if ended and group.options.protocol == "named":
                 group.num_steps[worker] += 1
                 self._place(group, worker, step_prefix(worker, group.num_steps[worker], group.num_workers))
+            if pattern is not None:
+                group.texts[worker] += text
+                group.answered = group.answered or re.search(pattern, group.texts[worker]) is not None
         group.num_observed[worker] = len(tokens)
+
+    def _stop_group(self, group: Group, members: list[Request]) -> None:
+        """A worker wrote the answer: every live member samples its end of sequence next."""
+        for w, request in enumerate(members):
+            eos = request.sampling_params.eos_token_id
+            if not request.is_finished() and eos is not None and list(group.placing[w]) != [eos]:
+                group.placing[w].clear()
+                group.placing[w].append(eos)
 
     def _tokenizer(self):
         if self._hogwild_tokenizer is None:
@@ -253,8 +271,9 @@ class HogwildScheduler(Scheduler):
             return super()._free_blocks(request)
         worker = group.index_of(request.request_id)
         group.finished.add(worker)
-        if group.steps is not None:
+        if group.observes_text:
             self._observe_sampled(group, worker, request)
+        if group.steps is not None:
             group.steps.stop(worker, request.num_computed_tokens)
         if not group.is_done:
             # Co-workers still read this lane: keep its blocks, drop the request.

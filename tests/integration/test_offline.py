@@ -239,3 +239,25 @@ def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle)
     got = [sampled_logprobs(c) for c in out.outputs]
     err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
+
+
+def test_a_group_stops_one_token_after_any_worker_writes_the_answer(llm, oracle) -> None:
+    from vllm_hogwild.protocol import group_answer
+
+    n, prompt, pattern = 3, prompt_ids(30, seed=901), "(k)"  # frequent in the tiny model's random text
+    params = hogwild_params(n, 64, seed=91, layout="contiguous")
+    params.ignore_eos = False
+    params.extra_args["hogwild"]["answer_pattern"] = pattern
+    (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+    tokenizer = llm.get_tokenizer()
+    tokens = [list(c.token_ids) for c in out.outputs]
+    texts_until = [[tokenizer.decode(t[: j + 1]) for j in range(len(t))] for t in tokens]
+    first = min(j for w in range(n) for j, text in enumerate(texts_until[w]) if re.search(pattern, text))
+    # Every worker sampled its end of sequence in the step after the first match.
+    assert [len(t) for t in tokens] == [first + 2] * n
+    assert all(t[-1] == tokenizer.eos_token_id and c.finish_reason == "stop" for t, c in zip(tokens, out.outputs))
+    worker, answer = group_answer([c.text for c in out.outputs], pattern)
+    assert answer == "k" and re.search(pattern, texts_until[worker][first])
+    expected = oracle.logprobs(prompt, tokens)
+    got = [sampled_logprobs(c) for c in out.outputs]
+    assert max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e)) <= 1e-4

@@ -148,3 +148,11 @@ def test_named_protocol_needs_a_step_layout() -> None:
     with pytest.raises(HogwildOptionError) as info:
         parse_request({"hogwild_protocol": "named"})  # contiguous has no steps
     assert info.value.parameter == "hogwild_protocol"
+
+
+def test_answer_pattern_option() -> None:
+    assert parse_request({"hogwild_answer_pattern": r"\\boxed\{(.*)\}"}).answer_pattern == r"\\boxed\{(.*)\}"
+    for value in ("(", "no group", ""):
+        with pytest.raises(HogwildOptionError) as info:
+            parse_request({"hogwild": {"answer_pattern": value}})
+        assert info.value.parameter == "hogwild.answer_pattern"

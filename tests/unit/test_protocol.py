@@ -63,3 +63,11 @@ def test_final_answer_is_the_last_one_written(text, task, expected) -> None:
 
 def test_final_answer_with_a_configured_pattern() -> None:
     assert final_answer("ANSWER=42;", pattern=r"ANSWER=(\d+)") == "42"
+
+
+def test_group_answer_is_the_first_worker_that_wrote_one() -> None:
+    from vllm_hogwild.protocol import group_answer
+
+    pattern = r"\\boxed\{([^}]*)\}"
+    assert group_answer(["thinking", "so \\boxed{ 7 }", "\\boxed{8}"], pattern) == (1, "7")
+    assert group_answer(["a", "b"], pattern) is None
