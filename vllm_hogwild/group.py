@@ -55,6 +55,8 @@ class Group:
         self.texts = [""] * self.num_workers  # decoded text of each lane (answer_pattern only)
         self.answered = False
         self.num_steps = [1] * self.num_workers  # the step each worker writes (named protocol)
+        self.checked_at = [0] * self.num_workers  # group tokens at each worker's last redundancy check
+        self.placed = [set() for _ in range(self.num_workers)]  # output indices the engine placed
         self.placing = [deque() for _ in range(self.num_workers)]  # tokens the engine still places, per lane
 
     @property

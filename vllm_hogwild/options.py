@@ -14,6 +14,8 @@ the last two cut each worker's text into steps (``step_end``, a regular
 expression, default :data:`vllm_hogwild.steps.STEP_END`). ``protocol`` is
 ``raw`` (nothing injected) or ``named`` (step layouts only: the engine starts
 every step of a worker with its name and step number, ``**Alice [2]:** ``).
+``redundancy_every`` (``named``) makes a worker's next step prefix ask whether
+it repeats someone's work once the group has generated that many more tokens.
 ``answer_pattern`` (a regular expression with one group) ends the whole group
 once any worker's text matches it: every live worker then samples its end of
 sequence next.
@@ -78,6 +80,7 @@ class RequestOptions:
     protocol: str = "raw"
     step_end: str | None = None  # regex ending a step (combined, interleaved); None: steps.STEP_END
     answer_pattern: str | None = None  # regex (one group): the group stops once a worker writes a match
+    redundancy_every: int = 0  # named protocol: a step prefix asks "am I repeating?" every K group tokens
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +129,13 @@ def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
             raise HogwildOptionError(field, f"not a regular expression: {err}") from None
         if opts.layout not in STEP_LAYOUTS:
             raise HogwildOptionError(field, f"steps exist only in the layouts {list(STEP_LAYOUTS)}")
+    if "redundancy_every" in values:
+        field = values["redundancy_every"][0]
+        if not isinstance(opts.redundancy_every, int) or isinstance(opts.redundancy_every, bool) \
+                or opts.redundancy_every < 0:
+            raise HogwildOptionError(field, "an integer >= 0 (0: off)")
+        if opts.redundancy_every and opts.protocol != "named":
+            raise HogwildOptionError(field, "redundancy checks ride on step prefixes: protocol 'named'")
     if opts.answer_pattern is not None:
         field = values["answer_pattern"][0]
         try:

@@ -52,7 +52,7 @@ from vllm_hogwild.group import Group, Lane, parse_member, step_segments
 from vllm_hogwild.metrics import attach_snapshot
 from vllm_hogwild.step_context import FORCED_ATTR, SEGMENTS_ATTR
 from vllm_hogwild.options import REQUEST_KEY, EngineOptions, RequestOptions, blocks_for_group
-from vllm_hogwild.protocol import step_prefix
+from vllm_hogwild.protocol import RedundancyChecks, step_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ class HogwildScheduler(Scheduler):
             request = self.requests[req_id]
             if queue and request.num_computed_tokens >= request.num_tokens:  # it samples this step
                 forced[req_id] = queue.popleft()
+                group.placed[group.index_of(req_id)].add(request.num_output_tokens)
         return forced
 
     def _count_prefill(self, num_scheduled: dict[str, int]) -> None:
@@ -220,10 +221,17 @@ class HogwildScheduler(Scheduler):
         pattern = group.options.answer_pattern
         for i in range(group.num_observed[worker], len(tokens)):
             text = self._tokenizer().decode([tokens[i]])
-            ended = group.steps is not None and group.steps.on_sampled(worker, group.prompt_len + i, text)
+            placed = i in group.placed[worker]
+            ended = group.steps is not None and group.steps.on_sampled(
+                worker, group.prompt_len + i, text, can_end=not placed)
             if ended and group.options.protocol == "named":
                 group.num_steps[worker] += 1
-                self._place(group, worker, step_prefix(worker, group.num_steps[worker], group.num_workers))
+                # The group's tokens seen so far: the others' as last observed, this worker's up to i.
+                seen = sum(group.num_observed) - group.num_observed[worker] + i + 1
+                check = RedundancyChecks(group.options.redundancy_every).due(group.checked_at[worker], seen)
+                if check:
+                    group.checked_at[worker] = seen
+                self._place(group, worker, step_prefix(worker, group.num_steps[worker], group.num_workers, check))
             if pattern is not None:
                 group.texts[worker] += text
                 group.answered = group.answered or re.search(pattern, group.texts[worker]) is not None

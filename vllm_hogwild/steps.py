@@ -65,13 +65,19 @@ class StepTracker:
         """Where each worker's unfinished part (what is not in the history) starts."""
         return [lane.step_start for lane in self._lanes]
 
-    def on_sampled(self, worker: int, position: int, text: str) -> bool:
-        """Record the token sampled for ``worker`` at stored ``position``; True if it ends a step."""
+    def on_sampled(self, worker: int, position: int, text: str, can_end: bool = True) -> bool:
+        """Record the token sampled for ``worker`` at stored ``position``; True if it ends a step.
+
+        ``can_end=False`` for text the engine placed (a step prefix): it is part
+        of the step but never ends one.
+        """
         lane = self._lanes[worker]
         if lane.stopped_at is not None:
             raise ValueError(f"worker {worker} has stopped")
         before = len(lane.text)
         lane.text += text
+        if not can_end:
+            return False
         # Only a blank line that this token completes counts (earlier text was checked already).
         for match in self._pattern.finditer(lane.text, max(0, before - 64)):
             if match.end() > before:

@@ -214,15 +214,15 @@ def test_step_layouts_match_the_dense_oracle(step_runs, oracle, case: int) -> No
     assert max(abs(a - b) for g, e in zip(got, wrong) for a, b in zip(g, e)) > 1e-3
 
 
-NAMED_STEP_END = "[ghkmpw]"  # frequent in random text, absent from the step prefixes
+NAMED_STEP_END = "[duvxyzjq]"  # frequent in random text, absent from the placed text (prefixes, checks)
 
 
 def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle) -> None:
     """The engine starts every step with "**Alice [k]:** " (forced tokens, one per step); they are
     ordinary lane tokens: in the text, and scored by the oracle like any other."""
     n, prompt = 3, prompt_ids(40, seed=900)
-    params = hogwild_params(n, 48, seed=90, layout="combined")
-    params.extra_args["hogwild"].update(protocol="named", step_end=NAMED_STEP_END)
+    params = hogwild_params(n, 64, seed=90, layout="combined")
+    params.extra_args["hogwild"].update(protocol="named", step_end=NAMED_STEP_END, redundancy_every=40)
     (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
     tokenizer = llm.get_tokenizer()
     tokens = [list(c.token_ids) for c in out.outputs]
@@ -234,6 +234,9 @@ def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle)
         for k in range(2, num_ends + 1):
             assert f"**{name} [{k}]:** " in c.text, (k, c.text)
         assert f"**{name} [{num_ends + 2}]" not in c.text
+    # Every 40 tokens of the group, a worker's next step prefix asks whether it repeats work.
+    assert any("(Am I repeating someone's work?" in c.text for c in out.outputs)
+    assert not any(c.text.startswith(f"**{name} [1]:** (Am I") for name, c in zip(("Alice", "Bob", "Carol"), out.outputs))
     ends = [step_ends_for(tokenizer, t, NAMED_STEP_END) for t in tokens]
     expected = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends)
     got = [sampled_logprobs(c) for c in out.outputs]

@@ -156,3 +156,13 @@ def test_answer_pattern_option() -> None:
         with pytest.raises(HogwildOptionError) as info:
             parse_request({"hogwild": {"answer_pattern": value}})
         assert info.value.parameter == "hogwild.answer_pattern"
+
+
+def test_redundancy_every_option() -> None:
+    named = {"hogwild_layout": "combined", "hogwild_protocol": "named"}
+    assert parse_request({**named, "hogwild_redundancy_every": 64}).redundancy_every == 64
+    for extra in ({**named, "hogwild_redundancy_every": -1}, {**named, "hogwild_redundancy_every": "x"},
+                  {"hogwild_redundancy_every": 8}):
+        with pytest.raises(HogwildOptionError) as info:
+            parse_request(extra)
+        assert info.value.parameter == "hogwild_redundancy_every"

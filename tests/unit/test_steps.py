@@ -105,3 +105,12 @@ def test_interleaved_views_read_the_history_and_the_own_step_only() -> None:
     assert comb == inter[:-1] + [(1, P + 1)] + inter[-1:]
     # Empty history: exactly the own lane, i.e. plain attention.
     assert interleaved_views(P, [P + 3], [], [P])[0].spans == (Span(0, 0, P + 3),)
+
+
+def test_placed_text_never_ends_a_step_but_belongs_to_it() -> None:
+    t = StepTracker(1, P)
+    assert not t.on_sampled(0, P, "Done.\n\n", can_end=False)  # engine-placed text
+    assert not t.on_sampled(0, P + 1, "x")
+    assert t.on_sampled(0, P + 2, "Fine.\n\n")
+    t.on_sampled(0, P + 3, "y")
+    assert t.join([P + 4]) == [Span(0, P, P + 3)]
