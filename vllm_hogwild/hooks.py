@@ -161,10 +161,9 @@ def check_model(model_config) -> None:
     hf = model_config.hf_text_config
     try:
         RopeSpec.from_hf_config(hf)
-    except HogwildOptionError:
-        raise
-    except ValueError as err:  # no RoPE, MRoPE, LongRoPE, ...: the message names rope_type
-        raise HogwildOptionError("rope_type", str(err).removeprefix("rope_type: ")) from None
+    except ValueError as err:  # no RoPE, MRoPE, LongRoPE, ...: rope.py's messages start with their field
+        field, _, message = str(err).partition(": ")
+        raise HogwildOptionError(field, message) from None
     if model_config.get_sliding_window() is not None or getattr(hf, "layer_types", None) and any(
         t != "full_attention" for t in hf.layer_types
     ):

@@ -132,11 +132,12 @@ class HogwildScheduler(Scheduler):
             group = self.group_of.get(req_id)
             if group is None:
                 continue
-            queue = group.placing[group.index_of(req_id)]
+            worker = group.index_of(req_id)
+            queue = group.placing[worker]
             request = self.requests[req_id]
             if queue and request.num_computed_tokens >= request.num_tokens:  # it samples this step
                 forced[req_id] = queue.popleft()
-                group.placed[group.index_of(req_id)].add(request.num_output_tokens)
+                group.placed[worker].add(request.num_output_tokens)
         return forced
 
     def _count_prefill(self, num_scheduled: dict[str, int]) -> None:
