@@ -1,7 +1,11 @@
 """Raw-mode Hogwild outside vLLM: a dense float64 re-implementation for the tests.
 
 Layouts: contiguous, isolated, and the two with a shared history of finished
-steps (combined, interleaved), whose step ends the caller gives.
+steps (combined, interleaved), whose step ends the caller gives. For those two,
+section headers may sit at the prompt's tail: the prompt part of a view then
+ends at ``prompt_end`` and each header, a range of prompt positions, appears
+only where the view places it: before the history, before the others'
+unfinished steps, after each of them (the pivot) and before the own step.
 
 Written from DESIGN.md's definition only (it imports nothing from the plugin):
 N lanes share the prompt; in lock-step, at step k every live worker feeds its
@@ -52,6 +56,8 @@ class DenseHogwild:
         outputs: list[list[int]],
         layout: str = "contiguous",
         step_ends: list[list[int]] | None = None,
+        prompt_end: int | None = None,
+        headers: dict[str, tuple[int, int]] | None = None,
     ) -> list[list[float]]:
         """Each worker's log-probability of each of its output tokens.
 
@@ -101,7 +107,8 @@ class DenseHogwild:
                     vals[li][w] = torch.cat([vals[li][w], vv])
                     qs[w] = q[0]
                 for w in feeding:
-                    spans = self._view(w, k, p, outputs, layout, history, starts)
+                    spans = self._view(w, k, p, outputs, layout, history, starts,
+                                       p if prompt_end is None else prompt_end, headers or {})
                     ks = torch.cat([keys[li][lane][a:b] for lane, a, b in spans])
                     vs = torch.cat([vals[li][lane][a:b] for lane, a, b in spans])
                     out = layer.self_attn.o_proj(self._attend(qs[w], ks, vs, ks.shape[0] - 1))
@@ -112,7 +119,7 @@ class DenseHogwild:
         return result
 
     @staticmethod
-    def _view(w, k, p, outputs, layout, history, starts) -> list[tuple[int, int, int]]:
+    def _view(w, k, p, outputs, layout, history, starts, prompt_end, headers) -> list[tuple[int, int, int]]:
         """Worker w's view at decode step k as (lane, start, end) spans in view order."""
         length = [p + min(k + 1, len(o) - 1) for o in outputs]
         others = [o for o in range(len(outputs)) if o != w]
@@ -121,7 +128,18 @@ class DenseHogwild:
         if layout == "contiguous":
             return [(w, 0, p)] + [(o, p, length[o]) for o in others] + [(w, p, length[w])]
         live = [(o, starts[o], length[o]) for o in others if length[o] > starts[o]] if layout == "combined" else []
-        return [(w, 0, p)] + history + live + [(w, starts[w], length[w])]
+
+        def header(name: str) -> list[tuple[int, int, int]]:
+            return [(w, *headers[name])] if name in headers else []
+
+        spans = [(w, 0, prompt_end)]
+        if history:
+            spans += header("history") + history
+        if live:
+            spans += header("others")
+            for span in live:
+                spans += [span] + header("pivot")
+        return spans + header("own") + [(w, starts[w], length[w])]
 
     def _qkv(self, layer, x):
         a = layer.self_attn

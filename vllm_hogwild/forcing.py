@@ -6,7 +6,8 @@ the ``SchedulerOutput``; the runner hook turns it into logits rows
 (:func:`vllm_hogwild.step_context.take_forced`). This processor, which the
 switch adds to the engine's ``logits_processors``, leaves one finite logit in
 each such row, so whatever the sampling parameters the row samples that
-token. The token is then an ordinary token of the lane: fed next step, its K/V
+token (or, for ``ARGMAX``, its most likely token: the finisher's greedy
+tokens). The token is then an ordinary token of the lane: fed next step, its K/V
 computed once by its writer, seen in the worker's text. vLLM reports
 log-probabilities from the logits before any processor, so a forced token's
 logprob is still the model's own.
@@ -20,6 +21,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm_hogwild import step_context
 
 LOGITS_PROCESSOR = "vllm_hogwild.forcing:ForcedTokens"
+ARGMAX = -1  # a forced "token" that stands for the row's most likely token (greedy, whatever the sampling)
 
 
 class ForcedTokens(LogitsProcessor):
@@ -38,6 +40,9 @@ class ForcedTokens(LogitsProcessor):
             return logits
         index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
         tokens = torch.tensor(list(rows.values()), dtype=torch.long, device=logits.device)
+        greedy = tokens == ARGMAX
+        if bool(greedy.any()):
+            tokens = torch.where(greedy, logits[index].argmax(dim=-1), tokens)
         logits[index] = float("-inf")
         logits[index, tokens] = 0.0
         return logits

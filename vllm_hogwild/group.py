@@ -14,7 +14,7 @@ from typing import Sequence
 from vllm_hogwild.options import STEP_LAYOUTS, RequestOptions
 from vllm_hogwild.segment_attention import Segment
 from vllm_hogwild.steps import STEP_END, StepTracker
-from vllm_hogwild.views import View, build_views
+from vllm_hogwild.views import Separators, Span, View, build_views
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class Group:
     admitted_time: float = 0.0  # the whole group was queued for its first step
     prefill_by_worker: list[int] = field(default_factory=list)  # prompt tokens each member computed
     coworker_reads: list[int] = field(default_factory=list)  # co-worker tokens each member attended, summed over steps
+    prompt_end: int | None = None  # the prompt part of every view (collab: the section headers follow it)
+    separators: Separators = Separators()  # section headers, stored at the prompt's tail (collab)
 
     def __post_init__(self) -> None:
         if not self.member_ids:
@@ -58,6 +60,7 @@ class Group:
         self.checked_at = [0] * self.num_workers  # group tokens at each worker's last redundancy check
         self.placed = [set() for _ in range(self.num_workers)]  # output indices the engine placed
         self.placing = [deque() for _ in range(self.num_workers)]  # tokens the engine still places, per lane
+        self.finisher: int | None = None  # the worker the finisher runs on, once started
 
     @property
     def num_prefill_saved(self) -> int:
@@ -93,7 +96,8 @@ def member_views(group: Group, lanes: Sequence[Lane]) -> list[View]:
         return build_views(group.options.layout, group.prompt_len, lens)
     group.steps.join(lens)
     return build_views(group.options.layout, group.prompt_len, lens,
-                       history=group.steps.history, step_starts=group.steps.step_starts)
+                       history=group.steps.history, step_starts=group.steps.step_starts,
+                       separators=group.separators, prompt_end=group.prompt_end)
 
 
 def segments_of(view: View, lanes: Sequence[Lane]) -> tuple[Segment, ...] | None:
@@ -132,6 +136,16 @@ def step_segments(
         if segs is not None:
             out[w] = segs
     return out
+
+
+def prompt_separators(tail: dict) -> tuple[int, Separators]:
+    """``(prompt_end, separators)`` from the prompt tail the front end recorded (collab).
+
+    The headers are read from lane 0's copy of the prompt: every lane holds the
+    same prompt, and lane 0's blocks live as long as the group.
+    """
+    spans = {name: Span(0, *tail[name]) for name in ("history", "others", "pivot", "own")}
+    return tail["prompt_end"], Separators(**spans)
 
 
 def parse_member(request_id: str, num_workers: int) -> tuple[str, int]:

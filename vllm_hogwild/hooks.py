@@ -68,6 +68,14 @@ def install() -> None:
     _wrap(EngineArgs, "add_cli_args", _add_cli_args)
     _wrap(EngineArgs, "from_cli_args", _from_cli_args)
     _wrap(StatLoggerManager, "__init__", _stat_logger_manager_init)
+    from vllm.entrypoints.common.offline import OfflineInferenceMixin
+    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+
+    _wrap(OfflineInferenceMixin, "_add_chat_requests", _add_chat_requests)
+    _wrap(OpenAIServingChat, "render_chat_request", _render_chat_request)
+    _wrap(OpenAIServingChat, "create_chat_completion", _create_response)
+    _wrap(OpenAIServingCompletion, "create_completion", _create_response)
     _installed = True
 
 
@@ -209,24 +217,83 @@ def _stat_logger_manager_init(original, manager, vllm_config, *args, **kwargs):
     return original(manager, vllm_config, *args, **kwargs)
 
 
+# -- the collaboration protocol's preamble in chat -----------------------------
+
+
+def _add_chat_requests(original, llm, messages, params, *args, **kwargs):
+    """``LLM.chat`` / ``LLM.enqueue_chat``: a ``collab`` request's conversation gets the preamble."""
+    from vllm.renderers.inputs.preprocess import conversation_to_seq
+
+    from vllm_hogwild.collab import collab_options, marked, with_preamble
+
+    conversations = conversation_to_seq(messages)
+    seq_params = llm._params_to_seq(params, len(conversations))
+    new_convs, new_params, changed = [], [], False
+    for conversation, p in zip(conversations, seq_params):
+        options = collab_options(getattr(p, "extra_args", None))
+        if options is not None:
+            conversation = with_preamble(conversation, options, p.n)
+            p = copy.copy(p)  # never mutate the caller's SamplingParams
+            p.extra_args = marked(p.extra_args)
+            changed = True
+        new_convs.append(conversation)
+        new_params.append(p)
+    if not changed:
+        return original(llm, messages, params, *args, **kwargs)
+    return original(llm, new_convs, new_params, *args, **kwargs)
+
+
+async def _render_chat_request(original, serving, request, *args, **kwargs):
+    """``/v1/chat/completions``: a ``collab`` request's messages get the preamble before the template."""
+    from vllm_hogwild.collab import collab_options, marked, with_preamble
+
+    options = collab_options(request.vllm_xargs)
+    if options is not None:
+        request.messages = with_preamble(request.messages, options, request.n or 1)
+        request.vllm_xargs = marked(request.vllm_xargs)
+    return await original(serving, request, *args, **kwargs)
+
+
+async def _create_response(original, serving, request, *args, **kwargs):
+    """Both OpenAI routes: a Hogwild group's final answer in the response (see :mod:`vllm_hogwild.serving`)."""
+    from vllm_hogwild.serving import with_answer
+
+    return with_answer(request, await original(serving, request, *args, **kwargs))
+
+
 # -- the request check --------------------------------------------------------
 
 
 def _process_inputs(original, processor, request_id, prompt, params, *args, **kwargs):
+    from vllm_hogwild.collab import PREAMBLE_MARK, collab_options, extend_prompt
+
     user_max_tokens = getattr(params, "max_tokens", None)
     request = original(processor, request_id, prompt, params, *args, **kwargs)
     p = request.params
     extra = getattr(p, "extra_args", None)
     if not requested(extra):
         return request
+    spec = {"num_workers": p.n}
+    collab = collab_options(extra)
+    if collab is not None:
+        # The collaboration protocol's text goes into the group's prompt (raw prompts: the preamble
+        # too; chat got it as a system message). Checked below with the prompt's new length.
+        if request.prompt_token_ids is None or request.mm_features:
+            raise request_error(HogwildOptionError(
+                "prompt", "the collab protocol extends the prompt's tokens: send text or token ids"))
+        ids, tail = extend_prompt(processor.tokenizer, request.prompt_token_ids, collab, p.n,
+                                  in_chat=bool(extra.get(PREAMBLE_MARK)))
+        request.prompt_token_ids = ids
+        spec["prompt_tail"] = tail.to_dict()
     options, max_tokens = check(
         processor.vllm_config, extra, num_workers=p.n, prompt_len=len(request.prompt_token_ids or ()),
         max_tokens=p.max_tokens if user_max_tokens is not None else None,
     )
     p = copy.copy(p)  # never mutate the caller's SamplingParams
     p.max_tokens = max_tokens
-    p.extra_args = {k: v for k, v in extra.items() if k != REQUEST_KEY and not k.startswith("hogwild_")}
-    p.extra_args[REQUEST_KEY] = {**options.to_dict(), "num_workers": p.n}
+    p.extra_args = {k: v for k, v in extra.items()
+                    if k not in (REQUEST_KEY, PREAMBLE_MARK) and not k.startswith("hogwild_")}
+    p.extra_args[REQUEST_KEY] = {**options.to_dict(), **spec}
     request.sampling_params = p
     return request
 
@@ -250,6 +317,12 @@ def _generate(original, engine, prompt, sampling_params, request_id, *args, **kw
         except Exception:  # an EngineCoreRequest, a streaming input, ...: checked later
             prompt_len = None
         if prompt_len is not None:
+            from vllm_hogwild.collab import PREAMBLE_MARK, collab_options, extended_len
+
+            collab = collab_options(extra)
+            if collab is not None and engine.tokenizer is not None:
+                prompt_len = extended_len(engine.tokenizer, prompt_len, collab, sampling_params.n,
+                                          in_chat=bool(extra.get(PREAMBLE_MARK)))
             check(engine.vllm_config, extra, num_workers=sampling_params.n, prompt_len=prompt_len,
                   max_tokens=sampling_params.max_tokens)
     return original(engine, prompt, sampling_params, request_id, *args, **kwargs)
@@ -274,8 +347,8 @@ def check(config, extra_args, num_workers: int, prompt_len: int, max_tokens: int
                 "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
                 "or, offline, LLM(..., additional_config={'hogwild': {}})",
             )
-        options = parse_request(extra_args)
-        if options.protocol == "named":
+        options = parse_request({k: v for k, v in extra_args.items() if k != "_hogwild_preamble_in_chat"})
+        if options.protocol in ("named", "collab"):
             from vllm_hogwild.protocol import names
 
             try:

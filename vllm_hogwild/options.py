@@ -12,13 +12,21 @@ OpenAI server's flat ``vllm_xargs`` spell the same option ``hogwild_<name>``)::
 ``layout`` is ``contiguous``, ``isolated``, ``combined`` or ``interleaved``;
 the last two cut each worker's text into steps (``step_end``, a regular
 expression, default :data:`vllm_hogwild.steps.STEP_END`). ``protocol`` is
-``raw`` (nothing injected) or ``named`` (step layouts only: the engine starts
-every step of a worker with its name and step number, ``**Alice [2]:** ``).
-``redundancy_every`` (``named``) makes a worker's next step prefix ask whether
-it repeats someone's work once the group has generated that many more tokens.
-``answer_pattern`` (a regular expression with one group) ends the whole group
-once any worker's text matches it: every live worker then samples its end of
-sequence next.
+``raw`` (nothing injected), ``named`` (step layouts only: the engine starts
+every step of a worker with its name and step number, ``**Alice [2]:** ``) or
+``collab``, the whole collaboration protocol: ``named`` plus a preamble that
+tells the workers they are a team (``task``: ``math``, ``code`` or
+``general``; ``person``: ``second`` or ``first``), section headers between
+the parts of every view, the task's answer pattern, redundancy checks and the
+finisher; its layout defaults to ``combined``.
+``redundancy_every`` (``named``, ``collab``) makes a worker's next step prefix
+ask whether it repeats someone's work once the group has generated that many
+more tokens. ``answer_pattern`` (a regular expression with one group) ends the
+whole group once any worker's text matches it: every live worker then samples
+its end of sequence next. ``finisher`` (``collab``): when the budget runs out
+without an answer, the last that many tokens of one worker's budget go to a
+forced "final answer now" suffix and greedy tokens that read the whole shared
+cache.
 
 Every error is a :class:`HogwildOptionError` (a ``ValueError``) that names the
 offending field.
@@ -27,7 +35,7 @@ offending field.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 ENGINE_KEY = "hogwild"  # in additional_config
@@ -37,7 +45,9 @@ FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
 REQUEST_LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
 STEP_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
-PROTOCOLS = ("raw", "named")
+PROTOCOLS = ("raw", "named", "collab")
+NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every step with the writer's name
+COLLAB_DEFAULTS = {"layout": "combined", "redundancy_every": 512, "finisher": 16}  # answer_pattern: the task's
 
 
 class HogwildOptionError(ValueError):
@@ -80,7 +90,10 @@ class RequestOptions:
     protocol: str = "raw"
     step_end: str | None = None  # regex ending a step (combined, interleaved); None: steps.STEP_END
     answer_pattern: str | None = None  # regex (one group): the group stops once a worker writes a match
-    redundancy_every: int = 0  # named protocol: a step prefix asks "am I repeating?" every K group tokens
+    redundancy_every: int = 0  # named, collab: a step prefix asks "am I repeating?" every K group tokens
+    task: str = "math"  # collab: the preamble's template and the default answer pattern
+    person: str = "second"  # collab: the preamble speaks to the workers ("You are ...") or as them ("We are ...")
+    finisher: int = 0  # collab: greedy tokens of the finisher (0: none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +129,11 @@ def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
         if name not in known:
             raise HogwildOptionError(field, f"unknown Hogwild option; known: {sorted(known)}")
     opts = RequestOptions(**{k: v for k, (_, v) in values.items()})
+    if opts.protocol not in PROTOCOLS:
+        field = values["protocol"][0]
+        raise HogwildOptionError(field, f"unknown protocol {opts.protocol!r}; expected one of {list(PROTOCOLS)}")
+    if opts.protocol == "collab":
+        opts = _collab_defaults(opts, values)
     if opts.layout not in REQUEST_LAYOUTS:
         field = values["layout"][0]
         raise HogwildOptionError(field, f"unknown layout {opts.layout!r}; expected one of {list(REQUEST_LAYOUTS)}")
@@ -129,27 +147,46 @@ def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
             raise HogwildOptionError(field, f"not a regular expression: {err}") from None
         if opts.layout not in STEP_LAYOUTS:
             raise HogwildOptionError(field, f"steps exist only in the layouts {list(STEP_LAYOUTS)}")
-    if "redundancy_every" in values:
-        field = values["redundancy_every"][0]
-        if not isinstance(opts.redundancy_every, int) or isinstance(opts.redundancy_every, bool) \
-                or opts.redundancy_every < 0:
-            raise HogwildOptionError(field, "an integer >= 0 (0: off)")
-        if opts.redundancy_every and opts.protocol != "named":
-            raise HogwildOptionError(field, "redundancy checks ride on step prefixes: protocol 'named'")
+    for name in ("redundancy_every", "finisher"):
+        value = getattr(opts, name)
+        if name in values and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise HogwildOptionError(values[name][0], "an integer >= 0 (0: off)")
+    if "redundancy_every" in values and opts.redundancy_every and opts.protocol not in NAMED_PROTOCOLS:
+        raise HogwildOptionError(values["redundancy_every"][0],
+                                 f"redundancy checks ride on step prefixes: protocol one of {list(NAMED_PROTOCOLS)}")
+    for name in ("task", "person", "finisher"):
+        if name in values and opts.protocol != "collab":
+            raise HogwildOptionError(values[name][0], "an option of the collaboration protocol: protocol 'collab'")
+    if opts.protocol == "collab":
+        from vllm_hogwild.protocol import check_template
+
+        try:
+            check_template(opts.task, opts.person)
+        except ValueError as err:
+            name = str(err).split(":")[0].removeprefix("hogwild.")
+            raise HogwildOptionError(values[name][0], str(err).partition(": ")[2]) from None
     if opts.answer_pattern is not None:
-        field = values["answer_pattern"][0]
+        field = values.get("answer_pattern", ("hogwild.answer_pattern",))[0]
         try:
             groups = re.compile(opts.answer_pattern).groups if isinstance(opts.answer_pattern, str) else -1
         except re.error as err:
             raise HogwildOptionError(field, f"not a regular expression: {err}") from None
         if groups < 1 or not opts.answer_pattern:
             raise HogwildOptionError(field, "a regular expression with a group around the answer")
-    if opts.protocol not in PROTOCOLS:
-        field = values["protocol"][0]
-        raise HogwildOptionError(field, f"unknown protocol {opts.protocol!r}; expected one of {list(PROTOCOLS)}")
-    if opts.protocol == "named" and opts.layout not in STEP_LAYOUTS:
-        raise HogwildOptionError(values["protocol"][0], f"'named' needs steps: layout one of {list(STEP_LAYOUTS)}")
+    if opts.protocol in NAMED_PROTOCOLS and opts.layout not in STEP_LAYOUTS:
+        field = values["layout"][0] if "layout" in values else values["protocol"][0]
+        raise HogwildOptionError(field, f"protocol {opts.protocol!r} needs steps: layout one of {list(STEP_LAYOUTS)}")
     return opts
+
+
+def _collab_defaults(opts: RequestOptions, values: Mapping[str, tuple[str, Any]]) -> RequestOptions:
+    """The ``collab`` protocol's defaults for the options the request left out."""
+    from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN
+
+    fill = {k: v for k, v in COLLAB_DEFAULTS.items() if k not in values}
+    if "answer_pattern" not in values and opts.task in DEFAULT_ANSWER_PATTERN:
+        fill["answer_pattern"] = DEFAULT_ANSWER_PATTERN[opts.task]
+    return replace(opts, **fill)
 
 
 def blocks_for_group(prompt_len: int, max_tokens: int, num_workers: int, block_size: int) -> int:

@@ -7,12 +7,18 @@ lanes (see ``docs/user_guide.md``); this module only decides what they say.
   8); every step of a worker starts with its prefix, ``**Alice [3]:** ``.
 - The preamble tells the workers they are a team that writes into one shared
   transcript, in a template per task kind (``math``: a boxed final answer,
-  ``code``, ``general``) and person (``second``: "You are Alice ...",
-  ``first``: "I am Alice ..."). The same text serves raw prompts
-  (``/v1/completions``) and chat, where it goes through the model's template.
+  ``code``, ``general``) and person (``second``: "You are one of 2 workers
+  ...", ``first``: "We are 2 workers ..."). It is one text for the whole
+  group: a worker knows which one it is from its own step prefix, which always
+  opens the last part of its view. Raw prompts (``/v1/completions``) get it
+  in front of the prompt, chat requests as a system message that goes through
+  the model's chat template.
+- Section headers (``### Past steps``, ...) stand between the parts of a
+  ``combined`` view; the engine stores them once, at the tail of the prompt.
 - A periodic redundancy check is a short question a worker's step prefix
   carries ("Am I repeating someone's work?").
-- The finisher's suffix asks one worker for the final answer now.
+- The finisher's suffix asks one worker for the final answer now, in the
+  form the task's answer pattern matches.
 - :func:`final_answer` finds the answer a worker wrote (``\\boxed{...}`` by
   default, or any regular expression with one group).
 """
@@ -30,16 +36,20 @@ MAX_WORKERS = len(NAMES)
 
 _TEAM = {
     "second": (
-        "You are {name}, one of {n} workers ({roster}) solving the task below together. "
-        "You all write at the same time into one shared transcript and see each other's finished steps "
-        "and the step each of the others is writing right now. Split the work: say what you take on, "
-        "do not redo what someone else is doing, and build on their results."
+        "You are one of {n} workers ({roster}) solving the task below together. "
+        "You all write at the same time into one shared transcript. Every step starts with its writer's name "
+        "and number, like **{first} [1]:**, and the step after \"### Work in progress (own)\" is always your own. "
+        "You see everyone's finished steps under \"### Past steps\" and the steps the others are writing right now "
+        "under \"### Work in progress (others)\". Split the work: say what you take on, do not redo what someone "
+        "else is doing, and build on their results."
     ),
     "first": (
-        "I am {name}, one of {n} workers ({roster}) solving the task below together. "
-        "We all write at the same time into one shared transcript and I see the others' finished steps "
-        "and the step each of them is writing right now. We split the work: I say what I take on, "
-        "I do not redo what someone else is doing, and I build on their results."
+        "We are {n} workers ({roster}) solving the task below together. "
+        "We all write at the same time into one shared transcript. Every step starts with its writer's name "
+        "and number, like **{first} [1]:**, and the step after \"### Work in progress (own)\" is always mine. "
+        "I see everyone's finished steps under \"### Past steps\" and the steps the others are writing right now "
+        "under \"### Work in progress (others)\". We split the work: I say what I take on, I do not redo what "
+        "someone else is doing, and I build on their results."
     ),
 }
 _GOAL = {
@@ -49,13 +59,27 @@ _GOAL = {
 }
 _STEPS = "Write in short steps separated by blank lines."
 
+# Section headers between the parts of a view (``combined``, ``interleaved``).
+# The engine stores them once, at the tail of the group's prompt.
+HEADERS = {
+    "history": "### Past steps\n\n",
+    "others": "### Work in progress (others)\n\n",
+    "pivot": " <...>\n\n",
+    "own": "### Work in progress (own)\n\n",
+}
+HEADER_ORDER = ("history", "others", "pivot", "own")  # their order in the prompt tail: the own header last
+
 REDUNDANCY_CHECK = "(Am I repeating someone's work? If so, I switch to something else.) "
-FINISHER_SUFFIX = "\n\nTime is up. The final answer, in one line: "
+FINISHER_SUFFIX = {
+    "math": "\n\nTime is up. The final answer is \\boxed{",
+    "code": "\n\nTime is up. The final code:\n```python\n",
+    "general": "\n\nTime is up. Final answer:",
+}
 
 DEFAULT_ANSWER_PATTERN = {
     "math": r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}",
     "code": r"```python\n(.*?)```",
-    "general": r"Final answer:\s*(.+)",
+    "general": r"Final answer:[ \t]*([^\n]+)\n",
 }
 
 
@@ -71,16 +95,23 @@ def step_prefix(worker: int, step: int, num_workers: int, check: bool = False) -
     return f"**{name} [{step}]:** " + (REDUNDANCY_CHECK if check else "")
 
 
-def preamble(worker: int, num_workers: int, task: str = "general", person: str = "second") -> str:
-    """What worker ``worker`` is told before the task."""
+def preamble(num_workers: int, task: str = "math", person: str = "second") -> str:
+    """What the whole team is told before the task; one text, shared by every worker.
+
+    A worker knows which one it is from its own step prefix, which always opens
+    the last part of its view (as in the paper).
+    """
+    check_template(task, person)
+    team = names(num_workers)
+    text = _TEAM[person].format(n=num_workers, roster=", ".join(team), first=team[0])
+    return f"{text} {_STEPS} {_GOAL[task]}"
+
+
+def check_template(task: str, person: str) -> None:
     if task not in TASKS:
         raise ValueError(f"hogwild.task: unknown task {task!r}; expected one of {list(TASKS)}")
     if person not in PERSONS:
         raise ValueError(f"hogwild.person: unknown person {person!r}; expected one of {list(PERSONS)}")
-    team = names(num_workers)
-    roster = ", ".join(team)
-    text = _TEAM[person].format(name=team[worker], n=num_workers, roster=roster)
-    return f"{text} {_STEPS} {_GOAL[task]}"
 
 
 @dataclass(frozen=True)

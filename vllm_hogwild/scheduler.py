@@ -48,11 +48,13 @@ from typing import Any
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
-from vllm_hogwild.group import Group, Lane, parse_member, step_segments
+from vllm_hogwild.group import Group, Lane, parse_member, prompt_separators, step_segments
 from vllm_hogwild.metrics import attach_snapshot
 from vllm_hogwild.step_context import FORCED_ATTR, SEGMENTS_ATTR
-from vllm_hogwild.options import REQUEST_KEY, EngineOptions, RequestOptions, blocks_for_group
-from vllm_hogwild.protocol import RedundancyChecks, step_prefix
+from vllm_hogwild.forcing import ARGMAX
+from vllm_hogwild.options import NAMED_PROTOCOLS, REQUEST_KEY, EngineOptions, RequestOptions, blocks_for_group
+from vllm_hogwild.protocol import FINISHER_SUFFIX, RedundancyChecks, step_prefix
+from vllm_hogwild.views import Separators
 
 logger = logging.getLogger(__name__)
 
@@ -77,18 +79,19 @@ class HogwildScheduler(Scheduler):
         spec = _hogwild_spec(request)
         if spec is None:
             return super().add_request(request)
-        num_workers, options = spec
+        num_workers, options, tail = spec
         group_id, index = parse_member(request.request_id, num_workers)
         group = self.groups.get(group_id)
         if group is None:
+            prompt_end, separators = prompt_separators(tail) if tail else (None, Separators())
             group = Group(group_id, num_workers, options, request.max_tokens,
                           prompt_len=request.num_prompt_tokens, block_size=self.block_size,
-                          arrival_time=time.monotonic())
+                          arrival_time=time.monotonic(), prompt_end=prompt_end, separators=separators)
             self.groups[group_id] = group
             self.gathering[group_id] = []
         group.member_ids[index] = request.request_id
         self.group_of[request.request_id] = group
-        if options.protocol == "named":
+        if options.protocol in NAMED_PROTOCOLS:
             self._place(group, index, step_prefix(index, 1, num_workers))
         super().add_request(request)
         # Held out of the waiting queue until the group is complete and fits.
@@ -126,19 +129,47 @@ class HogwildScheduler(Scheduler):
         group.placing[worker].extend(self._tokenizer().encode(text, add_special_tokens=False))
 
     def _forced_tokens(self, num_scheduled: dict[str, int]) -> dict[str, int]:
-        """The token each member that samples this step must produce, where the engine places text."""
+        """The token each member that samples this step must produce, where the engine places text.
+
+        ``ARGMAX`` stands for "the model's most likely token" (the finisher's greedy tokens).
+        """
+        sampling = [r for r in num_scheduled if r in self.group_of
+                    and self.requests[r].num_computed_tokens >= self.requests[r].num_tokens]
+        for group in {self.group_of[r].group_id: self.group_of[r] for r in sampling}.values():
+            if group.options.finisher and group.finisher is None and not group.answered:
+                self._maybe_start_finisher(group)
         forced = {}
-        for req_id in num_scheduled:
-            group = self.group_of.get(req_id)
-            if group is None:
-                continue
+        for req_id in sampling:
+            group = self.group_of[req_id]
             worker = group.index_of(req_id)
             queue = group.placing[worker]
-            request = self.requests[req_id]
-            if queue and request.num_computed_tokens >= request.num_tokens:  # it samples this step
+            if queue:
                 forced[req_id] = queue.popleft()
-                group.placed[worker].add(request.num_output_tokens)
+                group.placed[worker].add(self.requests[req_id].num_output_tokens)
         return forced
+
+    def _maybe_start_finisher(self, group: Group) -> None:
+        """When the budget's last tokens are reached without an answer, one worker asks for it.
+
+        The lowest live worker gets the task's finisher suffix, then
+        ``finisher`` greedy tokens, as its last ``len(suffix) + finisher``
+        tokens; every other live worker ends now, so its rest joins the
+        history and the finisher's view is the whole shared transcript. Budgets
+        of at most twice that length have no finisher.
+        """
+        suffix = self._tokenizer().encode(FINISHER_SUFFIX[group.options.task], add_special_tokens=False)
+        reserve = len(suffix) + group.options.finisher
+        members = [self.requests.get(m) or self.parked[m] for m in group.member_ids]
+        live = [w for w, r in enumerate(members) if not r.is_finished()]
+        if not live or group.max_tokens <= 2 * reserve:
+            return
+        first = members[live[0]]
+        if first.max_tokens - first.num_output_tokens > reserve:
+            return
+        group.finisher = live[0]
+        group.placing[live[0]].clear()  # a step prefix being placed gives way
+        group.placing[live[0]].extend([*suffix, *[ARGMAX] * group.options.finisher])
+        self._stop_group(group, members, keep=live[0])
 
     def _count_prefill(self, num_scheduled: dict[str, int]) -> None:
         for req_id, n in num_scheduled.items():
@@ -225,7 +256,7 @@ class HogwildScheduler(Scheduler):
             placed = i in group.placed[worker]
             ended = group.steps is not None and group.steps.on_sampled(
                 worker, group.prompt_len + i, text, can_end=not placed)
-            if ended and group.options.protocol == "named":
+            if ended and group.options.protocol in NAMED_PROTOCOLS and group.finisher is None:
                 group.num_steps[worker] += 1
                 # The group's tokens seen so far: the others' as last observed, this worker's up to i.
                 seen = sum(group.num_observed) - group.num_observed[worker] + i + 1
@@ -238,11 +269,11 @@ class HogwildScheduler(Scheduler):
                 group.answered = group.answered or re.search(pattern, group.texts[worker]) is not None
         group.num_observed[worker] = len(tokens)
 
-    def _stop_group(self, group: Group, members: list[Request]) -> None:
-        """A worker wrote the answer: every live member samples its end of sequence next."""
+    def _stop_group(self, group: Group, members: list[Request], keep: int | None = None) -> None:
+        """A worker wrote the answer: every live member (but ``keep``) samples its end of sequence next."""
         for w, request in enumerate(members):
             eos = request.sampling_params.eos_token_id
-            if not request.is_finished() and eos is not None and list(group.placing[w]) != [eos]:
+            if w != keep and not request.is_finished() and eos is not None and list(group.placing[w]) != [eos]:
                 group.placing[w].clear()
                 group.placing[w].append(eos)
 
@@ -324,6 +355,8 @@ class GroupEnd:
     coworker_reads: list[int]  # co-worker tokens each worker attended, summed over its steps
     admission_wait_s: float | None  # first member's arrival to the group's admission (None: never admitted)
     latency_s: float  # first member's arrival to the group's end
+    history: list[tuple[int, int, int]] = field(default_factory=list)  # (lane, start, end) of steps, as joined
+    finisher: int | None = None  # the worker the finisher ran on
 
 
 @dataclass
@@ -342,6 +375,8 @@ class SchedulerStats:
             group.num_prefill_tokens, group.num_prefill_saved, output_lens, list(group.coworker_reads),
             admission_wait_s=(group.admitted_time - group.arrival_time) if group.admitted_time else None,
             latency_s=now - group.arrival_time,
+            history=[(s.lane, s.start, s.end) for s in (group.steps.history if group.steps else ())],
+            finisher=group.finisher,
         )
         self.ended.append(end)
         self._unreported.append(end)
@@ -359,12 +394,12 @@ class SchedulerStats:
         }
 
 
-def _hogwild_spec(request: Request) -> tuple[int, RequestOptions] | None:
-    """``(num_workers, options)`` stamped on the request by the front end, or ``None``."""
+def _hogwild_spec(request: Request) -> tuple[int, RequestOptions, dict | None] | None:
+    """``(num_workers, options, prompt tail)`` stamped on the request by the front end, or ``None``."""
     params = request.sampling_params
     extra = (params.extra_args or {}) if params is not None else {}
     spec = extra.get(REQUEST_KEY)
     if not isinstance(spec, dict) or "num_workers" not in spec:
         return None
-    options = RequestOptions(**{k: v for k, v in spec.items() if k != "num_workers"})
-    return int(spec["num_workers"]), options
+    options = RequestOptions(**{k: v for k, v in spec.items() if k not in ("num_workers", "prompt_tail")})
+    return int(spec["num_workers"]), options, spec.get("prompt_tail")

@@ -50,8 +50,9 @@ class Span:
 class Separators:
     """Token runs placed between the parts of a ``combined`` view.
 
-    Each is a span whose K/V exists once somewhere in the group (e.g. on the
-    common prompt tail of a lane); ``None`` leaves that separator out.
+    Each is a span whose K/V exists once somewhere in the group (the engine
+    stores them at the tail of the common prompt, after ``prompt_end``, see
+    :func:`combined_views`); ``None`` leaves that separator out.
     """
 
     history: Span | None = None  # before the shared history ("### Past steps")
@@ -159,6 +160,7 @@ def combined_views(
     history: Sequence[Span],
     step_starts: Sequence[int],
     separators: Separators = Separators(),
+    prompt_end: int | None = None,
 ) -> list[View]:
     """``[prompt][history][others' unfinished steps + pivot][own unfinished step]``.
 
@@ -166,8 +168,13 @@ def combined_views(
     finished; ``step_starts[w]`` is where worker ``w``'s unfinished step starts
     in its lane (so ``[step_starts[w], lane_lens[w])`` is unfinished). A step's
     tokens move into ``history`` when it finishes: a change of views only.
+
+    ``prompt_end`` (default ``prompt_len``): the prompt part of every view is
+    ``[0, prompt_end)``; the stored prompt's tail after it holds the separators,
+    which appear only where the view places them.
     """
-    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=True)
+    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=True,
+                          prompt_end=prompt_end)
 
 
 def interleaved_views(
@@ -176,12 +183,14 @@ def interleaved_views(
     history: Sequence[Span],
     step_starts: Sequence[int],
     separators: Separators = Separators(),
+    prompt_end: int | None = None,
 ) -> list[View]:
     """``[prompt][history][own unfinished step]``: ``combined`` without the others' live work.
 
     An ablation: co-workers are seen only through finished steps.
     """
-    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=False)
+    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=False,
+                          prompt_end=prompt_end)
 
 
 def _history_views(
@@ -191,13 +200,22 @@ def _history_views(
     step_starts: Sequence[int],
     separators: Separators,
     live_others: bool,
+    prompt_end: int | None = None,
 ) -> list[View]:
     _check_lanes(prompt_len, lane_lens)
     if len(step_starts) != len(lane_lens):
         raise ValueError("one step start per lane")
+    prompt_end = prompt_len if prompt_end is None else prompt_end
+    if not 0 <= prompt_end <= prompt_len:
+        raise ValueError("the prompt part of a view ends within the prompt")
     views = []
     for w, own_len in enumerate(lane_lens):
-        parts = [Span(w, 0, prompt_len)]
+        if own_len == step_starts[w]:
+            # Nothing of its own outside the history: a worker that has fed no token yet (or has
+            # stopped) reads its own lane as a plain sequence; it writes nothing after it.
+            views.append(View((Span(w, 0, own_len),)))
+            continue
+        parts = [Span(w, 0, prompt_end)]
         if history:
             parts += _present(separators.history) + list(history)
         others = [

@@ -264,3 +264,110 @@ def test_a_group_stops_one_token_after_any_worker_writes_the_answer(llm, oracle)
     expected = oracle.logprobs(prompt, tokens)
     got = [sampled_logprobs(c) for c in out.outputs]
     assert max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e)) <= 1e-4
+
+
+# -- the collaboration protocol --------------------------------------------------
+
+COLLAB_STEP_END = "[jqvyz]"  # frequent in random text, absent from every text the engine places
+
+
+@pytest.fixture(scope="module")
+def collab_run(llm):
+    n, prompt = 3, prompt_ids(40, seed=902)
+    params = hogwild_params(n, 64, seed=92, layout="combined")
+    params.ignore_eos, params.logprobs = False, 1
+    params.extra_args["hogwild"] = {"protocol": "collab", "step_end": COLLAB_STEP_END, "redundancy_every": 40,
+                                    "finisher": 6}
+    (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+    return prompt, out, llm.get_tokenizer(), scheduler_of(llm).stats.ended[-1]
+
+
+def test_collab_prompt_holds_the_preamble_and_the_headers_once(collab_run) -> None:
+    from vllm_hogwild.protocol import HEADER_ORDER, HEADERS, preamble
+
+    prompt, out, tokenizer, _ = collab_run
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    headers = [t for name in HEADER_ORDER for t in enc(HEADERS[name])]
+    assert list(out.prompt_token_ids) == enc(preamble(3, "math") + "\n\n") + prompt + enc("\n\n") + headers
+    for c in out.outputs:  # none of it is in any worker's text
+        assert "### Past steps" not in c.text and "workers (Alice, Bob, Carol)" not in c.text
+
+
+def test_collab_matches_the_oracle_with_headers_prefixes_and_the_finisher(collab_run, oracle) -> None:
+    """Every token, placed or sampled, is scored by the dense oracle given the documented views:
+    the prompt up to its headers, each header where the view puts it, the finisher's lane last."""
+    from vllm_hogwild.protocol import FINISHER_SUFFIX, HEADER_ORDER, HEADERS
+
+    prompt, out, tokenizer, end = collab_run
+    full = list(out.prompt_token_ids)
+    tokens = [list(c.token_ids) for c in out.outputs]
+    suffix = tokenizer.encode(FINISHER_SUFFIX["math"], add_special_tokens=False)
+    reserve = len(suffix) + 6
+    # The finisher ran on worker 0 for the budget's last tokens; everyone else ended then.
+    assert end.finisher == 0
+    start = 64 - reserve
+    assert tokens[0][start:start + len(suffix)] == suffix
+    for w in (1, 2):
+        assert len(tokens[w]) == start + 1 and tokens[w][-1] == tokenizer.eos_token_id
+        assert out.outputs[w].finish_reason == "stop"
+    # Its greedy tokens are the model's most likely ones (logprob rank 1), until the answer closes.
+    greedy = range(start + len(suffix), len(tokens[0]))
+    assert len(greedy) >= 1
+    assert all(out.outputs[0].logprobs[i][tokens[0][i]].rank == 1 for i in greedy)
+    # Step ends from the text (placed text, the finisher's included, never ends a step).
+    ends = [[i for i in step_ends_for(tokenizer, t, COLLAB_STEP_END) if not (w == 0 and i >= start)]
+            for w, t in enumerate(tokens)]
+    assert all(len(e) >= 2 for e in ends)
+    assert len(end.history) >= sum(len(e) for e in ends)  # every finished step joined (plus the stopped rests)
+    headers, pos = {}, len(full)
+    for name in reversed(HEADER_ORDER):
+        size = len(tokenizer.encode(HEADERS[name], add_special_tokens=False))
+        headers[name], pos = (pos - size, pos), pos - size
+    expected = oracle.logprobs(full, tokens, layout="combined", step_ends=ends, prompt_end=pos, headers=headers)
+    got = [sampled_logprobs(c) for c in out.outputs]
+    err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
+    # Without the headers the oracle disagrees: they are really read.
+    wrong = oracle.logprobs(full, tokens, layout="combined", step_ends=ends)
+    assert max(abs(a - b) for g, e in zip(got, wrong) for a, b in zip(g, e)) > 1e-3
+
+
+def test_every_placed_token_is_in_exactly_one_lane_once(collab_run) -> None:
+    """Token accounting: each step prefix is in its writer's text once and nowhere else, the
+    finisher's suffix once in the finisher's lane, and the cache holds each lane's tokens once."""
+    from vllm_hogwild.options import blocks_for_group
+    from vllm_hogwild.protocol import FINISHER_SUFFIX, NAMES
+
+    prompt, out, tokenizer, end = collab_run
+    texts = [c.text for c in out.outputs]
+    for w, text in enumerate(texts):
+        numbers = [int(k) for k in re.findall(rf"\*\*{NAMES[w]} \[(\d+)\]:\*\* ", text)]
+        assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 2, text
+        for o in range(3):
+            if o != w:
+                assert f"**{NAMES[o]} [" not in text
+    assert [t.count(FINISHER_SUFFIX["math"]) for t in texts] == [1, 0, 0]
+    checks = sum(t.count("(Am I repeating someone's work?") for t in texts)
+    assert checks >= 1
+    # The cache: the prompt's full blocks once, then each lane's own tokens (its last sampled one is never fed).
+    p = len(out.prompt_token_ids)
+    assert end.lane_lens == [p + len(c.token_ids) - 1 for c in out.outputs]
+    assert end.num_blocks_held <= blocks_for_group(p, 64, 3, BLOCK_SIZE)
+    assert end.num_prefill_saved == 2 * (p // BLOCK_SIZE) * BLOCK_SIZE
+
+
+def test_collab_chat_gets_the_preamble_as_a_system_message(llm) -> None:
+    from vllm import SamplingParams
+
+    from vllm_hogwild.protocol import HEADERS, preamble
+
+    params = SamplingParams(n=2, max_tokens=8, seed=3, extra_args={"hogwild": {"protocol": "collab", "person": "first"}})
+    before = dict(params.extra_args["hogwild"])
+    (out,) = llm.chat([{"role": "user", "content": "What is 2 + 3?"}], params, use_tqdm=False)
+    tokenizer = llm.get_tokenizer()
+    prompt = tokenizer.decode(out.prompt_token_ids)
+    assert f"<|im_start|>system\n{preamble(2, 'math', 'first')}<|im_end|>" in prompt
+    assert prompt.count(preamble(2, "math", "first")) == 1
+    assert prompt.endswith("<|im_start|>assistant\n" + "".join(HEADERS.values()))
+    assert params.extra_args == {"hogwild": before}  # the caller's params are untouched
+    assert [c.text.startswith(f"**{name} [1]:** ") for name, c in zip(("Alice", "Bob"), out.outputs)] == [True, True]

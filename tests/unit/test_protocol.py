@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_hogwild.protocol import (
+    HEADERS,
     NAMES,
     PERSONS,
     TASKS,
@@ -28,19 +29,31 @@ def test_names_and_prefixes() -> None:
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("person", PERSONS)
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_preambles_name_the_reader_and_the_team(task, person, n) -> None:
-    for w in range(n):
-        text = preamble(w, n, task, person)
-        assert f"{'You are' if person == 'second' else 'I am'} {NAMES[w]}," in text
-        assert ", ".join(NAMES[:n]) in text and f"one of {n} workers" in text
-    assert ("\\boxed{answer}" in preamble(0, n, task, person)) == (task == "math")
+def test_the_preamble_names_the_team_and_how_to_read_the_transcript(task, person, n) -> None:
+    text = preamble(n, task, person)
+    assert text.startswith("You are one of" if person == "second" else "We are")
+    assert f"{n} workers ({', '.join(NAMES[:n])})" in text
+    assert "**Alice [1]:**" in text
+    assert all(h.strip().removeprefix("### ") in text for k, h in HEADERS.items() if k != "pivot")
+    assert ("\\boxed{answer}" in text) == (task == "math")
 
 
 def test_bad_template_fields_are_named() -> None:
     with pytest.raises(ValueError, match="^hogwild.task: "):
-        preamble(0, 2, task="poetry")
+        preamble(2, task="poetry")
     with pytest.raises(ValueError, match="^hogwild.person: "):
-        preamble(0, 2, person="third")
+        preamble(2, person="third")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_finisher_suffix_leads_into_the_default_answer_pattern(task) -> None:
+    """Suffix + a short answer + its closing text matches the task's pattern."""
+    from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX
+
+    tail = {"math": "42}", "code": "print(42)\n```", "general": " 42\n"}[task]
+    assert final_answer("some work" + FINISHER_SUFFIX[task] + tail, task) in ("42", "print(42)")
+    assert final_answer("some work" + FINISHER_SUFFIX[task], task) is None
+    assert DEFAULT_ANSWER_PATTERN.keys() == FINISHER_SUFFIX.keys()
 
 
 def test_redundancy_checks_fire_when_the_group_crosses_a_multiple() -> None:
@@ -55,6 +68,7 @@ def test_redundancy_checks_fire_when_the_group_crosses_a_multiple() -> None:
     ("\\boxed{1} no wait \\boxed{\\frac{1}{2}}", "math", "\\frac{1}{2}"),
     ("nothing yet", "math", None),
     ("Final answer: Paris\n", "general", "Paris"),
+    ("Final answer: Par", "general", None),  # a line still being written
     ("```python\nprint(1)\n```", "code", "print(1)"),
 ])
 def test_final_answer_is_the_last_one_written(text, task, expected) -> None:
