@@ -173,7 +173,9 @@ def answer(output, pattern: str | None = None, task: str = "math") -> Answer | N
 
 # -- the transcript -----------------------------------------------------------
 
-_PREFIX = re.compile(r"\*\*(" + "|".join(protocol.NAMES) + r") \[(\d+)\]:\*\* ")
+def _prefix(worker: int) -> re.Pattern:
+    """The step prefix the engine places for ``worker`` (a model may write other names' prefixes too)."""
+    return re.compile(rf"\*\*{protocol.NAMES[worker]} \[(\d+)\]:\*\* ")
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,10 @@ class Step:
 
 def transcript(pieces: Sequence[Sequence[str]]) -> list[Step]:
     """Every worker's steps in the order they joined the shared history (named and collab protocols).
+
+    Only a worker's own prefix, at a token boundary, starts one of its steps:
+    the engine places nothing else, while a model may write other workers'
+    prefixes into its own text.
 
     ``pieces[w][t]`` is the text of worker ``w``'s ``t``-th token (offline:
     each token of ``CompletionOutput.token_ids`` decoded alone; a server
@@ -202,7 +208,7 @@ def transcript(pieces: Sequence[Sequence[str]]) -> list[Step]:
         for t in toks:
             offsets.append(pos)
             pos += len(t)
-        starts = [m.start() for m in _PREFIX.finditer(text)]
+        starts = [m.start() for m in _prefix(w).finditer(text)]
         token_at = {off: i for i, off in enumerate(offsets)}
         bounds = [s for s in starts if s in token_at] or [0]
         if bounds[0] != 0:
@@ -210,8 +216,8 @@ def transcript(pieces: Sequence[Sequence[str]]) -> list[Step]:
         for k, a in enumerate(bounds):
             b = bounds[k + 1] if k + 1 < len(bounds) else len(text)
             joined = token_at[b] if b in token_at and b < len(text) else len(toks)
-            m = _PREFIX.match(text, a)
-            steps.append(Step(w, int(m.group(2)) if m else 0, text[a:b], joined))
+            m = _prefix(w).match(text, a)
+            steps.append(Step(w, int(m.group(1)) if m else 0, text[a:b], joined))
     return sorted(steps, key=lambda s: (s.joined_at, s.worker))
 
 

@@ -53,7 +53,7 @@ _TEAM = {
     ),
 }
 _GOAL = {
-    "math": "When the answer is certain, write it once as \\boxed{answer}.",
+    "math": "When the answer is certain, put it once within \\boxed{}.",
     "code": "When the code is complete, write the final version once in a single ```python block.",
     "general": "When the task is done, write the final result once, starting with 'Final answer:'.",
 }

@@ -153,7 +153,8 @@ class HogwildScheduler(Scheduler):
 
         The lowest live worker gets the task's finisher suffix, then
         ``finisher`` greedy tokens, as its last ``len(suffix) + finisher``
-        tokens; every other live worker ends now, so its rest joins the
+        tokens (after a step prefix it is placing, if there is room for both);
+        every other live worker ends now, so its rest joins the
         history and the finisher's view is the whole shared transcript. Budgets
         of at most twice that length have no finisher.
         """
@@ -163,12 +164,14 @@ class HogwildScheduler(Scheduler):
         live = [w for w, r in enumerate(members) if not r.is_finished()]
         if not live or group.max_tokens <= 2 * reserve:
             return
-        first = members[live[0]]
-        if first.max_tokens - first.num_output_tokens > reserve:
+        first, queue = members[live[0]], group.placing[live[0]]
+        room = first.max_tokens - first.num_output_tokens - len(queue)  # after a step prefix being placed
+        if room > reserve:
             return
         group.finisher = live[0]
-        group.placing[live[0]].clear()  # a step prefix being placed gives way
-        group.placing[live[0]].extend([*suffix, *[ARGMAX] * group.options.finisher])
+        if room <= len(suffix):
+            queue.clear()  # no room for the prefix and the suffix: the prefix gives way
+        queue.extend([*suffix, *[ARGMAX] * group.options.finisher])
         self._stop_group(group, members, keep=live[0])
 
     def _count_prefill(self, num_scheduled: dict[str, int]) -> None:
