@@ -323,6 +323,8 @@ class HogwildScheduler(Scheduler):
             self.parked[request.request_id] = request
             del self.requests[request.request_id]
             return
+        if group.steps is not None:
+            group.steps.join([lane.num_tokens for lane in self._lanes(group)])  # the last rests, for the record
         self.stats.record_group_end(group, self._lanes(group), [
             (self.requests.get(m) or self.parked[m]).num_output_tokens for m in group.member_ids
         ])

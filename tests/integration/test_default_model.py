@@ -52,3 +52,42 @@ def test_two_workers_match_the_oracle_on_the_default_model(llm, model_dir) -> No
     ended = scheduler_of(llm).stats.ended[-1]
     assert ended.lane_lens == [len(prompt) + 23] * 2
     assert scheduler_of(llm).stats.num_member_preemptions == 0
+
+
+QUESTION = "A shop sells pens at 3 dollars each and notebooks at 5 dollars each. Sam buys 4 pens and 2 notebooks. How many dollars does Sam pay?"
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_collab_math_group_ends_with_a_final_answer(llm, n) -> None:
+    """2 and 4 workers, the collab protocol with the math template, through LLM.chat: a final answer
+    (a worker's, or the finisher's), and a transcript that puts every step back in join order."""
+    from vllm import SamplingParams
+
+    from vllm_hogwild.collab import answer, transcript
+    from vllm_hogwild.protocol import NAMES
+
+    params = SamplingParams(n=n, temperature=0.6, seed=11, max_tokens=128, extra_args={"hogwild": {"protocol": "collab"}})
+    (out,) = llm.chat([{"role": "user", "content": QUESTION}], params, use_tqdm=False)
+    outputs = sorted(out.outputs, key=lambda c: c.index)
+    found = answer(out)
+    assert found is not None, [c.text for c in outputs]
+    ended = scheduler_of(llm).stats.ended[-1]
+    assert found.source in ("worker", "finisher")
+    if found.source == "finisher":
+        assert ended.finisher == found.worker and "Time is up." in outputs[found.worker].text
+    # Every step, once, in the order the engine moved them into the shared history.
+    tokenizer = llm.get_tokenizer()
+    steps = transcript([[tokenizer.decode([t], skip_special_tokens=True) for t in c.token_ids] for c in outputs])
+    for w, c in enumerate(outputs):
+        mine = [s for s in steps if s.worker == w]
+        assert "".join(s.text for s in sorted(mine, key=lambda s: s.joined_at)) == c.text
+        assert [s.number for s in mine] == list(range(1, len(mine) + 1))
+        assert c.text.startswith(f"**{NAMES[w]} [1]:** ")
+    # The same steps, in the same order, as the engine's shared history at the group's end; a step
+    # ends at the token where its writer's next prefix starts (a last step: the lane's last fed token).
+    p = len(out.prompt_token_ids)
+    engine = [(lane, end - p) for lane, _, end in ended.history]
+    last = {s.worker: s for s in steps}
+    assert engine == [(s.worker, s.joined_at - (s is last[s.worker])) for s in steps]
+    assert len(steps) >= n
+    assert scheduler_of(llm).stats.num_member_preemptions == 0

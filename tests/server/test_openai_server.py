@@ -256,3 +256,46 @@ def test_named_protocol_in_combined_layout_through_the_server(server) -> None:
         for choice in chunk.choices:
             texts[choice.index] += choice.delta.content or ""
     assert texts[0].startswith("**Alice [1]:** ") and texts[1].startswith("**Bob [1]:** ")
+
+
+QUESTION = "A shop sells pens at 3 dollars each and notebooks at 5 dollars each. Sam buys 4 pens and 2 notebooks. How many dollars does Sam pay?"
+COLLAB = {"hogwild_protocol": "collab"}
+
+
+def _texts_from_stream(stream, n: int, route: str) -> tuple[list[str], list]:
+    texts, events = [""] * n, []
+    for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += _delta(choice, route)
+        events.append(chunk)
+    return texts, events
+
+
+@pytest.mark.parametrize("route,n", [("chat", 2), ("completions", 4)])
+def test_collab_group_returns_its_final_answer_whole_and_streamed(server, route, n) -> None:
+    """The collab protocol (math): the answer is a field of the response, and the last event of a
+    stream; both agree with the texts, and a worker or the finisher wrote it."""
+    from vllm_hogwild.collab import answer_of_texts
+    from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN, NAMES, preamble
+
+    c = client(server)
+    body = {"messages": [{"role": "user", "content": QUESTION}]} if route == "chat" else {"prompt": QUESTION}
+    kw = dict(model="smollm2", n=n, max_tokens=96, temperature=0.6, seed=7, extra_body={"vllm_xargs": COLLAB}, **body)
+    whole = _create(c, route, **kw)
+    texts = [_text(ch, route) for ch in sorted(whole.choices, key=lambda ch: ch.index)]
+    for w, text in enumerate(texts):
+        assert text.startswith(f"**{NAMES[w]} [1]:** ")
+    field = whole.model_extra["hogwild"]
+    found = answer_of_texts(texts, DEFAULT_ANSWER_PATTERN["math"])
+    assert found is not None, texts  # the finisher asks for it when nobody wrote one
+    assert field == {"answer": found.text, "worker": found.worker, "name": NAMES[found.worker], "source": found.source}
+    # The prompt holds the preamble (as a system message in chat) and the section headers.
+    plain = _create(c, route, model="smollm2", max_tokens=1, **body)
+    assert whole.usage.prompt_tokens > plain.usage.prompt_tokens + len(preamble(n).split()) // 2
+    assert "hogwild" not in (plain.model_extra or {})
+
+    streamed, events = _texts_from_stream(_create(c, route, stream=True, **kw), n, route)
+    assert streamed == texts  # same seed, same group
+    assert events[-1].choices == [] and events[-1].model_extra["hogwild"] == field
+    assert all("hogwild" not in (e.model_extra or {}) for e in events[:-1])
+
