@@ -492,3 +492,38 @@ def test_bad_group_is_refused(layout: str) -> None:
     kw = {"history": [], "step_starts": [0]} if layout in ("combined", "interleaved") else {}
     with pytest.raises(ValueError):
         build_views(layout, -1, [3], **kw)
+
+
+@SETTINGS
+@given(combined_st(with_separators=False), st.integers(0, 12), st.booleans())
+def test_headers_at_the_prompt_tail_appear_only_where_the_view_places_them(case, cut, interleaved) -> None:
+    """The engine's layout for collab: headers stored after ``prompt_end``; the prompt part of a view
+    stops there, and each header appears once per use (the reader's own-lane tail never directly)."""
+    prompt_len, lane_lens, history, step_starts, _ = case
+    end = min(cut, prompt_len)
+    tail = list(range(end, prompt_len))
+    names = ("history", "others", "pivot", "own")
+    seps = Separators(**{name: Span(0, t, t + 1) for name, t in zip(names, tail)})
+    layout = "interleaved" if interleaved else "combined"
+    views = build_views(layout, prompt_len, lane_lens, history=history, step_starts=step_starts,
+                        separators=seps, prompt_end=end)
+    for w, view in enumerate(views):
+        check_view_invariants(view, w, lane_lens)
+        full = expected_combined(prompt_len, lane_lens, history, step_starts, seps, w)
+        # The prompt part is [0, end): the stored tail shows up only as headers.
+        expected = [t for i, t in enumerate(full) if not (i < prompt_len and end <= t[1] < prompt_len)]
+        if interleaved:  # no co-worker's unfinished step, so neither its header nor its pivots
+            others = {(o, p) for o, n in enumerate(lane_lens) if o != w for p in range(step_starts[o], n)}
+            hidden = {(0, s.start) for s in (seps.others, seps.pivot) if s is not None}
+            expected = [t for t in expected if t not in others and t not in hidden]
+        assert view.tokens() == expected
+
+
+def test_a_worker_without_unfinished_text_reads_its_own_lane() -> None:
+    """Nothing fed yet (or stopped with everything in the history): a plain view of its own lane."""
+    seps = Separators(own=Span(0, 9, 10))
+    views = combined_views(10, [10, 12], [], [10, 10], seps, prompt_end=9)
+    assert views[0] == View((Span(0, 0, 10),))
+    assert views[1].tokens() == toks(1, 0, 9) + toks(0, 9, 10) + toks(1, 10, 12)
+    with pytest.raises(ValueError, match="within the prompt"):
+        combined_views(10, [12], [], [10], prompt_end=11)
