@@ -187,6 +187,7 @@ BAD = [
     ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_colour": "blue"}}}, "hogwild_colour"),
     ({"n": MAX_WORKERS + 1, "extra_body": {"vllm_xargs": RAW}}, "n"),
     ({"n": 2, "max_tokens": 1500, "extra_body": {"vllm_xargs": RAW}}, "max_tokens"),
+    ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_protocol": "collab", "hogwild_task": "poetry"}}}, "hogwild_task"),
 ]
 
 
@@ -235,6 +236,7 @@ def test_metrics_keep_vllm_series_and_add_hogwild_ones(server) -> None:
 @pytest.mark.parametrize("script,expect", [
     ("openai_client.py", ["usage: prompt=", "time to first token", "HTTP 400: hogwild_layout: unknown layout"]),
     ("stream_view.py", ["worker 0:", "worker 1:", "group usage:"]),
+    ("collab_tasks.py", ["--- worker 0 ---\n**Alice [1]:** ", "--- worker 1 ---\n**Bob [1]:** ", "final answer"]),
 ])
 def test_examples_run_against_the_server(server, script, expect) -> None:
     from pathlib import Path

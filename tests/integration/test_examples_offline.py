@@ -1,0 +1,40 @@
+"""The main job (``python -m vllm_hogwild.demo``, what ``./run.sh`` runs) and the offline collab example, as users run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROOT = Path(__file__).parents[2]
+
+
+def _run(args: list[str]) -> str:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    run = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    return run.stdout
+
+
+def test_the_main_job_records_a_collaborating_pair(tmp_path) -> None:
+    record = tmp_path / "run.md"
+    out = _run(["-m", "vllm_hogwild.demo", "--max-tokens", "80", "--markdown", str(record)])
+    text = record.read_text()
+    assert text in out  # the same record on stdout
+    assert "protocol `collab`" in text and "## The shared history, in the order the steps joined it" in text
+    assert "- tokens per worker: Alice " in text and ", Bob " in text
+    assert "- final answer: " in text and "- steps: " in text
+    assert "**Alice [1]:** " in text and "**Bob [1]:** " in text
+
+
+def test_the_math_example_runs_two_and_four_workers() -> None:
+    out = _run(["examples/collab_math.py", "--workers", "2", "4", "--max-tokens", "64"])
+    assert "===== 2 workers:" in out and "===== 4 workers:" in out
+    assert out.count("\nfinal answer: ") == 2
+    assert "**Dave [1]:** " in out
