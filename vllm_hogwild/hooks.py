@@ -16,6 +16,13 @@
 4. ``StatLoggerManager.__init__`` (the metrics): when Hogwild is switched on,
    put :class:`~vllm_hogwild.metrics.HogwildStatLogger` first among the
    front end's stat loggers (:mod:`vllm_hogwild.metrics`).
+5. ``OfflineInferenceMixin._add_chat_requests`` and
+   ``OpenAIServingChat.render_chat_request`` (the collab preamble in chat): put
+   the preamble into a ``collab`` request's conversation as a system message,
+   before the chat template renders it (:mod:`vllm_hogwild.collab`); and
+   ``OpenAIServingCompletion.create_completion`` /
+   ``OpenAIServingChat.create_chat_completion`` (the answer): add a group's
+   final answer to the response or the stream (:mod:`vllm_hogwild.serving`).
 
 The worker-side hook (the runner's ``_prepare_inputs``) is installed per
 runner instance by :mod:`vllm_hogwild.step_context`. ``patches/`` holds, for

@@ -25,11 +25,14 @@ The scheduler:
   to the attention backend in the worker process;
 - **cuts steps** (``combined``, ``interleaved``): shows each member's newly
   sampled tokens, decoded, to the group's step tracker before building views;
-- **places tokens** (``named`` protocol): queues each step prefix as token ids
-  and ships, per step, the token each such member must sample
-  (``hogwild_forced``, applied by :mod:`vllm_hogwild.forcing`); once a worker
-  writes a match of ``answer_pattern``, every live member's next token is its
-  end of sequence;
+- **places tokens** (``named`` and ``collab`` protocols): queues each step
+  prefix as token ids and ships, per step, the token each such member must
+  sample (``hogwild_forced``, applied by :mod:`vllm_hogwild.forcing`); once a
+  worker writes a match of ``answer_pattern``, every live member's next token
+  is its end of sequence; when the budget runs out without one (``collab``),
+  the finisher's suffix and greedy tokens go to one member and the others end;
+- **reads section headers** (``collab``) from the tail of the group's prompt,
+  where the front end put them (:mod:`vllm_hogwild.collab`);
 - **reports**: groups running and waiting, and one record per ended group,
   ride on vLLM's own ``SchedulerStats`` to the front end, where
   :mod:`vllm_hogwild.metrics` turns them into Prometheus series.
@@ -69,6 +72,7 @@ class HogwildScheduler(Scheduler):
         self.parked: dict[str, Request] = {}  # finished members whose blocks co-workers still read
         self.stats = SchedulerStats()
         self._hogwild_tokenizer = None  # loaded for the first group that cuts its text into steps
+        self._finisher_suffixes: dict[str, list[int]] = {}  # token ids of each task's finisher suffix
         self._allocate_slots = self.kv_cache_manager.allocate_slots
         self._allocate_sig = inspect.signature(self._allocate_slots)
         self.kv_cache_manager.allocate_slots = self._allocate_with_budget  # this instance only
@@ -158,7 +162,10 @@ class HogwildScheduler(Scheduler):
         history and the finisher's view is the whole shared transcript. Budgets
         of at most twice that length have no finisher.
         """
-        suffix = self._tokenizer().encode(FINISHER_SUFFIX[group.options.task], add_special_tokens=False)
+        task = group.options.task
+        if task not in self._finisher_suffixes:
+            self._finisher_suffixes[task] = self._tokenizer().encode(FINISHER_SUFFIX[task], add_special_tokens=False)
+        suffix = self._finisher_suffixes[task]
         reserve = len(suffix) + group.options.finisher
         members = [self.requests.get(m) or self.parked[m] for m in group.member_ids]
         live = [w for w, r in enumerate(members) if not r.is_finished()]
