@@ -78,6 +78,36 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     assert callable(preprocess.extract_prompt_len)
     # the reason for cpu_dist: the CLI asks for the "vllm" distribution's version
     assert 'importlib.metadata.version("vllm")' in inspect.getsource(cli_main.main)
+    # the collab preamble in chat and the answer field (hooks._wrap replaces the attribute in
+    # the class's own __dict__, so each must be defined there, not inherited)
+    from vllm.entrypoints.common.offline import OfflineInferenceMixin
+    from vllm.entrypoints.llm import LLM
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+    from vllm.renderers.inputs.preprocess import conversation_to_seq
+
+    for owner, name in ((OfflineInferenceMixin, "_add_chat_requests"), (OpenAIServingChat, "render_chat_request"),
+                        (OpenAIServingChat, "create_chat_completion"), (OpenAIServingCompletion, "create_completion")):
+        assert name in owner.__dict__, f"{owner.__name__}.{name}"
+    add_chat = unwrap(OfflineInferenceMixin._add_chat_requests)
+    assert _params(add_chat)[:3] == ["self", "messages", "params"]
+    assert not inspect.iscoroutinefunction(add_chat)
+    assert issubclass(LLM, OfflineInferenceMixin) and callable(OfflineInferenceMixin._params_to_seq)
+    assert callable(conversation_to_seq)
+    render_chat = unwrap(OpenAIServingChat.render_chat_request)
+    assert inspect.iscoroutinefunction(render_chat)
+    assert _params(render_chat) == ["self", "request"]
+    for create in (OpenAIServingChat.create_chat_completion, OpenAIServingCompletion.create_completion):
+        create = unwrap(create)
+        assert inspect.iscoroutinefunction(create), create.__qualname__
+        assert _params(create) == ["self", "request", "raw_request"], create.__qualname__
+        assert inspect.signature(create).parameters["raw_request"].default is None, create.__qualname__
+    for field in ("messages", "n", "vllm_xargs"):
+        assert field in ChatCompletionRequest.model_fields, field
+    for field in ("n", "vllm_xargs"):
+        assert field in CompletionRequest.model_fields, field
 
 
 def test_upstream_patches_apply_to_the_pinned_vllm(tmp_path) -> None:
@@ -90,7 +120,7 @@ def test_upstream_patches_apply_to_the_pinned_vllm(tmp_path) -> None:
     for rel in touched:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(site / rel, tmp_path / rel)
-    assert len(PATCHES) == 7
+    assert [p.name[:2] for p in PATCHES] == [f"{i:02d}" for i in range(1, 9)]
     for p in PATCHES:
         run = subprocess.run(["git", "apply", "-p1", str(p)], cwd=tmp_path, capture_output=True, text=True)
         assert run.returncode == 0, f"{p.name}: {run.stdout}{run.stderr}"
