@@ -354,7 +354,9 @@ def check(config, extra_args, num_workers: int, prompt_len: int, max_tokens: int
                 "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
                 "or, offline, LLM(..., additional_config={'hogwild': {}})",
             )
-        options = parse_request({k: v for k, v in extra_args.items() if k != "_hogwild_preamble_in_chat"})
+        from vllm_hogwild.collab import PREAMBLE_MARK
+
+        options = parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK})
         if options.protocol in ("named", "collab"):
             from vllm_hogwild.protocol import names
 
