@@ -3,8 +3,8 @@
 Each segment is attended with the query rotated by the segment's ``delta``
 (see :mod:`vllm_hogwild.views`); the keys are read as stored. The work is
 split in two: :func:`plan` (once per step) turns the rows into index tensors,
-:func:`run` (every layer) executes them. Three paths, all exact against the
-dense oracle in the tests:
+:func:`run` (every layer) executes them. Four paths, all exact against the
+dense oracle in the tests (the Triton one on CPU through Triton's interpreter):
 
 - **block buckets** (PyTorch, any device, any rows): one entry per (physical KV
   block, reader), where a reader is one query token rotated for one segment. A
@@ -18,6 +18,9 @@ dense oracle in the tests:
 - **compiled** (vLLM's CPU cache layout, single-token rows): the C++ op of
   :mod:`vllm_hogwild.cpu_ops` reads the cache in place, one online softmax per
   (row, query head) over all segments.
+- **Triton** (separate K and V caches, the GPU layout; any rows): the block
+  buckets run by the kernel of :mod:`vllm_hogwild.triton_attention`, one
+  program per (block, KV head) serving all the block's readers.
 
 No Python loop over workers, segments or tokens per layer in any path.
 """
@@ -114,6 +117,7 @@ class SegmentAttentionPlan:
     rope: RopeSpec
     decode: _DecodeBatch | None = None  # set when every row is one token: then buckets is empty
     csr: _DecodeCSR | None = None  # set for the compiled CPU op
+    triton: bool = False  # run the buckets with the Triton kernel (vllm_hogwild.triton_attention)
 
 
 def plan(
@@ -124,6 +128,7 @@ def plan(
     device: torch.device | str = "cpu",
     batched_decode: bool = True,
     compiled: bool = False,
+    triton: bool = False,
 ) -> SegmentAttentionPlan:
     """Build the step's index tensors; ``num_tokens``: rows of the query tensor (default: what the rows use).
 
@@ -131,11 +136,13 @@ def plan(
     the plan takes the batched decode path; otherwise the block-bucket path,
     which also serves multi-token rows. ``compiled`` plans single-token rows
     for the compiled CPU op (:mod:`vllm_hogwild.cpu_ops`; ``run`` then needs
-    vLLM's CPU cache layout).
+    vLLM's CPU cache layout). ``triton`` plans block buckets for the Triton
+    kernel (:mod:`vllm_hogwild.triton_attention`; ``run`` then needs separate
+    K and V caches).
     """
     if compiled and rows and all(r.num_query_tokens == 1 for r in rows):
         return _plan_csr(rows, block_size, rope, num_tokens)
-    if batched_decode and rows and all(r.num_query_tokens == 1 for r in rows) and (
+    if batched_decode and not triton and rows and all(r.num_query_tokens == 1 for r in rows) and (
         _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES
     ):
         return _plan_decode(rows, block_size, rope, num_tokens, device)
@@ -162,6 +169,7 @@ def plan(
         pair_sin=to(sin),
         buckets=[_Bucket(*(to(getattr(b, f)) for f in _Bucket.__dataclass_fields__)) for b in buckets],
         rope=rope,
+        triton=triton,
     )
 
 
@@ -312,6 +320,10 @@ def run(
     if p.csr is not None:
         _run_csr(p, query, kv, scale, out)
         return out
+    if p.triton:
+        from vllm_hogwild import triton_attention
+
+        return triton_attention.run(p, query, kv, scale, out)
     if p.decode is not None:
         _run_decode(p, query.to(cdt), kv, scale, out)
         return out
