@@ -1,11 +1,15 @@
-"""GPU check of segment attention: the reference paths on CUDA against the dense float64 oracle.
+"""GPU check of segment attention: the PyTorch paths and the Triton kernel on CUDA against the dense oracle.
 
-    python benchmarks/device_check.py        # on a machine with a CUDA GPU and torch
+    python benchmarks/device_check.py        # on a machine with a CUDA GPU, torch and triton
 
 Runs the oracle cases of tests/unit/test_segment_attention.py with the plain
 GPU cache layout ([num_blocks, block_size, kv_heads, head_dim]) on the GPU
-(both PyTorch paths; float32 and bf16), then times one layer at N=2/4 and view
-lengths 1k-8k. Prints one line per case and a final PASS/FAIL.
+(both PyTorch paths; float32 and bf16), the Triton kernel's cases of
+tests/triton_check.py, then times one decode layer at N=2/4/8 and view
+lengths 1k-8k: the Triton kernel against the PyTorch block-bucket path and
+against dense attention over N materialized copies of the views (what N
+independent sequences would read). Prints one line per case and a final
+PASS/FAIL.
 """
 
 from __future__ import annotations
@@ -41,6 +45,17 @@ def check(c: Case) -> float:
     return max(errs)
 
 
+def _time(fn, reps: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / reps * 1e3
+
+
 def main() -> int:
     assert torch.cuda.is_available(), "no CUDA device"
     ok = True
@@ -52,22 +67,32 @@ def main() -> int:
         tol = 1e-5 if c.dtype == torch.float32 else 1e-2
         ok &= err <= tol
         print(f"N={c.num_workers} {c.layout:10s} {str(c.dtype):15s} rel err {err:.2e} {'ok' if err <= tol else 'FAIL'}")
-    for n in (2, 4):
+    from tests.triton_check import CASES as TRITON_CASES
+    from tests.triton_check import check as triton_check
+
+    for c in TRITON_CASES:
+        result = triton_check(c, "cuda")
+        ok &= result["ok"]
+        print(f"triton N={result['workers']} {result['layout']:10s} {result['dtype']:9s} "
+              f"rel err {result['rel_err_oracle']:.2e} {'ok' if result['ok'] else 'FAIL'}")
+    for n in (2, 4, 8):
         for length in (1024, 2048, 4096, 8192):
             c = Case(num_workers=n, kv_layout="plain", prompt_len=length // 2, max_gen=length // (2 * n),
-                     block_size=16, head_dim=128, num_kv_heads=8, gqa=4)
+                     block_size=16, head_dim=128, num_kv_heads=8, gqa=4, dtype=torch.bfloat16)
             group, views, rows, query = setup(dataclasses.replace(c, max_query_tokens=1))
             spec = RopeSpec.from_hf_config(config_of(c))
-            plan = sa.plan(rows, c.block_size, spec, num_tokens=query.shape[0], device="cuda")
             kv, q = on_gpu(group.kv), query.cuda()
-            for _ in range(3):
-                sa.run(plan, q, kv)
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(20):
-                sa.run(plan, q, kv)
-            torch.cuda.synchronize()
-            print(f"N={n} view~{length}: reference path {(time.perf_counter() - t) / 20 * 1e3:.3f} ms/layer")
+            timings = {}
+            for name, kw in (("triton", dict(triton=True)), ("torch", dict(batched_decode=False))):
+                plan = sa.plan(rows, c.block_size, spec, num_tokens=query.shape[0], device="cuda", **kw)
+                timings[name] = _time(lambda: sa.run(plan, q, kv))
+            dense_k = torch.randn(n, c.num_kv_heads * c.gqa, length, c.head_dim, dtype=q.dtype, device="cuda")
+            dense_q = torch.randn(n, c.num_kv_heads * c.gqa, 1, c.head_dim, dtype=q.dtype, device="cuda")
+            timings["dense"] = _time(lambda: torch.nn.functional.scaled_dot_product_attention(
+                dense_q, dense_k, dense_k))
+            print(f"N={n} view~{length} bf16: triton {timings['triton']:.3f} ms/layer, torch buckets "
+                  f"{timings['torch']:.3f} ({timings['torch'] / timings['triton']:.1f}x), dense SDPA over N "
+                  f"copies {timings['dense']:.3f} ({timings['dense'] / timings['triton']:.2f}x)")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -2,14 +2,15 @@
 
 Same contract as :mod:`vllm_hogwild.backend`: plain rows (and Hogwild rows
 whose view is their own lane) through the native kernel, then the other
-Hogwild rows overwritten with segment attention — here the PyTorch reference
-path on the GPU; the fast Triton kernel is later work. The FlashAttention
+Hogwild rows overwritten with segment attention: the Triton kernel of
+:mod:`vllm_hogwild.triton_attention` when Triton is installed (the PyTorch
+reference path otherwise, or with ``VLLM_HOGWILD_ATTENTION=torch``). The FlashAttention
 cache is ``[num_blocks, kv_heads, block_size, 2 * head_dim]`` with K and V
 side by side per token, read as two strided ``[num_blocks, block_size,
 kv_heads, head_dim]`` views (exactly how the backend itself splits it).
 
 Not exercised in CI (no GPU there): ``benchmarks/device_check.sh`` runs the
-oracle checks on a GPU machine.
+oracle checks of both paths on a GPU machine.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from vllm.v1.attention.backends.flash_attn import (
     FlashAttentionMetadataBuilder,
 )
 
+import os
+
 from vllm_hogwild import segment_attention as sa
-from vllm_hogwild import step_context
+from vllm_hogwild import step_context, triton_attention
 from vllm_hogwild.backend import rows_for_step, write_segment_rows
 from vllm_hogwild.kv_layout import PlainPagedKV
 from vllm_hogwild.options import EngineOptions
@@ -36,6 +39,7 @@ class HogwildFlashAttentionMetadataBuilder(FlashAttentionMetadataBuilder):
         self.hogwild_on = EngineOptions.from_additional_config(vllm_config.additional_config) is not None
         self.rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config) if self.hogwild_on else None
         self.hogwild_block_size = kv_cache_spec.block_size
+        self.hogwild_triton = triton_attention.available() and os.environ.get("VLLM_HOGWILD_ATTENTION") != "torch"
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
@@ -43,7 +47,8 @@ class HogwildFlashAttentionMetadataBuilder(FlashAttentionMetadataBuilder):
         metadata.hogwild = None
         if rows:
             metadata.hogwild = sa.plan(list(rows.values()), self.hogwild_block_size, self.rope,
-                                       num_tokens=common_attn_metadata.num_actual_tokens, device=self.device)
+                                       num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
+                                       triton=self.hogwild_triton)
         return metadata
 
 
