@@ -28,7 +28,7 @@ setup(
         "cuda": [VLLM_CUDA, *MODEL],
         "xformers": ["xformers"],
         "ray": ["ray[serve]>=2.40"],
-        "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", *MODEL],
+        "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", *MODEL],
     },
     entry_points={
         "vllm.general_plugins": ["hogwild = vllm_hogwild.plugin:register"],

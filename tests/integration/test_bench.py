@@ -1,0 +1,59 @@
+"""The benchmarks run end to end on a real engine (tiny random Llama: the machinery, not the figures)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.conftest import make_llm, shutdown
+from vllm_hogwild import bench
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model):
+    engine = make_llm(tiny_model, additional_config={"hogwild": {}})
+    yield engine
+    shutdown(engine)
+
+
+def _run(llm, argv: list[str], tmp_path) -> dict:
+    report = bench.run(bench.build_parser().parse_args(argv), llm)
+    png = tmp_path / f"{argv[0]}.png"
+    bench.plot(report, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert bench.markdown(report).count("\n") == len(report["results"]) + 1
+    return report
+
+
+def test_decode_reports_throughput_and_memory(llm, tmp_path) -> None:
+    report = _run(llm, ["decode", "--workers", "2", "3", "--prompt-lens", "40", "--max-tokens", "8",
+                        "--rounds", "1"], tmp_path)
+    for r in report["results"]:
+        assert r["stock_decode_tok_s"] > 0 and r["hogwild_decode_tok_s"] > 0
+        # The group holds the prompt once; N copies of the final view hold it N times and every lane N times.
+        assert r["kv_blocks_copies"] > r["kv_blocks_group"] and r["memory_ratio"] > 1
+
+
+def test_recompute_rounds_follow_k(llm, tmp_path) -> None:
+    report = _run(llm, ["recompute", "--workers", "2", "--prompt-lens", "40", "--max-tokens", "8",
+                        "--every", "1", "4"], tmp_path)
+    assert [r["rounds"] for r in report["results"]] == [8, 2]
+    assert all(r["hogwild_s"] > 0 and r["recompute_s"] > 0 for r in report["results"])
+
+
+def test_overhead_times_both_loads(llm, tmp_path) -> None:
+    report = _run(llm, ["overhead", "--groups", "3", "--workers", "2", "--plain", "3", "--max-tokens", "4"],
+                  tmp_path)
+    assert [r["kind"] for r in report["results"]] == ["stock", "hogwild", "stock", "hogwild"]
+    assert all(r["steps"] >= 4 for r in report["results"]) and report["ratio"] > 0
+
+
+def test_answer_suite_scores_groups(llm, tmp_path) -> None:
+    tasks = bench.make_tasks(3, 2, seed=1)
+    assert all(truth == sum(int(x) for line in q.splitlines()[1:] for x in line.split(". ")[1].split(" + "))
+               for q, truth in tasks)
+    report = _run(llm, ["answer", "--workers", "1", "2", "--budgets", "48", "--tasks", "2", "--parts", "2"],
+                  tmp_path)
+    for r in report["results"]:
+        assert 0 <= r["accuracy"] <= r["answered"] <= 1 and 0 < r["mean_sequential_steps"] <= 48
