@@ -155,22 +155,17 @@ def overhead(llm, args) -> dict:
     spent = {"schedule": 0.0, "update": 0.0, "steps": 0}
     originals = (scheduler.schedule, scheduler.update_from_output)
 
-    def schedule(*a, **kw):
-        t = time.perf_counter()
-        try:
-            return originals[0](*a, **kw)
-        finally:
-            spent["schedule"] += time.perf_counter() - t
-            spent["steps"] += 1
+    def timed(fn, key: str):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[key] += time.perf_counter() - t
+                spent["steps"] += key == "schedule"
+        return wrapper
 
-    def update(*a, **kw):
-        t = time.perf_counter()
-        try:
-            return originals[1](*a, **kw)
-        finally:
-            spent["update"] += time.perf_counter() - t
-
-    scheduler.schedule, scheduler.update_from_output = schedule, update
+    scheduler.schedule, scheduler.update_from_output = timed(originals[0], "schedule"), timed(originals[1], "update")
     results = []
     try:
         for kind in ("stock", "hogwild", "stock", "hogwild"):
