@@ -49,6 +49,9 @@ def _engine(model: str | None, max_model_len: int, **kw):
 
     from vllm_hogwild.default_model import prepare
 
+    # A prompt is prefilled in one step: vLLM 0.32 on CPU fails a seeded request whose prefill is
+    # chunked (it rewinds the request's CPU generator, which has no offset), stock or Hogwild.
+    kw.setdefault("max_num_batched_tokens", max(max_model_len, 4096))
     return LLM(model=model or str(prepare()), dtype="float32", enforce_eager=True, seed=0,
                max_model_len=max_model_len, additional_config={"hogwild": {}}, **kw)
 
