@@ -44,15 +44,13 @@ def collab_options(extra_args: Mapping[str, Any] | None) -> RequestOptions | Non
 
     Bad options are left for the request check, which names the field.
     """
-    from vllm_hogwild.options import HogwildOptionError, parse_request, requested
+    from vllm_hogwild.options import HogwildOptionError
 
-    if not requested(extra_args):
-        return None
     try:
-        options = parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK})
+        options = options_of(extra_args)
     except HogwildOptionError:
         return None
-    return options if options.protocol == "collab" else None
+    return options if options is not None and options.protocol == "collab" else None
 
 
 def with_preamble(conversation: Sequence[Mapping[str, Any]], options: RequestOptions, num_workers: int) -> list:
