@@ -191,6 +191,18 @@ def test_oracle_long_views() -> None:
     check(Case(num_workers=4, prompt_len=1500, max_gen=300, block_size=32, seed=11))
 
 
+@pytest.mark.parametrize("gqa", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("kv_layout,block_size,head_dim", [
+    ("cpu_k_transposed", 16, 64), ("cpu_k_transposed", 128, 80), ("cpu", 32, 64), ("cpu_k_transposed", 24, 64),
+])
+def test_compiled_op_tiled_and_generic_paths(gqa: int, kv_layout: str, block_size: int, head_dim: int) -> None:
+    """The op's register-tiled path (fp32, K transposed, block size and head_dim multiples of 16,
+    1-4 query heads per KV head) and its generic path (everything else here) against the oracle,
+    with pieces that start and end mid-tile."""
+    check(Case(num_workers=3, layout="combined", kv_layout=kv_layout, gqa=gqa, block_size=block_size,
+               head_dim=head_dim, prompt_len=45, max_gen=50, seed=gqa))
+
+
 def test_empty_segments_are_harmless() -> None:
     c = Case(num_workers=3, seed=4)
     group, views, rows, query = setup(c)

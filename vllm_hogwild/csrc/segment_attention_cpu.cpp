@@ -13,14 +13,28 @@
 //
 // Built with -ffast-math so that exp and the dot products vectorize: the code
 // therefore never forms an infinity or a NaN (running maxima start at a finite
-// floor instead of -inf).
+// floor instead of -inf). Built with OpenMP so that at::parallel_for spreads the
+// (row, KV head) jobs over torch's threads.
+//
+// A float32 cache with K stored transposed (vLLM's AVX2/AVX-512 "vec" layouts)
+// and a block size that is a multiple of 16 takes a register-tiled AVX2 path
+// (piece_avx2): 16 keys' scores, or 16 dims of V, for all query heads of the KV
+// head stay in registers while K or V streams through once. It sums in the same
+// order as the generic path, so the two give identical results.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HOGWILD_AVX2 1
+#endif
 
 namespace {
 
@@ -29,6 +43,107 @@ constexpr float kFloor = -1e30f;
 
 template <typename scalar_t>
 inline float to_f(scalar_t x) { return static_cast<float>(x); }
+
+
+// Running softmax update of G heads over the scores of keys [lo, hi) (already
+// scaled); the scores become the unnormalised weights exp(s - m).
+template <int G>
+inline void softmax_update(float* s, int64_t bs, int64_t lo, int64_t hi, int64_t d,
+                           float* acc, float* m, float* l) {
+  const int64_t n = hi - lo;
+  for (int gi = 0; gi < G; ++gi) {
+    float* srow = s + gi * bs + lo;
+    float bmax = kFloor;
+    for (int64_t j = 0; j < n; ++j) bmax = std::max(bmax, srow[j]);
+    const float m_new = std::max(m[gi], bmax);
+    const float rescale = std::exp(m[gi] - m_new);
+    float* a = acc + gi * d;
+    for (int64_t e = 0; e < d; ++e) a[e] *= rescale;
+    float sum = 0.f;
+    for (int64_t j = 0; j < n; ++j) srow[j] = std::exp(srow[j] - m_new);  // vectorized
+    for (int64_t j = 0; j < n; ++j) sum += srow[j];
+    l[gi] = l[gi] * rescale + sum;
+    m[gi] = m_new;
+  }
+}
+
+#ifdef HOGWILD_AVX2
+constexpr int64_t kTile = 16;  // two 8-float registers
+
+// One piece (keys [lo, hi) of one block) for G query heads of one KV head.
+// K block [d, bs] (transposed), V block [bs, d]; bs and d multiples of kTile.
+template <int G>
+void piece_avx2(const float* qr, const float* kb, const float* vb, int64_t d, int64_t bs,
+                int64_t lo, int64_t hi, float sc, float* s, float* acc, float* m, float* l) {
+  // Scores over whole tiles covering [lo, hi): still inside the block, and the
+  // keys outside [lo, hi) are never read back.
+  const __m256 vsc = _mm256_set1_ps(sc);
+  for (int64_t j0 = lo / kTile * kTile; j0 < hi; j0 += kTile) {
+    __m256 t0[G], t1[G];
+    for (int gi = 0; gi < G; ++gi) t0[gi] = t1[gi] = _mm256_setzero_ps();
+    for (int64_t e = 0; e < d; ++e) {
+      const float* kr = kb + e * bs + j0;
+      const __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8);
+      for (int gi = 0; gi < G; ++gi) {
+        const __m256 y = _mm256_broadcast_ss(qr + gi * d + e);
+        t0[gi] = _mm256_fmadd_ps(y, k0, t0[gi]);
+        t1[gi] = _mm256_fmadd_ps(y, k1, t1[gi]);
+      }
+    }
+    for (int gi = 0; gi < G; ++gi) {
+      _mm256_storeu_ps(s + gi * bs + j0, _mm256_mul_ps(t0[gi], vsc));
+      _mm256_storeu_ps(s + gi * bs + j0 + 8, _mm256_mul_ps(t1[gi], vsc));
+    }
+  }
+  softmax_update<G>(s, bs, lo, hi, d, acc, m, l);
+  // V: 16 dims of every head's accumulator stay in registers over all keys.
+  for (int64_t e0 = 0; e0 < d; e0 += kTile) {
+    __m256 t0[G], t1[G];
+    for (int gi = 0; gi < G; ++gi) {
+      t0[gi] = _mm256_loadu_ps(acc + gi * d + e0);
+      t1[gi] = _mm256_loadu_ps(acc + gi * d + e0 + 8);
+    }
+    for (int64_t j = lo; j < hi; ++j) {
+      const float* v = vb + j * d + e0;
+      const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+      for (int gi = 0; gi < G; ++gi) {
+        const __m256 w = _mm256_broadcast_ss(s + gi * bs + j);
+        t0[gi] = _mm256_fmadd_ps(w, v0, t0[gi]);
+        t1[gi] = _mm256_fmadd_ps(w, v1, t1[gi]);
+      }
+    }
+    for (int gi = 0; gi < G; ++gi) {
+      _mm256_storeu_ps(acc + gi * d + e0, t0[gi]);
+      _mm256_storeu_ps(acc + gi * d + e0 + 8, t1[gi]);
+    }
+  }
+}
+
+// The tiled path for g query heads per KV head; false when g has no instance.
+template <typename scalar_t>
+inline bool piece_tiled(int64_t g, const float* qr, const scalar_t* kb, const scalar_t* vb, int64_t d,
+                        int64_t bs, int64_t lo, int64_t hi, float sc, float* s, float* acc, float* m,
+                        float* l) {
+  if constexpr (!std::is_same<scalar_t, float>::value) {
+    return false;
+  } else {
+    switch (g) {
+      case 1: piece_avx2<1>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
+      case 2: piece_avx2<2>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
+      case 3: piece_avx2<3>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
+      case 4: piece_avx2<4>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
+      default: return false;
+    }
+  }
+}
+#else
+template <typename scalar_t>
+inline bool piece_tiled(int64_t, const float*, const scalar_t*, const scalar_t*, int64_t, int64_t, int64_t,
+                        int64_t, float, float*, float*, float*, float*) {
+  return false;
+}
+constexpr int64_t kTile = 16;
+#endif
 
 template <typename scalar_t>
 void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_transposed,
@@ -55,6 +170,7 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
   const int64_t* phi = piece_hi.data_ptr<int64_t>();
   const float sc = static_cast<float>(scale);
   const int64_t block_stride = heads * bs * 2 * d, head_stride = bs * 2 * d;
+  const bool tiled = k_transposed && bs % kTile == 0 && d % kTile == 0;
 
   at::parallel_for(0, num_rows * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qr(g * d), acc(g * d), m(g), l(g), s(g * bs);
@@ -81,6 +197,10 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
           const int64_t lo = plo[pi], hi = phi[pi], n = hi - lo;
           const scalar_t* kb = kv + pb[pi] * block_stride + h * head_stride;
           const scalar_t* vb = kb + bs * d;
+          if (tiled && piece_tiled<scalar_t>(g, qr.data(), kb, vb, d, bs, lo, hi, sc, s.data(), acc.data(),
+                                             m.data(), l.data())) {
+            continue;
+          }
           // Scores of every query head of this KV head against keys lo..hi.
           for (int64_t gi = 0; gi < g; ++gi) {
             float* srow = s.data() + gi * bs;
