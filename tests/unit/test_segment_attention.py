@@ -192,15 +192,18 @@ def test_oracle_long_views() -> None:
 
 
 @pytest.mark.parametrize("gqa", [1, 2, 3, 4, 5])
-@pytest.mark.parametrize("kv_layout,block_size,head_dim", [
-    ("cpu_k_transposed", 16, 64), ("cpu_k_transposed", 128, 80), ("cpu", 32, 64), ("cpu_k_transposed", 24, 64),
+@pytest.mark.parametrize("kv_layout,block_size,head_dim,dtype", [
+    ("cpu_k_transposed", 16, 64, torch.float32), ("cpu_k_transposed", 128, 80, torch.float32),
+    ("cpu_k_transposed", 32, 64, torch.bfloat16), ("cpu_k_transposed", 32, 64, torch.float16),
+    ("cpu", 32, 64, torch.float32), ("cpu_k_transposed", 24, 64, torch.float32),
 ])
-def test_compiled_op_tiled_and_generic_paths(gqa: int, kv_layout: str, block_size: int, head_dim: int) -> None:
-    """The op's register-tiled path (fp32, K transposed, block size and head_dim multiples of 16,
-    1-4 query heads per KV head) and its generic path (everything else here) against the oracle,
-    with pieces that start and end mid-tile."""
+def test_compiled_op_tiled_and_generic_paths(gqa: int, kv_layout: str, block_size: int, head_dim: int,
+                                             dtype: torch.dtype) -> None:
+    """The op's register-tiled path (K transposed, block size and head_dim multiples of 16, 1-4
+    query heads per KV head, any cache dtype) and its generic path (everything else here) against
+    the oracle, with pieces that start and end mid-tile."""
     check(Case(num_workers=3, layout="combined", kv_layout=kv_layout, gqa=gqa, block_size=block_size,
-               head_dim=head_dim, prompt_len=45, max_gen=50, seed=gqa))
+               head_dim=head_dim, prompt_len=45, max_gen=50, dtype=dtype, seed=gqa))
 
 
 def test_empty_segments_are_harmless() -> None:

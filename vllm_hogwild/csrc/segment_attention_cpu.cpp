@@ -16,8 +16,9 @@
 // floor instead of -inf). Built with OpenMP so that at::parallel_for spreads the
 // (row, KV head) jobs over torch's threads.
 //
-// A float32 cache with K stored transposed (vLLM's AVX2/AVX-512 "vec" layouts)
-// and a block size that is a multiple of 16 takes a register-tiled AVX2 path
+// A float32, bf16 or fp16 cache with K stored transposed (vLLM's AVX2/AVX-512
+// "vec" layouts), block size and head_dim multiples of 16 and 1-4 query heads
+// per KV head takes a register-tiled AVX2 path
 // (piece_avx2): 16 keys' scores, or 16 dims of V, for all query heads of the KV
 // head stay in registers while K or V streams through once. It sums in the same
 // order as the generic path, so the two give identical results.
@@ -70,10 +71,20 @@ inline void softmax_update(float* s, int64_t bs, int64_t lo, int64_t hi, int64_t
 #ifdef HOGWILD_AVX2
 constexpr int64_t kTile = 16;  // two 8-float registers
 
+// 8 cache elements as 8 floats (exact conversions).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {  // bf16 is the high half of a float32
+  const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+#ifdef __F16C__
+inline __m256 load8(const c10::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+#endif
+
 // One piece (keys [lo, hi) of one block) for G query heads of one KV head.
 // K block [d, bs] (transposed), V block [bs, d]; bs and d multiples of kTile.
-template <int G>
-void piece_avx2(const float* qr, const float* kb, const float* vb, int64_t d, int64_t bs,
+template <int G, typename scalar_t>
+void piece_avx2(const float* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
                 int64_t lo, int64_t hi, float sc, float* s, float* acc, float* m, float* l) {
   // Scores over whole tiles covering [lo, hi): still inside the block, and the
   // keys outside [lo, hi) are never read back.
@@ -82,8 +93,8 @@ void piece_avx2(const float* qr, const float* kb, const float* vb, int64_t d, in
     __m256 t0[G], t1[G];
     for (int gi = 0; gi < G; ++gi) t0[gi] = t1[gi] = _mm256_setzero_ps();
     for (int64_t e = 0; e < d; ++e) {
-      const float* kr = kb + e * bs + j0;
-      const __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8);
+      const scalar_t* kr = kb + e * bs + j0;
+      const __m256 k0 = load8(kr), k1 = load8(kr + 8);
       for (int gi = 0; gi < G; ++gi) {
         const __m256 y = _mm256_broadcast_ss(qr + gi * d + e);
         t0[gi] = _mm256_fmadd_ps(y, k0, t0[gi]);
@@ -104,8 +115,8 @@ void piece_avx2(const float* qr, const float* kb, const float* vb, int64_t d, in
       t1[gi] = _mm256_loadu_ps(acc + gi * d + e0 + 8);
     }
     for (int64_t j = lo; j < hi; ++j) {
-      const float* v = vb + j * d + e0;
-      const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+      const scalar_t* v = vb + j * d + e0;
+      const __m256 v0 = load8(v), v1 = load8(v + 8);
       for (int gi = 0; gi < G; ++gi) {
         const __m256 w = _mm256_broadcast_ss(s + gi * bs + j);
         t0[gi] = _mm256_fmadd_ps(w, v0, t0[gi]);
@@ -124,7 +135,12 @@ template <typename scalar_t>
 inline bool piece_tiled(int64_t g, const float* qr, const scalar_t* kb, const scalar_t* vb, int64_t d,
                         int64_t bs, int64_t lo, int64_t hi, float sc, float* s, float* acc, float* m,
                         float* l) {
-  if constexpr (!std::is_same<scalar_t, float>::value) {
+#ifndef __F16C__
+  if constexpr (std::is_same<scalar_t, c10::Half>::value) {
+    return false;
+  } else
+#endif
+  if constexpr (std::is_same<scalar_t, double>::value) {
     return false;
   } else {
     switch (g) {
