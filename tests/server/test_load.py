@@ -1,0 +1,303 @@
+"""One real `vllm serve --plugin hogwild` (tiny random Llama) under load, fuzzing, and a killed engine.
+
+The module's server has a deliberately small KV cache (72 blocks of 32 tokens, a little more than one 2,048-token context)
+so that the load test's concurrency saturates it. The tests run in file order:
+the load test, the fuzz test, then the fault test, which kills the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.server.conftest import Server
+from vllm_hogwild.loadtest import make_mix, markdown, run_load, summarize
+
+pytestmark = [pytest.mark.vllm, pytest.mark.server]
+
+NAME = "tiny"
+KV_BLOCKS = 72
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tests.integration.tiny_model import build_tiny_llama
+
+    tmp = tmp_path_factory.mktemp("load")
+    model = build_tiny_llama(tmp / "tiny-llama")
+    srv = Server(model, ["--plugin", "hogwild", "--hogwild-max-workers", "4", "--block-size", "32",
+                         "--num-gpu-blocks-override", str(KV_BLOCKS), "--max-num-seqs", "32"],
+                 tmp / "server.log", name=NAME)
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()
+
+
+def wait_idle(server: Server, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = (server.metric("vllm:num_requests_running") + server.metric("vllm:num_requests_waiting")
+                + server.metric("hogwild:groups_running") + server.metric("hogwild:groups_waiting"))
+        if busy == 0:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"server still busy after {timeout} s")
+
+
+def free_blocks_when_idle(server: Server) -> float:
+    """The scheduler's free-block count once idle, as its last step reported it (a 1-token request first,
+    so that a step has run since the last request ended)."""
+    import httpx
+
+    wait_idle(server)
+    httpx.post(server.base_url + "/v1/completions", json={"model": NAME, "prompt": "idle", "max_tokens": 1},
+               timeout=60).raise_for_status()
+    wait_idle(server)
+    return server.metric("hogwild:kv_cache_free_blocks")
+
+
+class Sampler(threading.Thread):
+    """Polls /metrics while the load runs: the most requests waiting and the highest KV use seen."""
+
+    def __init__(self, server: Server) -> None:
+        super().__init__(daemon=True)
+        self.server, self.stop_event = server, threading.Event()
+        self.max_waiting = self.max_kv_use = 0.0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.max_waiting = max(self.max_waiting, self.server.metric("vllm:num_requests_waiting"))
+                self.max_kv_use = max(self.max_kv_use, self.server.metric("vllm:kv_cache_usage_perc"))
+            except Exception:
+                pass
+            time.sleep(0.2)
+
+
+def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tmp_path) -> None:
+    free_at_start = free_blocks_when_idle(server)
+    assert KV_BLOCKS - 2 <= free_at_start <= KV_BLOCKS
+    specs = make_mix(300, max_tokens=24, seed=0)
+    sampler = Sampler(server)
+    sampler.start()
+    start = time.perf_counter()
+    outcomes = asyncio.run(run_load(server.base_url + "/v1", NAME, specs, concurrency=48, deadline_s=240))
+    wall = time.perf_counter() - start
+    sampler.stop_event.set()
+    sampler.join()
+    rows = summarize(outcomes)
+    print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; most waiting {sampler.max_waiting:.0f}, "
+          f"highest KV use {sampler.max_kv_use:.2f}")
+    (tmp_path / "load.json").write_text(json.dumps(rows))
+
+    # The load saturated the cache: requests queued for room.
+    assert sampler.max_waiting > 0 and sampler.max_kv_use > 0.8
+    for o in outcomes:
+        expected = "cancelled" if o.spec.cancel_after is not None else "completed"
+        assert o.status == expected, (o.spec, o.status, o.reason)
+        if o.status == "completed":
+            assert len(o.texts) == o.spec.n
+    assert {r["kind"]: r["cancelled"] for r in rows[:3]} == {
+        kind: sum(s.cancel_after is not None and s.kind == kind for s in specs) for kind in ("plain", "hogwild-2", "hogwild-4")
+    }
+
+    # Every block is back in the pool once the server is idle (cancelled groups included).
+    assert free_blocks_when_idle(server) == free_at_start
+
+    # Plain greedy requests gave under load what they give alone.
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="EMPTY", max_retries=0)
+    plain = [o for o in outcomes if o.spec.kind == "plain"]
+    assert len(plain) == 120
+    for o in plain:
+        alone = client.completions.create(model=NAME, prompt=o.spec.prompt, max_tokens=o.spec.max_tokens,
+                                          temperature=0.0)
+        assert alone.choices[0].text == o.texts[0], o.spec.index
+
+
+# -- fuzz: the Hogwild fields and their combinations with n, max_tokens, stop, logprobs, stream ------
+
+def _strategies():
+    from hypothesis import strategies as st
+
+    anything = st.one_of(st.none(), st.booleans(), st.integers(-3, 5000), st.floats(allow_nan=False, width=32),
+                         st.text(max_size=8), st.lists(st.integers(0, 3), max_size=2))
+    values = {
+        "hogwild_layout": st.one_of(st.sampled_from(["contiguous", "combined", "interleaved", "isolated"]), anything),
+        "hogwild_protocol": st.one_of(st.sampled_from(["raw", "named", "collab"]), anything),
+        "hogwild_task": st.one_of(st.sampled_from(["math", "code", "general"]), anything),
+        "hogwild_person": st.one_of(st.sampled_from(["first", "second"]), anything),
+        "hogwild_finisher": st.one_of(st.integers(0, 8), anything),
+        "hogwild_redundancy_every": st.one_of(st.integers(1, 64), anything),
+        "hogwild_answer_pattern": st.one_of(st.just(r"Answer: (\d+)"), st.just("(unclosed"), anything),
+        "hogwild_step_end": st.one_of(st.just("\n\n"), anything),
+        "hogwild_speed": anything,
+    }
+    xargs = st.dictionaries(st.sampled_from(sorted(values)), st.nothing(), max_size=4).flatmap(
+        lambda keys: st.fixed_dictionaries({k: values[k] for k in keys})
+    )
+    body = st.fixed_dictionaries(
+        {"route": st.sampled_from(["completions", "chat"]), "vllm_xargs": xargs},
+        optional={
+            "n": st.one_of(st.integers(-1, 6), st.text(max_size=3)),
+            "max_tokens": st.one_of(st.integers(-2, 12), st.just(5000), st.none()),
+            "stop": st.one_of(st.none(), st.text(max_size=3), st.lists(st.text(max_size=3), max_size=3), st.integers()),
+            "logprobs": st.one_of(st.none(), st.booleans(), st.integers(0, 25)),
+            "stream": st.booleans(),
+            "temperature": st.one_of(st.floats(0, 2), st.just(-1.0)),
+            "seed": st.integers(0, 2**31),
+        },
+    )
+    return body
+
+
+def _send(server: Server, case: dict) -> tuple[int, str]:
+    """POST the case; for a stream, read it to the end. (status, body or the stream's error events)."""
+    import httpx
+
+    case = dict(case)
+    route = case.pop("route")
+    body = {"model": NAME, **case}
+    if route == "completions":
+        body["prompt"] = "Split the work: count to five."
+    else:
+        body["messages"] = [{"role": "user", "content": "Split the work: count to five."}]
+        if "logprobs" in body and isinstance(body["logprobs"], int) and not isinstance(body["logprobs"], bool):
+            body["top_logprobs"], body["logprobs"] = body["logprobs"], True
+    if body.get("max_tokens", None) is None:
+        body["max_tokens"] = 8  # the whole context per worker would only make the test slow
+    with httpx.Client(base_url=server.base_url, timeout=120) as http:
+        with http.stream("POST", f"/v1/{'completions' if route == 'completions' else 'chat/completions'}",
+                         json=body) as resp:
+            text = resp.read().decode(errors="replace")
+            return resp.status_code, text
+
+
+def test_fuzzed_hogwild_requests_get_200_or_400_never_500(server) -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    seen = {200: 0, 400: 0}
+    free_at_start = free_blocks_when_idle(server)
+
+    @settings(max_examples=80, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(_strategies())
+    def check(case: dict) -> None:
+        status, text = _send(server, case)
+        assert status in (200, 400), (status, case, text[:500])
+        if status == 400:
+            assert json.loads(text)["error"]["message"], text
+        else:
+            # A stream's failure arrives as an error event inside a 200: it must not be a 500 either.
+            assert '"code": 500' not in text and '"code":500' not in text, (case, text[:500])
+        seen[status] += 1
+
+    check()
+    assert seen[200] > 5 and seen[400] > 5, seen  # the strategies reach both kinds
+    ok = _send(server, {"route": "completions", "n": 2, "max_tokens": 4,
+                        "vllm_xargs": {"hogwild_layout": "contiguous", "hogwild_protocol": "raw"}})
+    assert ok[0] == 200
+    assert free_blocks_when_idle(server) == free_at_start
+
+
+# -- faults: the engine's worker process killed mid-load --------------------------------------------
+
+def _tree(pid: int):
+    import psutil
+
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def test_killed_engine_worker_gives_clean_errors_and_no_zombies(server) -> None:
+    import httpx
+    import psutil
+
+    wait_idle(server)
+    # Orphans of the server are re-parented to this process, which reaps them below: a
+    # container's PID 1 need not reap, and an exited process it left unreaped is no leak of ours.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    procs = _tree(server.proc.pid)
+    names = {p.pid: " ".join(p.cmdline())[:80] for p in procs}
+    assert len(procs) >= 2, names
+    # The model worker: the deepest process (API server -> engine core -> worker).
+    depth = {procs[0].pid: 0}
+    for p in procs[1:]:
+        chain, q = [], p
+        while q.pid not in depth:
+            chain.append(q)
+            q = q.parent()
+        for k, r in enumerate(reversed(chain), start=1):
+            depth[r.pid] = depth[q.pid] + k
+    worker = max(procs, key=lambda p: depth[p.pid])
+    assert depth[worker.pid] == 2, {names[p.pid]: depth[p.pid] for p in procs}
+    worker_name = worker.name()
+
+    results: list[str] = []
+    streaming = threading.Semaphore(0)  # released once per stream that has received tokens
+
+    def stream_one(i: int) -> None:
+        # 4 groups of 2 x 400 tokens: two decode while two wait for KV room; all are in flight.
+        body = {"model": NAME, "prompt": f"Request {i}: keep going.", "max_tokens": 400, "n": 2, "stream": True,
+                "ignore_eos": True, "vllm_xargs": {"hogwild_protocol": "raw", "hogwild_layout": "contiguous"}}
+        try:
+            with httpx.Client(base_url=server.base_url, timeout=60) as http:
+                with http.stream("POST", "/v1/completions", json=body) as resp:
+                    if resp.status_code != 200:
+                        results.append(f"http {resp.status_code}: {resp.read()[:200]!r}")
+                        return
+                    text, released = "", False
+                    for piece in resp.iter_text():
+                        text += piece
+                        if not released and '"text"' in text:
+                            streaming.release()
+                            released = True
+                    ended = text.rstrip().endswith("data: [DONE]") and '"error"' not in text
+                    results.append("finished" if ended else "error event or cut stream")
+        except httpx.HTTPError as err:
+            results.append(type(err).__name__)
+
+    threads = [threading.Thread(target=stream_one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(2):  # the two admitted groups are decoding
+        assert streaming.acquire(timeout=60), results
+    start = time.monotonic()
+    os.kill(worker.pid, signal.SIGKILL)
+    for t in threads:
+        t.join(90)
+    elapsed = time.monotonic() - start
+    assert not any(t.is_alive() for t in threads), "a client hung after the engine died"
+    assert len(results) == 4 and not any(r == "finished" or r.startswith("http 4") for r in results), results
+    print(f"\nworker {worker.pid} ({worker_name}) killed; the 4 in-flight streams ended within {elapsed:.1f} s: {results}")
+
+    # The server answers new requests with an error, or has exited; either way, within seconds.
+    try:
+        status = httpx.post(server.base_url + "/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2},
+                            timeout=30).status_code
+        assert status >= 500
+    except httpx.HTTPError:
+        pass
+    server.proc.wait(timeout=120)  # vLLM shuts its API server down when the engine dies
+    print(f"the server exited with {server.proc.returncode} {time.monotonic() - start:.1f} s after the kill")
+    deadline = time.monotonic() + 30
+    while True:
+        try:  # reap what was re-parented here
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        left = [names[p.pid] for p in procs if psutil.pid_exists(p.pid)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, left
