@@ -18,10 +18,14 @@
 //
 // A float32, bf16 or fp16 cache with K stored transposed (vLLM's AVX2/AVX-512
 // "vec" layouts), block size and head_dim multiples of 16 and 1-4 query heads
-// per KV head takes a register-tiled AVX2 path
-// (piece_avx2): 16 keys' scores, or 16 dims of V, for all query heads of the KV
-// head stay in registers while K or V streams through once. It sums in the same
-// order as the generic path, so the two give identical results.
+// per KV head takes the AVX2 path (run_rows_shared):
+// - a job is (KV head, a chunk of up to 4 rows); its readers (row, pair) are
+//   walked piece by piece, in block order, so a piece that several rows read
+//   (the shared prompt, every lane) is loaded once for up to 4 of them;
+// - register tiles (piece_avx2_multi): 16 keys' scores, or 16 dims of V, for all
+//   query heads of up to 2 readers stay in registers while K or V streams through.
+// It merges a row's pieces in block order instead of view order: the same
+// softmax, summed in another order (differences of float32 rounding).
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -81,84 +85,71 @@ inline __m256 load8(const c10::BFloat16* p) {  // bf16 is the high half of a flo
 inline __m256 load8(const c10::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #endif
 
-// One piece (keys [lo, hi) of one block) for G query heads of one KV head.
-// K block [d, bs] (transposed), V block [bs, d]; bs and d multiples of kTile.
-template <int G, typename scalar_t>
-void piece_avx2(const float* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
-                int64_t lo, int64_t hi, float sc, float* s, float* acc, float* m, float* l) {
-  // Scores over whole tiles covering [lo, hi): still inside the block, and the
-  // keys outside [lo, hi) are never read back.
+// R readers of the same piece (each G query heads): every K and V tile is loaded once
+// for all of them. Readers are distinct rows (their accumulators must not alias).
+template <int G, int R, typename scalar_t>
+void piece_avx2_multi(const float* const* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
+                      int64_t lo, int64_t hi, float sc, float* const* s, float* const* acc, float* const* m,
+                      float* const* l) {
   const __m256 vsc = _mm256_set1_ps(sc);
   for (int64_t j0 = lo / kTile * kTile; j0 < hi; j0 += kTile) {
-    __m256 t0[G], t1[G];
-    for (int gi = 0; gi < G; ++gi) t0[gi] = t1[gi] = _mm256_setzero_ps();
+    __m256 t0[R][G], t1[R][G];
+    for (int r = 0; r < R; ++r)
+      for (int gi = 0; gi < G; ++gi) t0[r][gi] = t1[r][gi] = _mm256_setzero_ps();
     for (int64_t e = 0; e < d; ++e) {
       const scalar_t* kr = kb + e * bs + j0;
       const __m256 k0 = load8(kr), k1 = load8(kr + 8);
+      for (int r = 0; r < R; ++r)
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256 y = _mm256_broadcast_ss(qr[r] + gi * d + e);
+          t0[r][gi] = _mm256_fmadd_ps(y, k0, t0[r][gi]);
+          t1[r][gi] = _mm256_fmadd_ps(y, k1, t1[r][gi]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
       for (int gi = 0; gi < G; ++gi) {
-        const __m256 y = _mm256_broadcast_ss(qr + gi * d + e);
-        t0[gi] = _mm256_fmadd_ps(y, k0, t0[gi]);
-        t1[gi] = _mm256_fmadd_ps(y, k1, t1[gi]);
+        _mm256_storeu_ps(s[r] + gi * bs + j0, _mm256_mul_ps(t0[r][gi], vsc));
+        _mm256_storeu_ps(s[r] + gi * bs + j0 + 8, _mm256_mul_ps(t1[r][gi], vsc));
       }
-    }
-    for (int gi = 0; gi < G; ++gi) {
-      _mm256_storeu_ps(s + gi * bs + j0, _mm256_mul_ps(t0[gi], vsc));
-      _mm256_storeu_ps(s + gi * bs + j0 + 8, _mm256_mul_ps(t1[gi], vsc));
-    }
   }
-  softmax_update<G>(s, bs, lo, hi, d, acc, m, l);
-  // V: 16 dims of every head's accumulator stay in registers over all keys.
+  for (int r = 0; r < R; ++r) softmax_update<G>(s[r], bs, lo, hi, d, acc[r], m[r], l[r]);
   for (int64_t e0 = 0; e0 < d; e0 += kTile) {
-    __m256 t0[G], t1[G];
-    for (int gi = 0; gi < G; ++gi) {
-      t0[gi] = _mm256_loadu_ps(acc + gi * d + e0);
-      t1[gi] = _mm256_loadu_ps(acc + gi * d + e0 + 8);
-    }
+    __m256 t0[R][G], t1[R][G];
+    for (int r = 0; r < R; ++r)
+      for (int gi = 0; gi < G; ++gi) {
+        t0[r][gi] = _mm256_loadu_ps(acc[r] + gi * d + e0);
+        t1[r][gi] = _mm256_loadu_ps(acc[r] + gi * d + e0 + 8);
+      }
     for (int64_t j = lo; j < hi; ++j) {
       const scalar_t* v = vb + j * d + e0;
       const __m256 v0 = load8(v), v1 = load8(v + 8);
+      for (int r = 0; r < R; ++r)
+        for (int gi = 0; gi < G; ++gi) {
+          const __m256 w = _mm256_broadcast_ss(s[r] + gi * bs + j);
+          t0[r][gi] = _mm256_fmadd_ps(w, v0, t0[r][gi]);
+          t1[r][gi] = _mm256_fmadd_ps(w, v1, t1[r][gi]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
       for (int gi = 0; gi < G; ++gi) {
-        const __m256 w = _mm256_broadcast_ss(s + gi * bs + j);
-        t0[gi] = _mm256_fmadd_ps(w, v0, t0[gi]);
-        t1[gi] = _mm256_fmadd_ps(w, v1, t1[gi]);
+        _mm256_storeu_ps(acc[r] + gi * d + e0, t0[r][gi]);
+        _mm256_storeu_ps(acc[r] + gi * d + e0 + 8, t1[r][gi]);
       }
-    }
-    for (int gi = 0; gi < G; ++gi) {
-      _mm256_storeu_ps(acc + gi * d + e0, t0[gi]);
-      _mm256_storeu_ps(acc + gi * d + e0 + 8, t1[gi]);
-    }
   }
 }
 
-// The tiled path for g query heads per KV head; false when g has no instance.
-template <typename scalar_t>
-inline bool piece_tiled(int64_t g, const float* qr, const scalar_t* kb, const scalar_t* vb, int64_t d,
-                        int64_t bs, int64_t lo, int64_t hi, float sc, float* s, float* acc, float* m,
-                        float* l) {
-#ifndef __F16C__
-  if constexpr (std::is_same<scalar_t, c10::Half>::value) {
-    return false;
-  } else
-#endif
-  if constexpr (std::is_same<scalar_t, double>::value) {
-    return false;
-  } else {
-    switch (g) {
-      case 1: piece_avx2<1>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
-      case 2: piece_avx2<2>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
-      case 3: piece_avx2<3>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
-      case 4: piece_avx2<4>(qr, kb, vb, d, bs, lo, hi, sc, s, acc, m, l); return true;
-      default: return false;
-    }
+template <int G, typename scalar_t>
+void pieces_multi(int64_t nr, const float* const* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
+                  int64_t lo, int64_t hi, float sc, float* const* s, float* const* acc, float* const* m,
+                  float* const* l) {
+  int64_t i = 0;
+  if constexpr (G <= 3) {
+    for (; i + 2 <= nr; i += 2)
+      piece_avx2_multi<G, 2>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
   }
+  for (; i < nr; ++i) piece_avx2_multi<G, 1>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
 }
-#else
-template <typename scalar_t>
-inline bool piece_tiled(int64_t, const float*, const scalar_t*, const scalar_t*, int64_t, int64_t, int64_t,
-                        int64_t, float, float*, float*, float*, float*) {
-  return false;
-}
-constexpr int64_t kTile = 16;
+
 #endif
 
 template <typename scalar_t>
@@ -186,7 +177,6 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
   const int64_t* phi = piece_hi.data_ptr<int64_t>();
   const float sc = static_cast<float>(scale);
   const int64_t block_stride = heads * bs * 2 * d, head_stride = bs * 2 * d;
-  const bool tiled = k_transposed && bs % kTile == 0 && d % kTile == 0;
 
   at::parallel_for(0, num_rows * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qr(g * d), acc(g * d), m(g), l(g), s(g * bs);
@@ -213,10 +203,6 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
           const int64_t lo = plo[pi], hi = phi[pi], n = hi - lo;
           const scalar_t* kb = kv + pb[pi] * block_stride + h * head_stride;
           const scalar_t* vb = kb + bs * d;
-          if (tiled && piece_tiled<scalar_t>(g, qr.data(), kb, vb, d, bs, lo, hi, sc, s.data(), acc.data(),
-                                             m.data(), l.data())) {
-            continue;
-          }
           // Scores of every query head of this KV head against keys lo..hi.
           for (int64_t gi = 0; gi < g; ++gi) {
             float* srow = s.data() + gi * bs;
@@ -274,6 +260,123 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
   });
 }
 
+#ifdef HOGWILD_AVX2
+// Block-shared order: a job is (KV head, a chunk of rows); its readers (row, pair) are
+// walked piece by piece, so that a piece several rows read is loaded once for them all.
+template <typename scalar_t>
+bool run_rows_shared(const torch::Tensor& query, const torch::Tensor& cache,
+                     const torch::Tensor& row_token, const torch::Tensor& row_pair_ptr,
+                     const torch::Tensor& pair_cos, const torch::Tensor& pair_sin,
+                     const torch::Tensor& pair_piece_ptr, const torch::Tensor& piece_block,
+                     const torch::Tensor& piece_lo, const torch::Tensor& piece_hi,
+                     int64_t rotary_dim, bool neox, double scale, torch::Tensor& out) {
+  const int64_t num_rows = row_token.size(0);
+  const int64_t hq = query.size(1), d = query.size(2);
+  const int64_t heads = cache.size(1), bs = cache.size(2);
+  const int64_t g = hq / heads;
+  if (!(g >= 1 && g <= 4) || bs % kTile || d % kTile) return false;
+  const int64_t half = rotary_dim / 2;
+  const float* q = query.data_ptr<float>();
+  const scalar_t* kv = cache.data_ptr<scalar_t>();
+  float* o = out.data_ptr<float>();
+  const int64_t* rt = row_token.data_ptr<int64_t>();
+  const int64_t* rp = row_pair_ptr.data_ptr<int64_t>();
+  const float* pc = pair_cos.data_ptr<float>();
+  const float* ps = pair_sin.data_ptr<float>();
+  const int64_t* pp = pair_piece_ptr.data_ptr<int64_t>();
+  const int64_t* pb = piece_block.data_ptr<int64_t>();
+  const int64_t* plo = piece_lo.data_ptr<int64_t>();
+  const int64_t* phi = piece_hi.data_ptr<int64_t>();
+  const float sc = static_cast<float>(scale);
+  const int64_t block_stride = heads * bs * 2 * d, head_stride = bs * 2 * d;
+  // Rows per chunk: enough jobs for every thread, at most 4 rows sharing a job.
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const int64_t want_jobs = 2 * threads;
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(num_rows, (want_jobs + heads - 1) / heads));
+  const int64_t rows_per = std::min<int64_t>(4, (num_rows + chunks - 1) / chunks);
+  const int64_t num_chunks = (num_rows + rows_per - 1) / rows_per;
+
+  at::parallel_for(0, num_chunks * heads, 1, [&](int64_t begin, int64_t end) {
+    struct Entry { int64_t block, lo, hi, row, pair; };
+    std::vector<Entry> entries;
+    std::vector<float> qrot, acc, m, l, sbuf;
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t h = job % heads, c = job / heads;
+      const int64_t r0 = c * rows_per, r1 = std::min(num_rows, r0 + rows_per), nr = r1 - r0;
+      const int64_t p0 = rp[r0], np = rp[r1] - p0;
+      qrot.assign(np * g * d, 0.f);
+      entries.clear();
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t tok = rt[r];
+        for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+          const float* cs = pc + p * half;
+          const float* sn = ps + p * half;
+          for (int64_t gi = 0; gi < g; ++gi) {
+            const float* x = q + (tok * hq + h * g + gi) * d;
+            float* y = qrot.data() + ((p - p0) * g + gi) * d;
+            for (int64_t i = 0; i < d; ++i) y[i] = x[i];
+            for (int64_t i = 0; i < half; ++i) {
+              const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+              y[a] = x[a] * cs[i] - x[b] * sn[i];
+              y[b] = x[b] * cs[i] + x[a] * sn[i];
+            }
+          }
+          for (int64_t pi = pp[p]; pi < pp[p + 1]; ++pi) entries.push_back({pb[pi], plo[pi], phi[pi], r - r0, p - p0});
+        }
+      }
+      std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+        return a.block != b.block ? a.block < b.block : a.lo != b.lo ? a.lo < b.lo : a.hi < b.hi;
+      });
+      acc.assign(nr * g * d, 0.f);
+      m.assign(nr * g, kFloor);
+      l.assign(nr * g, 0.f);
+      sbuf.resize(4 * g * bs);
+      const float* qrs[4];
+      float *ss[4], *accs[4], *ms[4], *ls[4];
+      for (size_t a = 0; a < entries.size();) {
+        size_t b = a + 1;
+        // Readers of one call must be distinct rows (their accumulators must not alias): a
+        // view may place one span twice (a section header), with two rotations.
+        auto fresh_row = [&](size_t k) {
+          for (size_t i = a; i < k; ++i)
+            if (entries[i].row == entries[k].row) return false;
+          return true;
+        };
+        while (b < entries.size() && b - a < 4 && entries[b].block == entries[a].block &&
+               entries[b].lo == entries[a].lo && entries[b].hi == entries[a].hi && fresh_row(b)) ++b;
+        const int64_t n = b - a;
+        for (int64_t i = 0; i < n; ++i) {
+          const Entry& en = entries[a + i];
+          qrs[i] = qrot.data() + en.pair * g * d;
+          ss[i] = sbuf.data() + i * g * bs;
+          accs[i] = acc.data() + en.row * g * d;
+          ms[i] = m.data() + en.row * g;
+          ls[i] = l.data() + en.row * g;
+        }
+        const scalar_t* kb = kv + entries[a].block * block_stride + h * head_stride;
+        const scalar_t* vb = kb + bs * d;
+        const int64_t lo = entries[a].lo, hi = entries[a].hi;
+        switch (g) {
+          case 1: pieces_multi<1>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
+          case 2: pieces_multi<2>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
+          case 3: pieces_multi<3>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
+          default: pieces_multi<4>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
+        }
+        a = b;
+      }
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t gi = 0; gi < g; ++gi) {
+          float* dst = o + (rt[r] * hq + h * g + gi) * d;
+          const float* a = acc.data() + ((r - r0) * g + gi) * d;
+          const float inv = 1.f / l[(r - r0) * g + gi];
+          for (int64_t e = 0; e < d; ++e) dst[e] = a[e] * inv;
+        }
+    }
+  });
+  return true;
+}
+#endif
+
 }  // namespace
 
 // query: [T, Hq, D] float32, rotated at stored positions; out: [T, Hq, D] float32.
@@ -290,6 +393,19 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
   TORCH_CHECK(cache.dim() == 4 && cache.size(3) == 2 * query.size(2), "cache must be [blocks, heads, bs, 2*D]");
   TORCH_CHECK(query.size(1) % cache.size(1) == 0, "query heads must be a multiple of KV heads");
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cache.scalar_type(), "segment_attention_decode", [&] {
+#ifdef HOGWILD_AVX2
+    constexpr bool readable = !std::is_same<scalar_t, double>::value
+#ifndef __F16C__
+                              && !std::is_same<scalar_t, c10::Half>::value
+#endif
+        ;
+    if constexpr (readable)
+    if (k_transposed && run_rows_shared<scalar_t>(query, cache, row_token, row_pair_ptr, pair_cos, pair_sin,
+                                                         pair_piece_ptr, piece_block, piece_lo, piece_hi,
+                                                         rotary_dim, neox, scale, out)) {
+      return;
+    }
+#endif
     run_rows<scalar_t>(query, cache, k_transposed, row_token, row_pair_ptr, pair_cos, pair_sin,
                        pair_piece_ptr, piece_block, piece_lo, piece_hi, rotary_dim, neox, scale, out);
   });
