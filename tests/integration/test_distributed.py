@@ -19,7 +19,9 @@ import os
 import pytest
 
 from tests.integration.conftest import make_llm, shutdown
-from tests.integration.test_offline import CASES, hogwild_params, oracle, prompt_ids, sampled_logprobs  # noqa: F401 (oracle: a fixture)
+from tests.integration.test_offline import (  # noqa: F401 (oracle: a fixture)
+    CASES, check_one_worker_equals_plain, hogwild_params, oracle, prompt_ids, sampled_logprobs,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -77,14 +79,7 @@ def test_ray_executor_matches_the_dense_oracle(ray_llm, oracle) -> None:
 
 
 def test_ray_executor_one_worker_equals_plain_request(ray_llm) -> None:
-    from vllm import SamplingParams
-
-    prompt = {"prompt_token_ids": prompt_ids(50, seed=7)}
-    plain = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=0)
-    hog = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=0,
-                         extra_args={"hogwild": {"layout": "contiguous"}})
-    a, b = ray_llm.generate([prompt, prompt], [plain, hog], use_tqdm=False)
-    assert a.outputs[0].token_ids == b.outputs[0].token_ids
+    check_one_worker_equals_plain(ray_llm, max_tokens=24)
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two tensor-parallel ranks need 2 CPU cores")

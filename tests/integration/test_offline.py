@@ -101,17 +101,21 @@ def test_group_prefills_prompt_once_and_holds_expected_blocks(raw_runs, llm) -> 
     assert scheduler_of(llm).stats.num_member_preemptions == 0
 
 
-def test_one_worker_equals_plain_request(llm) -> None:
+def check_one_worker_equals_plain(llm, max_tokens: int) -> None:
     from vllm import SamplingParams
 
     prompt = {"prompt_token_ids": prompt_ids(50, seed=7)}
-    plain = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True, logprobs=0)
-    hog = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True, logprobs=0,
+    plain = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0)
+    hog = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0,
                          extra_args={"hogwild": {"layout": "contiguous"}})
     a, b = llm.generate([prompt, prompt], [plain, hog], use_tqdm=False)
     assert a.outputs[0].token_ids == b.outputs[0].token_ids
     err = max(abs(x - y) for x, y in zip(sampled_logprobs(a.outputs[0]), sampled_logprobs(b.outputs[0])))
     assert err <= 1e-4
+
+
+def test_one_worker_equals_plain_request(llm) -> None:
+    check_one_worker_equals_plain(llm, max_tokens=40)
 
 
 def test_isolated_equals_plain_seeded_requests(llm) -> None:

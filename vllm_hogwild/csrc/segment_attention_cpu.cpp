@@ -152,31 +152,60 @@ void pieces_multi(int64_t nr, const float* const* qr, const scalar_t* kb, const 
 
 #endif
 
+// The op's inputs as raw pointers and sizes, shared by both paths.
 template <typename scalar_t>
-void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_transposed,
-              const torch::Tensor& row_token, const torch::Tensor& row_pair_ptr,
-              const torch::Tensor& pair_cos, const torch::Tensor& pair_sin,
-              const torch::Tensor& pair_piece_ptr, const torch::Tensor& piece_block,
-              const torch::Tensor& piece_lo, const torch::Tensor& piece_hi,
-              int64_t rotary_dim, bool neox, double scale, torch::Tensor& out) {
-  const int64_t num_rows = row_token.size(0);
-  const int64_t hq = query.size(1), d = query.size(2);
-  const int64_t heads = cache.size(1), bs = cache.size(2);
-  const int64_t g = hq / heads;
-  const int64_t half = rotary_dim / 2;
-  const float* q = query.data_ptr<float>();
-  const scalar_t* kv = cache.data_ptr<scalar_t>();
-  float* o = out.data_ptr<float>();
-  const int64_t* rt = row_token.data_ptr<int64_t>();
-  const int64_t* rp = row_pair_ptr.data_ptr<int64_t>();
-  const float* pc = pair_cos.data_ptr<float>();
-  const float* ps = pair_sin.data_ptr<float>();
-  const int64_t* pp = pair_piece_ptr.data_ptr<int64_t>();
-  const int64_t* pb = piece_block.data_ptr<int64_t>();
-  const int64_t* plo = piece_lo.data_ptr<int64_t>();
-  const int64_t* phi = piece_hi.data_ptr<int64_t>();
-  const float sc = static_cast<float>(scale);
-  const int64_t block_stride = heads * bs * 2 * d, head_stride = bs * 2 * d;
+struct Rows {
+  int64_t num_rows, hq, d, heads, bs, g, half, block_stride, head_stride;
+  bool neox;
+  float sc;
+  const float* q;
+  const scalar_t* kv;
+  float* o;
+  const int64_t *rt, *rp, *pp, *pb, *plo, *phi;
+  const float *pc, *ps;
+
+  Rows(const torch::Tensor& query, const torch::Tensor& cache, const torch::Tensor& row_token,
+       const torch::Tensor& row_pair_ptr, const torch::Tensor& pair_cos, const torch::Tensor& pair_sin,
+       const torch::Tensor& pair_piece_ptr, const torch::Tensor& piece_block, const torch::Tensor& piece_lo,
+       const torch::Tensor& piece_hi, int64_t rotary_dim, bool neox_, double scale, torch::Tensor& out)
+      : num_rows(row_token.size(0)), hq(query.size(1)), d(query.size(2)), heads(cache.size(1)),
+        bs(cache.size(2)), g(hq / heads), half(rotary_dim / 2), block_stride(heads * bs * 2 * d),
+        head_stride(bs * 2 * d), neox(neox_), sc(static_cast<float>(scale)), q(query.data_ptr<float>()),
+        kv(cache.data_ptr<scalar_t>()), o(out.data_ptr<float>()), rt(row_token.data_ptr<int64_t>()),
+        rp(row_pair_ptr.data_ptr<int64_t>()), pp(pair_piece_ptr.data_ptr<int64_t>()),
+        pb(piece_block.data_ptr<int64_t>()), plo(piece_lo.data_ptr<int64_t>()),
+        phi(piece_hi.data_ptr<int64_t>()), pc(pair_cos.data_ptr<float>()), ps(pair_sin.data_ptr<float>()) {}
+
+  // The g query heads of KV head h of query token tok, rotated by pair p, into y [g, d].
+  void rotate(int64_t tok, int64_t h, int64_t p, float* y) const {
+    const float* c = pc + p * half;
+    const float* sn = ps + p * half;
+    for (int64_t gi = 0; gi < g; ++gi, y += d) {
+      const float* x = q + (tok * hq + h * g + gi) * d;
+      for (int64_t i = 0; i < d; ++i) y[i] = x[i];
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        y[a] = x[a] * c[i] - x[b] * sn[i];
+        y[b] = x[b] * c[i] + x[a] * sn[i];
+      }
+    }
+  }
+
+  // Normalised output of query head gi of KV head h for query token tok.
+  void write(int64_t tok, int64_t h, int64_t gi, const float* acc, float l) const {
+    float* dst = o + (tok * hq + h * g + gi) * d;
+    const float inv = 1.f / l;
+    for (int64_t e = 0; e < d; ++e) dst[e] = acc[e] * inv;
+  }
+};
+
+template <typename scalar_t>
+void run_rows(const Rows<scalar_t>& rows, bool k_transposed) {
+  const int64_t num_rows = rows.num_rows, d = rows.d, heads = rows.heads, bs = rows.bs, g = rows.g;
+  const scalar_t* kv = rows.kv;
+  const int64_t *rt = rows.rt, *rp = rows.rp, *pp = rows.pp, *pb = rows.pb, *plo = rows.plo, *phi = rows.phi;
+  const float sc = rows.sc;
+  const int64_t block_stride = rows.block_stride, head_stride = rows.head_stride;
 
   at::parallel_for(0, num_rows * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qr(g * d), acc(g * d), m(g), l(g), s(g * bs);
@@ -187,18 +216,7 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
       std::fill(m.begin(), m.end(), kFloor);
       std::fill(l.begin(), l.end(), 0.f);
       for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
-        const float* c = pc + p * half;
-        const float* sn = ps + p * half;
-        for (int64_t gi = 0; gi < g; ++gi) {  // rotate the query for this pair
-          const float* x = q + (tok * hq + h * g + gi) * d;
-          float* y = qr.data() + gi * d;
-          for (int64_t i = 0; i < d; ++i) y[i] = x[i];
-          for (int64_t i = 0; i < half; ++i) {
-            const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-            y[a] = x[a] * c[i] - x[b] * sn[i];
-            y[b] = x[b] * c[i] + x[a] * sn[i];
-          }
-        }
+        rows.rotate(tok, h, p, qr.data());
         for (int64_t pi = pp[p]; pi < pp[p + 1]; ++pi) {
           const int64_t lo = plo[pi], hi = phi[pi], n = hi - lo;
           const scalar_t* kb = kv + pb[pi] * block_stride + h * head_stride;
@@ -251,11 +269,7 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
           }
         }
       }
-      for (int64_t gi = 0; gi < g; ++gi) {
-        float* dst = o + (tok * hq + h * g + gi) * d;
-        const float inv = 1.f / l[gi];
-        for (int64_t e = 0; e < d; ++e) dst[e] = acc[gi * d + e] * inv;
-      }
+      for (int64_t gi = 0; gi < g; ++gi) rows.write(tok, h, gi, acc.data() + gi * d, l[gi]);
     }
   });
 }
@@ -264,31 +278,11 @@ void run_rows(const torch::Tensor& query, const torch::Tensor& cache, bool k_tra
 // Block-shared order: a job is (KV head, a chunk of rows); its readers (row, pair) are
 // walked piece by piece, so that a piece several rows read is loaded once for them all.
 template <typename scalar_t>
-bool run_rows_shared(const torch::Tensor& query, const torch::Tensor& cache,
-                     const torch::Tensor& row_token, const torch::Tensor& row_pair_ptr,
-                     const torch::Tensor& pair_cos, const torch::Tensor& pair_sin,
-                     const torch::Tensor& pair_piece_ptr, const torch::Tensor& piece_block,
-                     const torch::Tensor& piece_lo, const torch::Tensor& piece_hi,
-                     int64_t rotary_dim, bool neox, double scale, torch::Tensor& out) {
-  const int64_t num_rows = row_token.size(0);
-  const int64_t hq = query.size(1), d = query.size(2);
-  const int64_t heads = cache.size(1), bs = cache.size(2);
-  const int64_t g = hq / heads;
+bool run_rows_shared(const Rows<scalar_t>& rows) {
+  const int64_t num_rows = rows.num_rows, d = rows.d, heads = rows.heads, bs = rows.bs, g = rows.g;
   if (!(g >= 1 && g <= 4) || bs % kTile || d % kTile) return false;
-  const int64_t half = rotary_dim / 2;
-  const float* q = query.data_ptr<float>();
-  const scalar_t* kv = cache.data_ptr<scalar_t>();
-  float* o = out.data_ptr<float>();
-  const int64_t* rt = row_token.data_ptr<int64_t>();
-  const int64_t* rp = row_pair_ptr.data_ptr<int64_t>();
-  const float* pc = pair_cos.data_ptr<float>();
-  const float* ps = pair_sin.data_ptr<float>();
-  const int64_t* pp = pair_piece_ptr.data_ptr<int64_t>();
-  const int64_t* pb = piece_block.data_ptr<int64_t>();
-  const int64_t* plo = piece_lo.data_ptr<int64_t>();
-  const int64_t* phi = piece_hi.data_ptr<int64_t>();
-  const float sc = static_cast<float>(scale);
-  const int64_t block_stride = heads * bs * 2 * d, head_stride = bs * 2 * d;
+  const int64_t *rt = rows.rt, *rp = rows.rp, *pp = rows.pp, *pb = rows.pb, *plo = rows.plo, *phi = rows.phi;
+
   // Rows per chunk: enough jobs for every thread, at most 4 rows sharing a job.
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   const int64_t want_jobs = 2 * threads;
@@ -307,20 +301,8 @@ bool run_rows_shared(const torch::Tensor& query, const torch::Tensor& cache,
       qrot.assign(np * g * d, 0.f);
       entries.clear();
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t tok = rt[r];
         for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
-          const float* cs = pc + p * half;
-          const float* sn = ps + p * half;
-          for (int64_t gi = 0; gi < g; ++gi) {
-            const float* x = q + (tok * hq + h * g + gi) * d;
-            float* y = qrot.data() + ((p - p0) * g + gi) * d;
-            for (int64_t i = 0; i < d; ++i) y[i] = x[i];
-            for (int64_t i = 0; i < half; ++i) {
-              const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-              y[a] = x[a] * cs[i] - x[b] * sn[i];
-              y[b] = x[b] * cs[i] + x[a] * sn[i];
-            }
-          }
+          rows.rotate(rt[r], h, p, qrot.data() + (p - p0) * g * d);
           for (int64_t pi = pp[p]; pi < pp[p + 1]; ++pi) entries.push_back({pb[pi], plo[pi], phi[pi], r - r0, p - p0});
         }
       }
@@ -333,44 +315,40 @@ bool run_rows_shared(const torch::Tensor& query, const torch::Tensor& cache,
       sbuf.resize(4 * g * bs);
       const float* qrs[4];
       float *ss[4], *accs[4], *ms[4], *ls[4];
-      for (size_t a = 0; a < entries.size();) {
-        size_t b = a + 1;
+      for (size_t i0 = 0; i0 < entries.size();) {
+        size_t i1 = i0 + 1;
         // Readers of one call must be distinct rows (their accumulators must not alias): a
         // view may place one span twice (a section header), with two rotations.
         auto fresh_row = [&](size_t k) {
-          for (size_t i = a; i < k; ++i)
+          for (size_t i = i0; i < k; ++i)
             if (entries[i].row == entries[k].row) return false;
           return true;
         };
-        while (b < entries.size() && b - a < 4 && entries[b].block == entries[a].block &&
-               entries[b].lo == entries[a].lo && entries[b].hi == entries[a].hi && fresh_row(b)) ++b;
-        const int64_t n = b - a;
+        while (i1 < entries.size() && i1 - i0 < 4 && entries[i1].block == entries[i0].block &&
+               entries[i1].lo == entries[i0].lo && entries[i1].hi == entries[i0].hi && fresh_row(i1)) ++i1;
+        const int64_t n = i1 - i0;
         for (int64_t i = 0; i < n; ++i) {
-          const Entry& en = entries[a + i];
+          const Entry& en = entries[i0 + i];
           qrs[i] = qrot.data() + en.pair * g * d;
           ss[i] = sbuf.data() + i * g * bs;
           accs[i] = acc.data() + en.row * g * d;
           ms[i] = m.data() + en.row * g;
           ls[i] = l.data() + en.row * g;
         }
-        const scalar_t* kb = kv + entries[a].block * block_stride + h * head_stride;
+        const scalar_t* kb = rows.kv + entries[i0].block * rows.block_stride + h * rows.head_stride;
         const scalar_t* vb = kb + bs * d;
-        const int64_t lo = entries[a].lo, hi = entries[a].hi;
+        const int64_t lo = entries[i0].lo, hi = entries[i0].hi;
         switch (g) {
-          case 1: pieces_multi<1>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
-          case 2: pieces_multi<2>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
-          case 3: pieces_multi<3>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
-          default: pieces_multi<4>(n, qrs, kb, vb, d, bs, lo, hi, sc, ss, accs, ms, ls); break;
+          case 1: pieces_multi<1>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
+          case 2: pieces_multi<2>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
+          case 3: pieces_multi<3>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
+          default: pieces_multi<4>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
         }
-        a = b;
+        i0 = i1;
       }
       for (int64_t r = r0; r < r1; ++r)
-        for (int64_t gi = 0; gi < g; ++gi) {
-          float* dst = o + (rt[r] * hq + h * g + gi) * d;
-          const float* a = acc.data() + ((r - r0) * g + gi) * d;
-          const float inv = 1.f / l[(r - r0) * g + gi];
-          for (int64_t e = 0; e < d; ++e) dst[e] = a[e] * inv;
-        }
+        for (int64_t gi = 0; gi < g; ++gi)
+          rows.write(rt[r], h, gi, acc.data() + ((r - r0) * g + gi) * d, l[(r - r0) * g + gi]);
     }
   });
   return true;
@@ -393,21 +371,19 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
   TORCH_CHECK(cache.dim() == 4 && cache.size(3) == 2 * query.size(2), "cache must be [blocks, heads, bs, 2*D]");
   TORCH_CHECK(query.size(1) % cache.size(1) == 0, "query heads must be a multiple of KV heads");
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cache.scalar_type(), "segment_attention_decode", [&] {
+    const Rows<scalar_t> rows(query, cache, row_token, row_pair_ptr, pair_cos, pair_sin, pair_piece_ptr,
+                              piece_block, piece_lo, piece_hi, rotary_dim, neox, scale, out);
 #ifdef HOGWILD_AVX2
     constexpr bool readable = !std::is_same<scalar_t, double>::value
 #ifndef __F16C__
                               && !std::is_same<scalar_t, c10::Half>::value
 #endif
         ;
-    if constexpr (readable)
-    if (k_transposed && run_rows_shared<scalar_t>(query, cache, row_token, row_pair_ptr, pair_cos, pair_sin,
-                                                         pair_piece_ptr, piece_block, piece_lo, piece_hi,
-                                                         rotary_dim, neox, scale, out)) {
-      return;
+    if constexpr (readable) {
+      if (k_transposed && run_rows_shared<scalar_t>(rows)) return;
     }
 #endif
-    run_rows<scalar_t>(query, cache, k_transposed, row_token, row_pair_ptr, pair_cos, pair_sin,
-                       pair_piece_ptr, piece_block, piece_lo, piece_hi, rotary_dim, neox, scale, out);
+    run_rows<scalar_t>(rows, k_transposed);
   });
 }
 
