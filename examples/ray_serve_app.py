@@ -49,7 +49,7 @@ from starlette.responses import Response, StreamingResponse
 
 api = FastAPI()
 
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "date", "server"}
 
 
 def _free_port() -> int:
@@ -139,7 +139,12 @@ class HogwildServer:
 
 
 def app_builder(args: dict) -> serve.Application:
-    """``serve run examples.ray_serve_app:app_builder model=... replicas=2 [vllm_args='--a b ...']``."""
+    """``serve run examples.ray_serve_app:app_builder model=... replicas=2 [gpus_per_replica=1] [vllm_args='...']``.
+
+    ``gpus_per_replica`` (default 0, for CPU nodes): Ray gives each replica that many
+    GPUs (``CUDA_VISIBLE_DEVICES``), which its vLLM server inherits; with
+    ``tensor_parallel_size`` in ``vllm_args`` it should equal that size.
+    """
     model = args.get("model") or os.environ.get("HOGWILD_MODEL")
     if not model:
         from vllm_hogwild.default_model import prepare
@@ -151,4 +156,8 @@ def app_builder(args: dict) -> serve.Application:
     replicas = int(args.get("replicas", 2))
     if replicas < 1:
         raise ValueError(f"replicas: must be at least 1, got {replicas}")
-    return HogwildServer.options(num_replicas=replicas).bind(model, list(vllm_args))
+    gpus = float(args.get("gpus_per_replica", 0))
+    if gpus < 0:
+        raise ValueError(f"gpus_per_replica: must be at least 0, got {gpus}")
+    return HogwildServer.options(num_replicas=replicas, ray_actor_options={"num_cpus": 0, "num_gpus": gpus}).bind(
+        model, list(vllm_args))

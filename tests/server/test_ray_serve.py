@@ -150,6 +150,8 @@ def test_killed_replica_is_replaced_its_clients_get_errors_the_other_keeps_servi
     load = Counter(serving.values())
     assert len(load) == 2, load  # both replicas hold streams
     (victim_id, server_pid), _ = load.most_common(1)[0]
+    server_tree = [psutil.Process(server_pid), *psutil.Process(server_pid).children(recursive=True)]
+    assert len(server_tree) >= 3, server_tree  # API server, engine core, model worker
     ray.kill(_replica_actor(victim_id), no_restart=True)
     mark(f"replica {victim_id[:8]} killed")
     for t in threads:
@@ -173,12 +175,12 @@ def test_killed_replica_is_replaced_its_clients_get_errors_the_other_keeps_servi
     assert ok.status_code == 200 and ok.headers["x-hogwild-replica"] != victim_id
     mark("the other replica answered")
 
-    # The dead replica's vLLM server went down with it (parent-death signal), leaving no process.
+    # The dead replica's vLLM server went down with it (parent-death signal), engine included.
     deadline = time.monotonic() + 90
-    while psutil.pid_exists(server_pid) and psutil.Process(server_pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the killed replica's vLLM server is still running"
+    while left := [p.pid for p in server_tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]:
+        assert time.monotonic() < deadline, f"the killed replica's vLLM processes {left} are still running"
         time.sleep(1)
-    mark("the killed replica's vLLM server exited")
+    mark("the killed replica's vLLM server, engine core and worker exited")
 
     deadline = time.monotonic() + 420
     while _running_replicas() < 2 or len(set(_replica_ids(app_url))) < 2:
