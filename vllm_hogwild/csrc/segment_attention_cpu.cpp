@@ -50,13 +50,13 @@ template <typename scalar_t>
 inline float to_f(scalar_t x) { return static_cast<float>(x); }
 
 
-// Running softmax update of G heads over the scores of keys [lo, hi) (already
-// scaled); the scores become the unnormalised weights exp(s - m).
-template <int G>
-inline void softmax_update(float* s, int64_t bs, int64_t lo, int64_t hi, int64_t d,
+// Running softmax update of g heads over the scores of keys [lo, hi) (already
+// scaled; head gi's at s + gi * bs); the scores become the unnormalised weights
+// exp(s - m). Both paths use it.
+inline void softmax_update(int64_t g, float* s, int64_t bs, int64_t lo, int64_t hi, int64_t d,
                            float* acc, float* m, float* l) {
   const int64_t n = hi - lo;
-  for (int gi = 0; gi < G; ++gi) {
+  for (int64_t gi = 0; gi < g; ++gi) {
     float* srow = s + gi * bs + lo;
     float bmax = kFloor;
     for (int64_t j = 0; j < n; ++j) bmax = std::max(bmax, srow[j]);
@@ -112,7 +112,7 @@ void piece_avx2_multi(const float* const* qr, const scalar_t* kb, const scalar_t
         _mm256_storeu_ps(s[r] + gi * bs + j0 + 8, _mm256_mul_ps(t1[r][gi], vsc));
       }
   }
-  for (int r = 0; r < R; ++r) softmax_update<G>(s[r], bs, lo, hi, d, acc[r], m[r], l[r]);
+  for (int r = 0; r < R; ++r) softmax_update(G, s[r], bs, lo, hi, d, acc[r], m[r], l[r]);
   for (int64_t e0 = 0; e0 < d; e0 += kTile) {
     __m256 t0[R][G], t1[R][G];
     for (int r = 0; r < R; ++r)
@@ -241,23 +241,9 @@ void run_rows(const Rows<scalar_t>& rows, bool k_transposed) {
               }
             }
           }
-          for (int64_t gi = 0; gi < g; ++gi) {
-            float* srow = s.data() + gi * bs;
-            float bmax = kFloor;
-            for (int64_t j = 0; j < n; ++j) {
-              srow[j] *= sc;
-              bmax = std::max(bmax, srow[j]);
-            }
-            const float m_new = std::max(m[gi], bmax);
-            const float rescale = std::exp(m[gi] - m_new);
-            float* a = acc.data() + gi * d;
-            for (int64_t e = 0; e < d; ++e) a[e] *= rescale;
-            float sum = 0.f;
-            for (int64_t j = 0; j < n; ++j) srow[j] = std::exp(srow[j] - m_new);  // vectorized
-            for (int64_t j = 0; j < n; ++j) sum += srow[j];
-            l[gi] = l[gi] * rescale + sum;
-            m[gi] = m_new;
-          }
+          for (int64_t gi = 0; gi < g; ++gi)
+            for (int64_t j = 0; j < n; ++j) s[gi * bs + j] *= sc;
+          softmax_update(g, s.data(), bs, 0, n, d, acc.data(), m.data(), l.data());  // scores at offset 0
           // Each V row is loaded once for all g heads.
           for (int64_t j = 0; j < n; ++j) {
             const scalar_t* v = vb + (lo + j) * d;
