@@ -25,11 +25,28 @@ GROUP_TITLE = "Hogwild"
 
 _HELP = {
     "max_workers": "Largest number of workers (the request's n) one Hogwild group may have.",
+    "client_patterns": "Whether requests may send their own hogwild_step_end / hogwild_answer_pattern "
+                       "(RE2 regular expressions, matched in linear time over a bounded window); "
+                       "'off' allows the built-in patterns only.",
+    "max_plain_wait": "Seconds a plain request may wait while Hogwild groups that arrived after it are "
+                      "admitted ahead of it; a complete group that has waited longer holds back newer "
+                      "plain requests until it fits.",
 }
 
 
-class _Default(int):
-    """An option's default as a flag default: shown by ``--help``, told apart from a value the user gave."""
+def _on_off(text: str) -> bool:
+    value = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected on or off, not {text!r}")
+    return value
+
+
+def _flag_type(default: Any):
+    return _on_off if isinstance(default, bool) else type(default)
+
+
+def _shown(default: Any) -> str:
+    return ("on" if default else "off") if isinstance(default, bool) else str(default)
 
 
 def engine_flags() -> list[tuple[str, str, Any]]:
@@ -63,9 +80,10 @@ def add_cli_args(parser):
     for flag, name, default in flags:
         group.add_argument(
             flag,
-            type=type(default),
-            default=_Default(default),
-            help=f"{_HELP.get(name, name)} Needs {PLUGIN_FLAG} {PLUGIN_NAME}.",
+            type=_flag_type(default),
+            default=None,  # None: not given (the option's default applies)
+            metavar="{on,off}" if isinstance(default, bool) else None,
+            help=f"{_HELP.get(name, name)} Default: {_shown(default)}. Needs {PLUGIN_FLAG} {PLUGIN_NAME}.",
         )
     return parser
 
@@ -76,7 +94,7 @@ def fold_cli_args(args: argparse.Namespace, engine_args) -> None:
     given = {
         name: getattr(args, dest)
         for flag, name, _ in engine_flags()
-        if (dest := flag[2:].replace("-", "_")) and not isinstance(getattr(args, dest, None), (_Default, type(None)))
+        if (dest := flag[2:].replace("-", "_")) and getattr(args, dest, None) is not None
     }
     if PLUGIN_NAME not in plugins:
         if given:
@@ -93,6 +111,6 @@ def fold_cli_args(args: argparse.Namespace, engine_args) -> None:
     except HogwildOptionError as err:
         name = err.parameter.rpartition(".")[2]
         if name in given:
-            raise HogwildOptionError(FLAG_PREFIX + name.replace("_", "-"), str(err).partition(": ")[2]) from None
+            raise err.renamed(FLAG_PREFIX + name.replace("_", "-")) from None
         raise
     engine_args.additional_config = config

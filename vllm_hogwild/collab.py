@@ -44,7 +44,7 @@ def collab_options(extra_args: Mapping[str, Any] | None) -> RequestOptions | Non
 
     Bad options are left for the request check, which names the field.
     """
-    from vllm_hogwild.options import HogwildOptionError
+    from vllm_hogwild.errors import HogwildOptionError
 
     try:
         options = options_of(extra_args)
@@ -132,21 +132,16 @@ class Answer:
 
 
 def answer_of_texts(texts: Sequence[str], pattern: str, named: bool = True) -> Answer | None:
-    """The first worker's (in worker order) first match of ``pattern`` in the group's texts.
-
-    The engine ends a group one token after the first match, so only workers
-    that matched in that same step can carry one; worker order breaks the tie.
-    """
-    regex = re.compile(pattern, re.DOTALL)
-    suffixes = tuple(protocol.FINISHER_SUFFIX.values())
-    for worker, text in enumerate(texts):
-        match = regex.search(text)
-        if match is None:
-            continue
-        at = max((text.rfind(s, 0, match.end()) for s in suffixes), default=-1)
-        name = protocol.NAMES[worker] if named and worker < len(protocol.NAMES) else None
-        return Answer(match.group(1).strip(), worker, name, "finisher" if at >= 0 else "worker")
-    return None
+    """The first worker's (in worker order) first match of ``pattern`` in the group's texts
+    (:func:`vllm_hogwild.protocol.first_match`), with who wrote it and how."""
+    found = protocol.first_match(texts, pattern)
+    if found is None:
+        return None
+    worker, match = found
+    text = texts[worker]
+    at = max((text.rfind(s, 0, match.end()) for s in protocol.FINISHER_SUFFIX.values()), default=-1)
+    name = protocol.NAMES[worker] if named and worker < len(protocol.NAMES) else None
+    return Answer(match.group(1).strip(), worker, name, "finisher" if at >= 0 else "worker")
 
 
 def options_of(extra_args: Mapping[str, Any] | None) -> RequestOptions | None:

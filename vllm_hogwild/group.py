@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from vllm_hogwild.options import STEP_LAYOUTS, RequestOptions
+from vllm_hogwild.patterns import WindowMatcher
+from vllm_hogwild.protocol import answer_regex
 from vllm_hogwild.segment_attention import Segment
 from vllm_hogwild.steps import STEP_END, StepTracker
 from vllm_hogwild.views import Separators, Span, View, build_views
@@ -36,6 +38,7 @@ class Group:
     num_prefill_tokens: int = 0  # prompt tokens computed for the whole group
     # For metrics (monotonic seconds in the scheduler's process; 0: not yet).
     arrival_time: float = 0.0  # first member reached the scheduler
+    arrival: float = 0.0  # the request's arrival time (wall clock, vLLM's Request.arrival_time): fairness
     admitted_time: float = 0.0  # the whole group was queued for its first step
     prefill_by_worker: list[int] = field(default_factory=list)  # prompt tokens each member computed
     coworker_reads: list[int] = field(default_factory=list)  # co-worker tokens each member attended, summed over steps
@@ -54,7 +57,11 @@ class Group:
             if self.options.layout in STEP_LAYOUTS else None
         )
         self.num_observed = [0] * self.num_workers
-        self.texts = [""] * self.num_workers  # decoded text of each lane (answer_pattern only)
+        # Whether each lane's text has matched answer_pattern, searched over a bounded window.
+        self.answer_matchers = (
+            [WindowMatcher(answer_regex(self.options.answer_pattern)) for _ in range(self.num_workers)]
+            if self.options.answer_pattern is not None else None
+        )
         self.answered = False
         self.num_steps = [1] * self.num_workers  # the step each worker writes (named protocol)
         self.checked_at = [0] * self.num_workers  # group tokens at each worker's last redundancy check

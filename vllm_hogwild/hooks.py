@@ -174,11 +174,7 @@ def check_model(model_config) -> None:
     from vllm_hogwild.rope import RopeSpec
 
     hf = model_config.hf_text_config
-    try:
-        RopeSpec.from_hf_config(hf)
-    except ValueError as err:  # no RoPE, MRoPE, LongRoPE, ...: rope.py's messages start with their field
-        field, _, message = str(err).partition(": ")
-        raise HogwildOptionError(field, message) from None
+    RopeSpec.from_hf_config(hf)  # no RoPE, MRoPE, LongRoPE, ...: raises naming the field
     if model_config.get_sliding_window() is not None or getattr(hf, "layer_types", None) and any(
         t != "full_attention" for t in hf.layer_types
     ):
@@ -356,14 +352,12 @@ def check(config, extra_args, num_workers: int, prompt_len: int, max_tokens: int
             )
         from vllm_hogwild.collab import PREAMBLE_MARK
 
-        options = parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK})
+        options = parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK},
+                                client_patterns=engine_options.client_patterns)
         if options.protocol in ("named", "collab"):
             from vllm_hogwild.protocol import names
 
-            try:
-                names(num_workers)
-            except ValueError as err:
-                raise HogwildOptionError("n", str(err).removeprefix("n: ")) from None
+            names(num_workers)  # raises naming n
         max_tokens = check_request(
             engine_options,
             num_workers=num_workers,

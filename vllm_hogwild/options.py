@@ -34,9 +34,12 @@ offending field.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
+
+from vllm_hogwild.errors import HogwildOptionError
+from vllm_hogwild.patterns import compile_pattern
+from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN, PERSONS, TASKS
 
 ENGINE_KEY = "hogwild"  # in additional_config
 REFUSED_KEY = "hogwild_refused"  # in additional_config: switched on for a model Hogwild cannot serve
@@ -48,19 +51,25 @@ STEP_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of f
 PROTOCOLS = ("raw", "named", "collab")
 NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every step with the writer's name
 COLLAB_DEFAULTS = {"layout": "combined", "redundancy_every": 512, "finisher": 16}  # answer_pattern: the task's
+PATTERN_OPTIONS = ("step_end", "answer_pattern")  # regular expressions a client may send
+MAX_REDUNDANCY_EVERY = 1 << 20
+MAX_FINISHER = 1024
 
-
-class HogwildOptionError(ValueError):
-    """A bad Hogwild option; ``parameter`` names the field."""
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"{parameter}: {message}")
-        self.parameter = parameter
+__all__ = ["HogwildOptionError"]  # re-exported: the error of every option
 
 
 @dataclass(frozen=True)
 class EngineOptions:
+    """The switch's options (``additional_config["hogwild"]``; ``vllm serve --hogwild-*``)."""
+
     max_workers: int = 8
+    # Whether requests may send their own step_end / answer_pattern (RE2, bounded); off: the
+    # built-in patterns only.
+    client_patterns: bool = True
+    # Fairness: a group goes ahead of an older plain request only while that request has
+    # waited less than this many seconds (and, the other way, a complete group that has
+    # waited longer holds back younger plain requests until it fits).
+    max_plain_wait: float = 2.0
 
     @classmethod
     def from_additional_config(cls, additional_config: Mapping[str, Any] | None) -> "EngineOptions | None":
@@ -79,8 +88,13 @@ class EngineOptions:
                     f"additional_config.hogwild.{key}", f"unknown engine option; known: {sorted(known)}"
                 )
         opts = cls(**raw)
-        if not isinstance(opts.max_workers, int) or not 1 <= opts.max_workers <= 64:
+        if not _is_int(opts.max_workers) or not 1 <= opts.max_workers <= 64:
             raise HogwildOptionError("additional_config.hogwild.max_workers", "an integer in [1, 64]")
+        if not isinstance(opts.client_patterns, bool):
+            raise HogwildOptionError("additional_config.hogwild.client_patterns", "true or false")
+        if (isinstance(opts.max_plain_wait, bool) or not isinstance(opts.max_plain_wait, (int, float))
+                or not 0 <= opts.max_plain_wait <= 3600):
+            raise HogwildOptionError("additional_config.hogwild.max_plain_wait", "seconds in [0, 3600]")
         return opts
 
 
@@ -103,76 +117,89 @@ def requested(extra_args: Mapping[str, Any] | None) -> bool:
     """Whether a request asks for Hogwild: a ``hogwild`` entry or any ``hogwild_*`` key."""
     if not extra_args:
         return False
-    return REQUEST_KEY in extra_args or any(k.startswith(FLAT_PREFIX) for k in extra_args)
+    return REQUEST_KEY in extra_args or any(isinstance(k, str) and k.startswith(FLAT_PREFIX) for k in extra_args)
 
 
 def request_field(extra_args: Mapping[str, Any]) -> str:
     """The field that made a request a Hogwild request: ``hogwild`` or its first ``hogwild_*`` key."""
     if REQUEST_KEY in extra_args:
         return REQUEST_KEY
-    return next(k for k in extra_args if k.startswith(FLAT_PREFIX))
+    return next(k for k in extra_args if isinstance(k, str) and k.startswith(FLAT_PREFIX))
 
 
-def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
-    """Read the options from ``extra_args`` (nested dict or flat ``hogwild_*`` keys)."""
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _one_of(choices: tuple[str, ...], what: str):
+    def check(field: str, value: Any) -> None:
+        if not isinstance(value, str) or value not in choices:
+            shown = repr(value) if isinstance(value, str) and len(value) <= 40 else f"a {type(value).__name__}"
+            raise HogwildOptionError(field, f"unknown {what} {shown}; expected one of {list(choices)}")
+    return check
+
+
+def _int_in(low: int, high: int, what: str):
+    def check(field: str, value: Any) -> None:
+        if not _is_int(value) or not low <= value <= high:
+            raise HogwildOptionError(field, f"an integer in [{low}, {high}] ({what})")
+    return check
+
+
+def _pattern(dot_all: bool, min_groups: int):
+    def check(field: str, value: Any) -> None:
+        compile_pattern(field, value, dot_all=dot_all, min_groups=min_groups)
+    return check
+
+
+# Every request option and the check of its value's type and range; a value that passes is safe to use.
+_CHECKS = {
+    "layout": _one_of(REQUEST_LAYOUTS, "layout"),
+    "protocol": _one_of(PROTOCOLS, "protocol"),
+    "step_end": _pattern(dot_all=False, min_groups=0),
+    "answer_pattern": _pattern(dot_all=True, min_groups=1),
+    "redundancy_every": _int_in(0, MAX_REDUNDANCY_EVERY, "0: off"),
+    "task": _one_of(TASKS, "task"),
+    "person": _one_of(PERSONS, "person"),
+    "finisher": _int_in(0, MAX_FINISHER, "greedy tokens; 0: none"),
+}
+
+
+def parse_request(extra_args: Mapping[str, Any], client_patterns: bool = True) -> RequestOptions:
+    """Read the options from ``extra_args`` (nested dict or flat ``hogwild_*`` keys).
+
+    Any value of any type either parses or raises :class:`HogwildOptionError`
+    naming its field, in bounded time (patterns are compiled by RE2).
+    ``client_patterns=False`` (the server's ``--hogwild-client-patterns off``)
+    refuses a request's own ``step_end`` or ``answer_pattern``.
+    """
     nested = extra_args.get(REQUEST_KEY)
     if nested is True or nested is None:
         nested = {}
     if not isinstance(nested, Mapping):
         raise HogwildOptionError("hogwild", "expected a dict of Hogwild options")
-    values: dict[str, tuple[str, Any]] = {k: (f"hogwild.{k}", v) for k, v in nested.items()}
+    values: dict[str, tuple[str, Any]] = {str(k): (f"hogwild.{k}", v) for k, v in nested.items()}
     for key, value in extra_args.items():
-        if key.startswith(FLAT_PREFIX):
+        if isinstance(key, str) and key.startswith(FLAT_PREFIX):
             values[key[len(FLAT_PREFIX):]] = (key, value)
-    known = {f.name for f in fields(RequestOptions)}
-    for name, (field, _) in values.items():
-        if name not in known:
-            raise HogwildOptionError(field, f"unknown Hogwild option; known: {sorted(known)}")
+    for name, (field, value) in values.items():
+        if name not in _CHECKS:
+            raise HogwildOptionError(field, f"unknown Hogwild option; known: {sorted(_CHECKS)}")
+        if name in PATTERN_OPTIONS and not client_patterns:
+            raise HogwildOptionError(field, "this server takes only the built-in patterns "
+                                            "(--hogwild-client-patterns off); leave it out")
+        _CHECKS[name](field, value)
     opts = RequestOptions(**{k: v for k, (_, v) in values.items()})
-    if opts.protocol not in PROTOCOLS:
-        field = values["protocol"][0]
-        raise HogwildOptionError(field, f"unknown protocol {opts.protocol!r}; expected one of {list(PROTOCOLS)}")
     if opts.protocol == "collab":
         opts = _collab_defaults(opts, values)
-    if opts.layout not in REQUEST_LAYOUTS:
-        field = values["layout"][0]
-        raise HogwildOptionError(field, f"unknown layout {opts.layout!r}; expected one of {list(REQUEST_LAYOUTS)}")
-    if opts.step_end is not None:
-        field = values["step_end"][0]
-        if not isinstance(opts.step_end, str) or not opts.step_end:
-            raise HogwildOptionError(field, "a non-empty regular expression")
-        try:
-            re.compile(opts.step_end)
-        except re.error as err:
-            raise HogwildOptionError(field, f"not a regular expression: {err}") from None
-        if opts.layout not in STEP_LAYOUTS:
-            raise HogwildOptionError(field, f"steps exist only in the layouts {list(STEP_LAYOUTS)}")
-    for name in ("redundancy_every", "finisher"):
-        value = getattr(opts, name)
-        if name in values and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise HogwildOptionError(values[name][0], "an integer >= 0 (0: off)")
+    if "step_end" in values and opts.layout not in STEP_LAYOUTS:
+        raise HogwildOptionError(values["step_end"][0], f"steps exist only in the layouts {list(STEP_LAYOUTS)}")
     if "redundancy_every" in values and opts.redundancy_every and opts.protocol not in NAMED_PROTOCOLS:
         raise HogwildOptionError(values["redundancy_every"][0],
                                  f"redundancy checks ride on step prefixes: protocol one of {list(NAMED_PROTOCOLS)}")
     for name in ("task", "person", "finisher"):
         if name in values and opts.protocol != "collab":
             raise HogwildOptionError(values[name][0], "an option of the collaboration protocol: protocol 'collab'")
-    if opts.protocol == "collab":
-        from vllm_hogwild.protocol import check_template
-
-        try:
-            check_template(opts.task, opts.person)
-        except ValueError as err:
-            name = str(err).split(":")[0].removeprefix("hogwild.")
-            raise HogwildOptionError(values[name][0], str(err).partition(": ")[2]) from None
-    if opts.answer_pattern is not None:
-        field = values.get("answer_pattern", ("hogwild.answer_pattern",))[0]
-        try:
-            groups = re.compile(opts.answer_pattern).groups if isinstance(opts.answer_pattern, str) else -1
-        except re.error as err:
-            raise HogwildOptionError(field, f"not a regular expression: {err}") from None
-        if groups < 1 or not opts.answer_pattern:
-            raise HogwildOptionError(field, "a regular expression with a group around the answer")
     if opts.protocol in NAMED_PROTOCOLS and opts.layout not in STEP_LAYOUTS:
         field = values["layout"][0] if "layout" in values else values["protocol"][0]
         raise HogwildOptionError(field, f"protocol {opts.protocol!r} needs steps: layout one of {list(STEP_LAYOUTS)}")
@@ -181,10 +208,8 @@ def parse_request(extra_args: Mapping[str, Any]) -> RequestOptions:
 
 def _collab_defaults(opts: RequestOptions, values: Mapping[str, tuple[str, Any]]) -> RequestOptions:
     """The ``collab`` protocol's defaults for the options the request left out."""
-    from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN
-
     fill = {k: v for k, v in COLLAB_DEFAULTS.items() if k not in values}
-    if "answer_pattern" not in values and opts.task in DEFAULT_ANSWER_PATTERN:
+    if "answer_pattern" not in values:
         fill["answer_pattern"] = DEFAULT_ANSWER_PATTERN[opts.task]
     return replace(opts, **fill)
 

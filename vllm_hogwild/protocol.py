@@ -25,9 +25,11 @@ lanes (see ``docs/user_guide.md``); this module only decides what they say.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Sequence
+
+from vllm_hogwild.errors import HogwildOptionError
+from vllm_hogwild.patterns import compile_pattern
 
 NAMES = ("Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi")
 TASKS = ("math", "code", "general")
@@ -85,7 +87,7 @@ DEFAULT_ANSWER_PATTERN = {
 
 def names(num_workers: int) -> tuple[str, ...]:
     if not 1 <= num_workers <= MAX_WORKERS:
-        raise ValueError(f"n: the collaboration protocol names 1 to {MAX_WORKERS} workers, not {num_workers}")
+        raise HogwildOptionError("n", f"the collaboration protocol names 1 to {MAX_WORKERS} workers, not {num_workers}")
     return NAMES[:num_workers]
 
 
@@ -109,9 +111,9 @@ def preamble(num_workers: int, task: str = "math", person: str = "second") -> st
 
 def check_template(task: str, person: str) -> None:
     if task not in TASKS:
-        raise ValueError(f"hogwild.task: unknown task {task!r}; expected one of {list(TASKS)}")
+        raise HogwildOptionError("task", f"unknown task {task!r}; expected one of {list(TASKS)}")
     if person not in PERSONS:
-        raise ValueError(f"hogwild.person: unknown person {person!r}; expected one of {list(PERSONS)}")
+        raise HogwildOptionError("person", f"unknown person {person!r}; expected one of {list(PERSONS)}")
 
 
 @dataclass(frozen=True)
@@ -127,22 +129,33 @@ class RedundancyChecks:
         return group_tokens_now // self.every > group_tokens_before // self.every
 
 
+def answer_regex(pattern: str):
+    """An answer pattern compiled as everywhere in the project: RE2, ``.`` matching newlines, one group."""
+    return compile_pattern("answer_pattern", pattern, dot_all=True, min_groups=1)
+
+
 def final_answer(text: str, task: str = "math", pattern: str | None = None) -> str | None:
     """The last answer written in ``text`` (the pattern's first group, stripped), or ``None``."""
-    regex = re.compile(pattern or DEFAULT_ANSWER_PATTERN[task], re.DOTALL)
-    found = [m.group(1).strip() for m in regex.finditer(text)]
+    found = [m.group(1).strip() for m in answer_regex(pattern or DEFAULT_ANSWER_PATTERN[task]).finditer(text)]
     return found[-1] if found else None
 
 
-def group_answer(texts: Sequence[str], pattern: str) -> tuple[int, str] | None:
-    """``(worker, answer)`` of a group's outputs (worker order): the first worker whose text matches.
+def first_match(texts: Sequence[str], pattern: str):
+    """``(worker, match)`` of the first worker (in worker order) whose text matches ``pattern``, or ``None``.
 
     With ``answer_pattern`` the engine ends the group one token after the first
-    match, so at most the workers that matched in that same step carry one.
+    match, so at most the workers that matched in that same step carry one;
+    worker order breaks the tie. Linear in the texts' length (RE2).
     """
-    regex = re.compile(pattern, re.DOTALL)
+    regex = answer_regex(pattern)
     for worker, text in enumerate(texts):
         match = regex.search(text)
         if match:
-            return worker, match.group(1).strip()
+            return worker, match
     return None
+
+
+def group_answer(texts: Sequence[str], pattern: str) -> tuple[int, str] | None:
+    """``(worker, answer)`` of a group's outputs (worker order): the first worker whose text matches."""
+    found = first_match(texts, pattern)
+    return None if found is None else (found[0], found[1].group(1).strip())

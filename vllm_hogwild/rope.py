@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 import torch
 
+from vllm_hogwild.errors import HogwildOptionError
+
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 # Model families whose rotary embedding rotates interleaved pairs (GPT-J style).
@@ -49,22 +51,23 @@ class RopeSpec:
         Reads ``rope_parameters`` (transformers >= 5) or ``rope_theta`` plus
         ``rope_scaling`` (older), ``head_dim`` and ``partial_rotary_factor`` /
         ``rotary_dim`` / ``rotary_pct``. Raises ``ValueError`` naming the rope
-        type for kinds this module cannot re-rotate exactly.
+        type for kinds this module cannot re-rotate exactly (a
+        :class:`~vllm_hogwild.errors.HogwildOptionError`, a ``ValueError``).
         """
         cfg = config if isinstance(config, Mapping) else config.to_dict()
         model_type = cfg.get("model_type", "?")
         params = _rope_params(cfg)
         if params is None:
-            raise ValueError(
-                f"rope_type: model type {model_type!r} has no rotary position "
+            raise HogwildOptionError(
+                "rope_type", f"model type {model_type!r} has no rotary position "
                 "embedding (RoPE); Hogwild needs RoPE to move queries between positions"
             )
         rope_type = params.get("rope_type", params.get("type", "default")) or "default"
         if "mrope_section" in params or rope_type in ("mrope", "mrope_interleaved"):
             rope_type = "mrope"
         if rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ValueError(
-                f"rope_type: {rope_type!r} (model type {model_type!r}) is not supported; "
+            raise HogwildOptionError(
+                "rope_type", f"{rope_type!r} (model type {model_type!r}) is not supported; "
                 f"supported rope types: {', '.join(SUPPORTED_ROPE_TYPES)}"
             )
         head_dim = _head_dim(cfg)
@@ -117,8 +120,8 @@ def _rope_params(cfg: Mapping[str, Any]) -> dict | None:
         # layers with different RoPE: not one spec.
         first = next(iter(params.values()))
         if isinstance(first, Mapping):
-            raise ValueError(
-                f"rope_type: per-layer-type RoPE ({sorted(params)}) is not supported"
+            raise HogwildOptionError(
+                "rope_type", f"per-layer-type RoPE ({sorted(params)}) is not supported"
             )
     if isinstance(params, Mapping) and "rope_theta" in params:
         return dict(params)
@@ -148,7 +151,7 @@ def _rotary_dim(cfg: Mapping[str, Any], head_dim: int) -> int:
     factor = factor or cfg.get("rotary_pct") or 1.0
     rotary_dim = int(head_dim * float(factor))
     if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
-        raise ValueError(f"partial_rotary_factor: rotary dim {rotary_dim} of head dim {head_dim}")
+        raise HogwildOptionError("partial_rotary_factor", f"rotary dim {rotary_dim} of head dim {head_dim}")
     return rotary_dim
 
 

@@ -42,15 +42,16 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
+from vllm_hogwild.admission import Decision, Fairness
 from vllm_hogwild.group import Group, Lane, parse_member, prompt_separators, step_segments
 from vllm_hogwild.metrics import attach_snapshot
 from vllm_hogwild.step_context import FORCED_ATTR, SEGMENTS_ATTR
@@ -66,6 +67,7 @@ class HogwildScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.hogwild_options = EngineOptions.from_additional_config(self.vllm_config.additional_config)
+        self.fairness = Fairness(self.hogwild_options.max_plain_wait)
         self.groups: dict[str, Group] = {}  # by group id, in arrival order
         self.group_of: dict[str, Group] = {}  # member request id -> group
         self.gathering: dict[str, list[Request]] = {}  # group id -> members not yet queued
@@ -90,7 +92,8 @@ class HogwildScheduler(Scheduler):
             prompt_end, separators = prompt_separators(tail) if tail else (None, Separators())
             group = Group(group_id, num_workers, options, request.max_tokens,
                           prompt_len=request.num_prompt_tokens, block_size=self.block_size,
-                          arrival_time=time.monotonic(), prompt_end=prompt_end, separators=separators)
+                          arrival_time=time.monotonic(), prompt_end=prompt_end, separators=separators,
+                          arrival=request.arrival_time)
             self.groups[group_id] = group
             self.gathering[group_id] = []
         group.member_ids[index] = request.request_id
@@ -110,13 +113,22 @@ class HogwildScheduler(Scheduler):
     # -- one step ------------------------------------------------------------
 
     def schedule(self, *args: Any, **kwargs: Any):
-        self._admit_groups()
+        held_plain = self._admit_groups()
         held = self._lock_step_holds()
         if held:
             self.running = [r for r in self.running if r not in held]
         # Members first: vLLM preempts from the tail of `running`.
         self.running.sort(key=lambda r: r.request_id not in self.group_of)
+        if held_plain:  # a group that has waited long enough keeps newer plain requests back
+            waiting, self.waiting = self.waiting, create_request_queue(self.policy)
+            for request in waiting:
+                if request not in held_plain:
+                    self.waiting.add_request(request)
         output = super().schedule(*args, **kwargs)
+        if held_plain:
+            for request in waiting:
+                if request in held_plain:
+                    self.waiting.add_request(request)
         if held:
             self.running = [*held, *self.running]
         for req_id in output.preempted_req_ids or ():
@@ -191,20 +203,31 @@ class HogwildScheduler(Scheduler):
                 group.num_prefill_tokens += prefill
                 group.prefill_by_worker[group.index_of(req_id)] += prefill
 
-    def _admit_groups(self) -> None:
-        """Queue complete groups, oldest first, while the whole group fits."""
+    def _admit_groups(self) -> set[Request]:
+        """Queue complete groups, oldest first, while they fit and fairness allows; return plain requests to hold back.
+
+        See :mod:`vllm_hogwild.admission` for the fairness rule.
+        """
+        if not self.gathering:
+            return set()
+        now = time.time()  # vLLM's arrival times are wall-clock
+        oldest_plain = next((r.arrival_time for r in self.waiting if r.request_id not in self.group_of), None)
         for group_id, members in list(self.gathering.items()):
             group = self.groups[group_id]
             if not group.is_complete:
                 continue
-            if not self._fits(group):
-                break  # FCFS among groups: a later group does not overtake
+            decision = self.fairness.decide(now, group.arrival, self._fits(group), oldest_plain)
+            if decision is Decision.WAIT:
+                return set()  # FCFS among groups: a later group does not overtake
+            if decision is Decision.HOLD_NEWER:
+                return {r for r in self.waiting if r.request_id not in self.group_of and r.arrival_time > group.arrival}
             del self.gathering[group_id]
             group.admitted_time = time.monotonic()
             members = [r for r in members if not r.is_finished()]
             members.sort(key=lambda r: group.index_of(r.request_id))
             for request in reversed(members):
                 self.waiting.prepend_request(request)
+        return set()
 
     def _fits(self, group: Group) -> bool:
         queued = [r for r in self.waiting if r.request_id in self.group_of]
@@ -260,7 +283,7 @@ class HogwildScheduler(Scheduler):
     def _observe_sampled(self, group: Group, worker: int, request: Request) -> None:
         """Decode the tokens ``worker`` sampled since last time: steps, prefixes, answers."""
         tokens = request.output_token_ids
-        pattern = group.options.answer_pattern
+        matchers = group.answer_matchers
         for i in range(group.num_observed[worker], len(tokens)):
             text = self._tokenizer().decode([tokens[i]])
             placed = i in group.placed[worker]
@@ -274,9 +297,8 @@ class HogwildScheduler(Scheduler):
                 if check:
                     group.checked_at[worker] = seen
                 self._place(group, worker, step_prefix(worker, group.num_steps[worker], group.num_workers, check))
-            if pattern is not None:
-                group.texts[worker] += text
-                group.answered = group.answered or re.search(pattern, group.texts[worker]) is not None
+            if matchers is not None and matchers[worker].feed(text):
+                group.answered = True
         group.num_observed[worker] = len(tokens)
 
     def _stop_group(self, group: Group, members: list[Request], keep: int | None = None) -> None:

@@ -9,7 +9,9 @@ afresh, and dummy and profile runs never call ``_prepare_inputs``: they find
 nothing, and a publication whose batch size does not match is refused.
 
 The same hook hands the tokens the scheduler forces this step (step prefixes
-it places into lanes) to the sampler's logits processor, by logits row.
+it places into lanes) to the sampler's logits processor, by logits row, and
+keeps the seeded generators of rows whose sampled token will be discarded (a
+prefill chunk) out of this step's sampling (:func:`set_aside_discarded_generators`).
 """
 
 from __future__ import annotations
@@ -60,11 +62,15 @@ def install_runner_hook(runner: Any) -> None:
     if getattr(original, "_hogwild_hook", False):
         return
 
+    set_aside: dict[str, Any] = {}  # request id -> its seeded generator, kept out of this step's sampling
+
     def prepare_inputs(scheduler_output, *args, **kwargs):
         global _forced_rows
         publish(None)  # never let a previous step's views outlive it
         _forced_rows = None
+        restore_generators(runner.input_batch, set_aside)
         result = original(scheduler_output, *args, **kwargs)
+        set_aside_discarded_generators(runner, set_aside)
         segments = getattr(scheduler_output, SEGMENTS_ATTR, None) or {}
         # After the original: it may reorder the batch rows.
         req_ids = tuple(runner.input_batch.req_ids)
@@ -76,3 +82,35 @@ def install_runner_hook(runner: Any) -> None:
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
     setattr(runner, HOOKED_METHOD, prepare_inputs)
+
+
+def set_aside_discarded_generators(runner: Any, set_aside: dict[str, Any]) -> None:
+    """Keep the seeded generators of this step's discarded rows out of its sampling.
+
+    A row whose prefill is chunked is sampled anyway and its token thrown
+    away; vLLM then rewinds the row's generator by a Philox offset, which CPU
+    generators do not have (``RuntimeError: CPU Generator does not use
+    offset``, and the engine dies). Without its generator the row samples
+    from the global RNG (the token is discarded either way) and the seeded
+    generator is exactly where an unchunked prefill would find it. vLLM's
+    rewind then finds no generator for the row. Put back by
+    :func:`restore_generators` at the next step. ``patches/09-*`` is the
+    upstream fix.
+    """
+    batch = runner.input_batch
+    discard = runner.discard_request_mask.np[: batch.num_reqs]
+    if not batch.generators or not discard.any():
+        return
+    for row in discard.nonzero()[0].tolist():
+        generator = batch.generators.pop(row, None)
+        if generator is not None:
+            set_aside[batch.req_ids[row]] = generator
+
+
+def restore_generators(batch: Any, set_aside: dict[str, Any]) -> None:
+    """Put set-aside generators back at their requests' current rows (rows move between steps)."""
+    for req_id, generator in set_aside.items():
+        row = batch.req_id_to_index.get(req_id)
+        if row is not None:
+            batch.generators[row] = generator
+    set_aside.clear()

@@ -1,7 +1,8 @@
 """Steps of a collaborating group: where each worker's step ends, and when it joins the shared history.
 
-Pure bookkeeping, no torch and no vLLM. Used by the ``combined`` and
-``interleaved`` layouts (:func:`vllm_hogwild.views.combined_views`,
+Pure bookkeeping, no torch and no vLLM. Patterns are RE2's, matched over a
+bounded window of each lane's recent text (:mod:`vllm_hogwild.patterns`). Used
+by the ``combined`` and ``interleaved`` layouts (:func:`vllm_hogwild.views.combined_views`,
 :func:`vllm_hogwild.views.interleaved_views`).
 
 - A worker's text is cut into *steps*. A step ends with the token that
@@ -21,21 +22,22 @@ Pure bookkeeping, no torch and no vLLM. Used by the ``combined`` and
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
+from vllm_hogwild.patterns import LOOKBACK_CHARS, compile_pattern
 from vllm_hogwild.views import Span
 
 # A sentence end (optionally closed by quotes, brackets or markdown emphasis),
 # then a blank line.
-STEP_END = r"[.!?][\"'\u201d\u2019)\]*_]*[ \t]*\n[ \t]*\n"
+STEP_END = "[.!?][\"'\u201d\u2019)\\]*_]*[ \t]*\n[ \t]*\n"  # RE2 syntax; the quotes are the characters
 
 
 @dataclass
 class _Lane:
     step_start: int  # stored position where the oldest step not in the history starts
-    text: str = ""  # text sampled since the last step end
+    text: str = ""  # text sampled since the last step end: at most its last LOOKBACK_CHARS characters
+    cut: bool = False  # text lost its beginning: its first character is context only
     ends: list[int] = field(default_factory=list)  # stored ends of finished steps not joined yet
     stopped_at: int | None = None  # lane length when the worker stopped
 
@@ -55,9 +57,10 @@ class StepTracker:
     step_end: str = STEP_END
     history: list[Span] = field(default_factory=list)  # finished steps, in the order they joined
     _lanes: list[_Lane] = field(default_factory=list)
+    _pattern: Any = None
 
     def __post_init__(self) -> None:
-        self._pattern = re.compile(self.step_end)
+        self._pattern = compile_pattern("step_end", self.step_end)
         self._lanes = [_Lane(self.prompt_len) for _ in range(self.num_workers)]
 
     @property
@@ -74,15 +77,20 @@ class StepTracker:
         lane = self._lanes[worker]
         if lane.stopped_at is not None:
             raise ValueError(f"worker {worker} has stopped")
+        # The text since the last step end, cut to a bounded window (plus one character of
+        # context): the work per token is bounded by the new text plus the window, however
+        # long a step runs.
+        if len(lane.text) > LOOKBACK_CHARS + 1:
+            lane.text, lane.cut = lane.text[-(LOOKBACK_CHARS + 1):], True
         before = len(lane.text)
         lane.text += text
         if not can_end:
             return False
-        # Only a blank line that this token completes counts (earlier text was checked already).
-        for match in self._pattern.finditer(lane.text, max(0, before - 64)):
+        # Only a match that this token completes counts (earlier text was checked already).
+        for match in self._pattern.finditer(lane.text, 1 if lane.cut else 0):
             if match.end() > before:
                 lane.ends.append(position + 1)
-                lane.text = ""
+                lane.text, lane.cut = "", False
                 return True
         return False
 

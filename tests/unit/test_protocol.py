@@ -39,10 +39,14 @@ def test_the_preamble_names_the_team_and_how_to_read_the_transcript(task, person
 
 
 def test_bad_template_fields_are_named() -> None:
-    with pytest.raises(ValueError, match="^hogwild.task: "):
+    from vllm_hogwild.errors import HogwildOptionError
+
+    with pytest.raises(HogwildOptionError, match="^task: ") as info:
         preamble(2, task="poetry")
-    with pytest.raises(ValueError, match="^hogwild.person: "):
+    assert info.value.parameter == "task"
+    with pytest.raises(HogwildOptionError, match="^person: ") as info:
         preamble(2, person="third")
+    assert info.value.parameter == "person"
 
 
 @pytest.mark.parametrize("task", TASKS)
