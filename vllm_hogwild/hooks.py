@@ -43,6 +43,7 @@ from vllm_hogwild.options import (
     REQUEST_KEY,
     EngineOptions,
     HogwildOptionError,
+    RequestOptions,
     check_request,
     parse_request,
     request_field,
@@ -258,9 +259,16 @@ async def _render_chat_request(original, serving, request, *args, **kwargs):
 
 
 async def _create_response(original, serving, request, *args, **kwargs):
-    """Both OpenAI routes: a Hogwild group's final answer in the response (see :mod:`vllm_hogwild.serving`)."""
+    """Both OpenAI routes: the Hogwild fields checked first, and a group's final answer in the response.
+
+    The check runs before vLLM turns the request into sampling parameters, so a
+    bad Hogwild value is a 400 naming its field rather than vLLM's own message
+    about ``extra_args`` (see :mod:`vllm_hogwild.serving` for the answer).
+    """
     from vllm_hogwild.serving import with_answer
 
+    if requested(getattr(request, "vllm_xargs", None)):
+        check_options(serving.engine_client.vllm_config, request.vllm_xargs)
     return with_answer(request, await original(serving, request, *args, **kwargs))
 
 
@@ -331,29 +339,45 @@ def _generate(original, engine, prompt, sampling_params, request_id, *args, **kw
     return original(engine, prompt, sampling_params, request_id, *args, **kwargs)
 
 
+def check_options(config, extra_args) -> RequestOptions:
+    """The request's Hogwild options, checked against the engine's switch (no sizes yet).
+
+    Raises the client error vLLM turns into HTTP 400, naming the field.
+    """
+    try:
+        return _options(config, extra_args)[1]
+    except HogwildOptionError as err:
+        raise request_error(err) from None
+
+
+def _options(config, extra_args) -> tuple[EngineOptions, RequestOptions]:
+    engine_options = EngineOptions.from_additional_config(config.additional_config)
+    if engine_options is None:
+        refused = (config.additional_config or {}).get(REFUSED_KEY)
+        if refused:
+            raise HogwildOptionError(
+                request_field(extra_args),
+                f"this model cannot serve Hogwild requests ({refused['message']})",
+            )
+        raise HogwildOptionError(
+            request_field(extra_args),
+            "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
+            "or, offline, LLM(..., additional_config={'hogwild': {}})",
+        )
+    from vllm_hogwild.collab import PREAMBLE_MARK
+
+    options = parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK},
+                            client_patterns=engine_options.client_patterns)
+    return engine_options, options
+
+
 def check(config, extra_args, num_workers: int, prompt_len: int, max_tokens: int | None):
     """Validate a Hogwild request against the engine: ``(options, per-worker max_tokens)``.
 
     Raises the client error vLLM turns into HTTP 400, naming the field.
     """
-    engine_options = EngineOptions.from_additional_config(config.additional_config)
     try:
-        if engine_options is None:
-            refused = (config.additional_config or {}).get(REFUSED_KEY)
-            if refused:
-                raise HogwildOptionError(
-                    request_field(extra_args),
-                    f"this model cannot serve Hogwild requests ({refused['message']})",
-                )
-            raise HogwildOptionError(
-                request_field(extra_args),
-                "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
-                "or, offline, LLM(..., additional_config={'hogwild': {}})",
-            )
-        from vllm_hogwild.collab import PREAMBLE_MARK
-
-        options = parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK},
-                                client_patterns=engine_options.client_patterns)
+        engine_options, options = _options(config, extra_args)
         if options.protocol in ("named", "collab"):
             from vllm_hogwild.protocol import names
 

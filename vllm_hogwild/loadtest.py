@@ -115,7 +115,9 @@ async def run_one(client, model: str, spec: Spec, deadline_s: float) -> Outcome:
         return done("timeout", reason=f"no answer within {deadline_s:.0f} s")
     except Exception as err:  # any client-visible failure is an outcome, never a crash of the run
         status = getattr(err, "status_code", None)
-        return done("error", reason=f"{type(err).__name__}" + (f" {status}" if status else ""))
+        cause = err.__cause__ or err.__context__
+        detail = f" ({type(cause).__name__}: {str(cause)[:120]})" if cause is not None else ""
+        return done("error", reason=f"{type(err).__name__}" + (f" {status}" if status else "") + detail)
 
 
 async def run_load(base_url: str, model: str, specs: list[Spec], concurrency: int,
@@ -163,6 +165,16 @@ def summarize(outcomes: list[Outcome]) -> list[dict]:
             "p95_s": percentile(lat, 95),
         })
     return rows
+
+
+def fairness(rows: list[dict]) -> float:
+    """Plain requests' p95 latency over the lowest p95 of the group classes (same tokens per sequence).
+
+    1.0: plain requests fare like groups; the documented target is at most 1.25.
+    """
+    by_kind = {r["kind"]: r["p95_s"] for r in rows}
+    groups = [by_kind[k] for k in KINDS[1:] if by_kind.get(k, 0) > 0]
+    return by_kind["plain"] / min(groups) if groups and by_kind.get("plain", 0) > 0 else 0.0
 
 
 def markdown(rows: list[dict]) -> str:

@@ -1,8 +1,9 @@
-"""One real `vllm serve --plugin hogwild` (tiny random Llama) under load, fuzzing, and a killed engine.
+"""One real `vllm serve --plugin hogwild` (tiny random Llama) under load, and a killed engine.
 
 The module's server has a deliberately small KV cache (72 blocks of 32 tokens, a little more than one 2,048-token context)
-so that the load test's concurrency saturates it. The tests run in file order:
-the load test, the fuzz test, then the fault test, which kills the engine.
+so that the load test's concurrency saturates it, and runs with ``--hogwild-client-patterns off``.
+The tests run in file order: the load test, then the fault test, which kills the engine.
+Hostile clients (fuzzing, patterns) have their own module, ``test_hostile_clients.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 import pytest
 
 from tests.server.conftest import Server
-from vllm_hogwild.loadtest import make_mix, markdown, run_load, summarize
+from vllm_hogwild.loadtest import fairness, make_mix, markdown, run_load, summarize
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
@@ -33,7 +34,8 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("load")
     model = build_tiny_llama(tmp / "tiny-llama")
     srv = Server(model, ["--plugin", "hogwild", "--hogwild-max-workers", "4", "--block-size", "32",
-                         "--num-gpu-blocks-override", str(KV_BLOCKS), "--max-num-seqs", "32"],
+                         "--num-gpu-blocks-override", str(KV_BLOCKS), "--max-num-seqs", "32",
+                         "--hogwild-client-patterns", "off"],
                  tmp / "server.log", name=NAME)
     try:
         yield srv.wait_ready()
@@ -95,7 +97,7 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
     sampler.join()
     rows = summarize(outcomes)
     print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; most waiting {sampler.max_waiting:.0f}, "
-          f"highest KV use {sampler.max_kv_use:.2f}")
+          f"highest KV use {sampler.max_kv_use:.2f}; plain p95 / group p95 = {fairness(rows):.2f}")
     (tmp_path / "load.json").write_text(json.dumps(rows))
 
     # The load saturated the cache: requests queued for room.
@@ -123,90 +125,23 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
                                           temperature=0.0)
         assert alone.choices[0].text == o.texts[0], o.spec.index
 
-
-# -- fuzz: the Hogwild fields and their combinations with n, max_tokens, stop, logprobs, stream ------
-
-def _strategies():
-    from hypothesis import strategies as st
-
-    anything = st.one_of(st.none(), st.booleans(), st.integers(-3, 5000), st.floats(allow_nan=False, width=32),
-                         st.text(max_size=8), st.lists(st.integers(0, 3), max_size=2))
-    values = {
-        "hogwild_layout": st.one_of(st.sampled_from(["contiguous", "combined", "interleaved", "isolated"]), anything),
-        "hogwild_protocol": st.one_of(st.sampled_from(["raw", "named", "collab"]), anything),
-        "hogwild_task": st.one_of(st.sampled_from(["math", "code", "general"]), anything),
-        "hogwild_person": st.one_of(st.sampled_from(["first", "second"]), anything),
-        "hogwild_finisher": st.one_of(st.integers(0, 8), anything),
-        "hogwild_redundancy_every": st.one_of(st.integers(1, 64), anything),
-        "hogwild_answer_pattern": st.one_of(st.just(r"Answer: (\d+)"), st.just("(unclosed"), anything),
-        "hogwild_step_end": st.one_of(st.just("\n\n"), anything),
-        "hogwild_speed": anything,
-    }
-    xargs = st.dictionaries(st.sampled_from(sorted(values)), st.nothing(), max_size=4).flatmap(
-        lambda keys: st.fixed_dictionaries({k: values[k] for k in keys})
-    )
-    body = st.fixed_dictionaries(
-        {"route": st.sampled_from(["completions", "chat"]), "vllm_xargs": xargs},
-        optional={
-            "n": st.one_of(st.integers(-1, 6), st.text(max_size=3)),
-            "max_tokens": st.one_of(st.integers(-2, 12), st.just(5000), st.none()),
-            "stop": st.one_of(st.none(), st.text(max_size=3), st.lists(st.text(max_size=3), max_size=3), st.integers()),
-            "logprobs": st.one_of(st.none(), st.booleans(), st.integers(0, 25)),
-            "stream": st.booleans(),
-            "temperature": st.one_of(st.floats(0, 2), st.just(-1.0)),
-            "seed": st.integers(0, 2**31),
-        },
-    )
-    return body
+    # Fairness (--hogwild-max-plain-wait): plain requests do not wait much longer than groups.
+    assert fairness(rows) <= 1.25, markdown(rows)
 
 
-def _send(server: Server, case: dict) -> tuple[int, str]:
-    """POST the case; for a stream, read it to the end. (status, body or the stream's error events)."""
+def test_client_patterns_off_refuses_them_and_keeps_the_built_in_ones(server) -> None:
     import httpx
 
-    case = dict(case)
-    route = case.pop("route")
-    body = {"model": NAME, **case}
-    if route == "completions":
-        body["prompt"] = "Split the work: count to five."
-    else:
-        body["messages"] = [{"role": "user", "content": "Split the work: count to five."}]
-        if "logprobs" in body and isinstance(body["logprobs"], int) and not isinstance(body["logprobs"], bool):
-            body["top_logprobs"], body["logprobs"] = body["logprobs"], True
-    if body.get("max_tokens", None) is None:
-        body["max_tokens"] = 8  # the whole context per worker would only make the test slow
-    with httpx.Client(base_url=server.base_url, timeout=120) as http:
-        with http.stream("POST", f"/v1/{'completions' if route == 'completions' else 'chat/completions'}",
-                         json=body) as resp:
-            text = resp.read().decode(errors="replace")
-            return resp.status_code, text
-
-
-def test_fuzzed_hogwild_requests_get_200_or_400_never_500(server) -> None:
-    from hypothesis import HealthCheck, given, settings
-
-    seen = {200: 0, 400: 0}
-    free_at_start = free_blocks_when_idle(server)
-
-    @settings(max_examples=80, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(_strategies())
-    def check(case: dict) -> None:
-        status, text = _send(server, case)
-        assert status in (200, 400), (status, case, text[:500])
-        if status == 400:
-            assert json.loads(text)["error"]["message"], text
-        else:
-            # A stream's failure arrives as an error event inside a 200: it must not be a 500 either.
-            assert '"code": 500' not in text and '"code":500' not in text, (case, text[:500])
-        seen[status] += 1
-
-    check()
-    assert seen[200] > 5 and seen[400] > 5, seen  # the strategies reach both kinds
-    ok = _send(server, {"route": "completions", "n": 2, "max_tokens": 4,
-                        "vllm_xargs": {"hogwild_layout": "contiguous", "hogwild_protocol": "raw"}})
-    assert ok[0] == 200
-    assert free_blocks_when_idle(server) == free_at_start
+    for xargs, field in [({"hogwild_answer_pattern": "(a)"}, "hogwild_answer_pattern"),
+                         ({"hogwild_layout": "combined", "hogwild_step_end": "x"}, "hogwild_step_end")]:
+        resp = httpx.post(server.base_url + "/v1/completions", timeout=60, json={
+            "model": NAME, "prompt": "hi", "n": 2, "max_tokens": 4, "vllm_xargs": xargs})
+        assert resp.status_code == 400, resp.text
+        error = resp.json()["error"]
+        assert error["param"] == field and "built-in" in error["message"], error
+    resp = httpx.post(server.base_url + "/v1/completions", timeout=60, json={
+        "model": NAME, "prompt": "What is 2 + 2?", "n": 2, "max_tokens": 12, "vllm_xargs": {"hogwild_protocol": "collab"}})
+    assert resp.status_code == 200 and "hogwild" in resp.json(), resp.text
 
 
 # -- faults: the engine's worker process killed mid-load --------------------------------------------
