@@ -123,9 +123,16 @@ async def run_one(client, model: str, spec: Spec, deadline_s: float) -> Outcome:
 async def run_load(base_url: str, model: str, specs: list[Spec], concurrency: int,
                    deadline_s: float = 180.0) -> list[Outcome]:
     """Every spec once, at most ``concurrency`` in flight; outcomes in spec order."""
+    import httpx
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=deadline_s)
+    # Idle connections are dropped after 2 s, before a server's keep-alive timeout (uvicorn's 5 s, as
+    # vLLM runs it): reusing a connection the server is closing at that moment fails the request
+    # with a ReadError that says nothing about the server. No retries: every failure is counted.
+    http = httpx.AsyncClient(limits=httpx.Limits(max_connections=2 * concurrency, keepalive_expiry=2.0),
+                             timeout=deadline_s)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=deadline_s,
+                                http_client=http)
     gate = asyncio.Semaphore(concurrency)
 
     async def gated(spec: Spec) -> Outcome:

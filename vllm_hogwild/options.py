@@ -69,7 +69,7 @@ class EngineOptions:
     # Fairness: a group goes ahead of an older plain request only while that request has
     # waited less than this many seconds (and, the other way, a complete group that has
     # waited longer holds back younger plain requests until it fits).
-    max_plain_wait: float = 2.0
+    max_plain_wait: float = 0.5
 
     @classmethod
     def from_additional_config(cls, additional_config: Mapping[str, Any] | None) -> "EngineOptions | None":

@@ -97,7 +97,8 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
     sampler.join()
     rows = summarize(outcomes)
     print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; most waiting {sampler.max_waiting:.0f}, "
-          f"highest KV use {sampler.max_kv_use:.2f}; plain p95 / group p95 = {fairness(rows):.2f}")
+          f"highest KV use {sampler.max_kv_use:.2f}; preemptions {server.metric('vllm:num_preemptions_total'):.0f}; "
+          f"plain p95 / group p95 = {fairness(rows):.2f}")
     (tmp_path / "load.json").write_text(json.dumps(rows))
 
     # The load saturated the cache: requests queued for room.
