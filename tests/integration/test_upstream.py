@@ -120,7 +120,7 @@ def test_upstream_patches_apply_to_the_pinned_vllm(tmp_path) -> None:
     for rel in touched:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(site / rel, tmp_path / rel)
-    assert [p.name[:2] for p in PATCHES] == [f"{i:02d}" for i in range(1, 9)]
+    assert [p.name[:2] for p in PATCHES] == [f"{i:02d}" for i in range(1, 10)]
     for p in PATCHES:
         run = subprocess.run(["git", "apply", "-p1", str(p)], cwd=tmp_path, capture_output=True, text=True)
         assert run.returncode == 0, f"{p.name}: {run.stdout}{run.stderr}"
