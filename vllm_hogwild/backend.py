@@ -1,20 +1,35 @@
-"""Attention backends that run Hogwild rows through segment attention.
+"""Attention backends that run Hogwild rows through segment attention: one logic, two platforms.
 
-Subclasses of vLLM's platform backends, installed over them with
-``register_backend`` by the Hogwild worker (so only when Hogwild is switched
-on). Rows of plain requests, and Hogwild rows whose view is their own lane
-alone, go through the native kernel untouched. The other Hogwild rows are
-given the native kernel a context of their own query token only (cheap), then
-their outputs are written by segment attention over their views.
+A Hogwild backend is a platform's vLLM backend with two mixins put in front:
+
+- :class:`HogwildBuilderMixin` (metadata builder, once per step): takes the
+  step's views that the runner hook published, finds this batch's Hogwild
+  rows, builds the native metadata with those rows reduced to a context of
+  their own query tokens (so the native kernel never reads their whole lane:
+  no row is computed twice), and plans segment attention for them once; every
+  layer reuses the plan (:class:`HogwildStep`, the same type on every platform).
+- :class:`HogwildImplMixin` (every layer): runs the native kernel (which also
+  writes the step's K/V), then overwrites the Hogwild rows with segment
+  attention over the cache read in place.
+
+What a platform adds is only the native classes and how its cache tensor is
+read (:meth:`HogwildImplMixin.hogwild_kv`): the CPU backend here, FlashAttention
+in :mod:`vllm_hogwild.backend_cuda`. Which segment-attention path runs
+(compiled CPU op, PyTorch, Triton) was decided by the switch
+(:mod:`vllm_hogwild.attention_path`). Rows of plain requests, and Hogwild rows
+whose view is their own lane alone, go through the native kernel untouched.
+
+vLLM's backend registry is per process: an engine without the switch that
+lives in a process where a Hogwild engine ran gets these classes too. They then
+behave exactly like the stock ones.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from dataclasses import dataclass
 
 import torch
+from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backends.cpu_attn import (
     CPUAttentionBackend,
     CPUAttentionBackendImpl,
@@ -23,35 +38,36 @@ from vllm.v1.attention.backends.cpu_attn import (
 
 from vllm_hogwild import segment_attention as sa
 from vllm_hogwild import step_context
+from vllm_hogwild.attention_path import path_of
 from vllm_hogwild.cpu_layout import probe_k_transposed
-from vllm_hogwild.cpu_ops import load as load_cpu_ops
 from vllm_hogwild.kv_layout import CpuPagedKV
-from vllm_hogwild.options import EngineOptions
 from vllm_hogwild.rope import RopeSpec
-
-logger = logging.getLogger(__name__)
 
 CPU_BACKEND_PATH = "vllm_hogwild.backend.HogwildCPUAttentionBackend"
 
 
-
-@dataclass
+@dataclass(frozen=True)
 class HogwildStep:
+    """``metadata.hogwild`` on every platform: the step's plan and how to read this cache."""
+
     plan: sa.SegmentAttentionPlan
-    k_transposed: bool
+    k_transposed: bool = False  # the CPU cache's K blocks (probed at start-up); unused elsewhere
+
+
+class HogwildViewsMismatch(RuntimeError):
+    """The published views do not belong to the batch being built (a bug, never silently ignored)."""
 
 
 def rows_for_step(step: step_context.StepViews | None, common) -> dict[int, sa.QueryRow]:
-    """The step's Hogwild rows in this batch, by batch row; empty when the publication does not match it."""
+    """The step's Hogwild rows in this batch, by batch row (empty when the step has none)."""
     if step is None or not step.segments:
         return {}
-    num_reqs = common.num_reqs
-    query_start_loc = common.query_start_loc_cpu
-    if (len(step.req_ids) != num_reqs or step.num_tokens != common.num_actual_tokens
+    if (len(step.req_ids) != common.num_reqs or step.num_tokens != common.num_actual_tokens
             or any(r not in step.req_ids for r in step.segments)):
-        logger.warning("Hogwild views do not match the batch; running it without them")
-        return {}
-    starts = query_start_loc.tolist()
+        raise HogwildViewsMismatch(
+            f"Hogwild views for {len(step.req_ids)} requests / {step.num_tokens} tokens, batch of "
+            f"{common.num_reqs} / {common.num_actual_tokens}")
+    starts = common.query_start_loc_cpu.tolist()
     rows = {}
     for i, req_id in enumerate(step.req_ids):
         segments = step.segments.get(req_id)
@@ -61,59 +77,95 @@ def rows_for_step(step: step_context.StepViews | None, common) -> dict[int, sa.Q
 
 
 def without_native_context(common, rows: dict[int, sa.QueryRow]):
-    """The batch as the native kernel should see it: Hogwild rows attend their own query token only.
+    """The batch as the native kernel sees it: each Hogwild row's context is its own query length.
 
     Their native output is overwritten by segment attention anyway; this keeps
-    the kernel from reading their whole lane first (no row computed twice).
+    the kernel from reading their whole lane first. The K/V of every row is
+    still written (slot mapping untouched). ``max_seq_len`` stays an upper bound.
     """
+    index = torch.tensor(list(rows), dtype=torch.long)
+    lens = torch.tensor([r.num_query_tokens for r in rows.values()], dtype=common.seq_lens.dtype)
     seq_lens = common.seq_lens.clone()
-    for i, row in rows.items():
-        seq_lens[i] = row.num_query_tokens
-    return dataclasses.replace(common, seq_lens=seq_lens)
+    seq_lens[index.to(seq_lens.device)] = lens.to(seq_lens.device)
+    upper = common.seq_lens_cpu_upper_bound
+    if upper is not None:
+        upper = upper.clone()
+        upper[index] = lens.to(upper.dtype)
+    return common.replace(seq_lens=seq_lens, seq_lens_cpu_upper_bound=upper, _num_computed_tokens_cache=None)
 
 
-def write_segment_rows(impl, plan: sa.SegmentAttentionPlan, query: torch.Tensor, kv, attn_metadata,
-                       output: torch.Tensor) -> None:
-    """Overwrite the planned rows of ``output`` ``[T, Hq * D]`` with segment attention (any backend impl)."""
-    n = attn_metadata.num_actual_tokens
-    out = output[:n].view(n, impl.num_heads, impl.head_size)
-    sa.run(plan, query[:n], kv, impl.scale, out=out)
+class HogwildBuilderMixin:
+    """Put first in the bases of a platform's attention metadata builder."""
 
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
+        """No full CUDA graphs with Hogwild on; piecewise graphs stay.
 
-class HogwildCPUMetadataBuilder(CPUAttentionMetadataBuilder):
+        Attention runs eagerly between the captured pieces of a piecewise graph,
+        so a per-step plan built here in Python stays correct, while a full graph
+        would replay a recorded one. vLLM then resolves its default
+        FULL_AND_PIECEWISE to PIECEWISE (docs/architecture.md). Hogwild off: the
+        platform's own answer.
+        """
+        if path_of(vllm_config.additional_config) is None:
+            return super().get_cudagraph_support(vllm_config, kv_cache_spec)
+        return AttentionCGSupport.NEVER
+
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        # vLLM's backend registry is per process: an engine without the switch
-        # that lives in a process where a Hogwild engine ran gets this class
-        # too. It then behaves exactly like the stock backend.
-        self.hogwild_on = EngineOptions.from_additional_config(vllm_config.additional_config) is not None
-        if not self.hogwild_on:
-            return
-        self.rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
-        # Probed, not assumed: reading K with the wrong layout is silent garbage.
-        self.k_transposed = probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim)
-        self.compiled = load_cpu_ops() is not None
+        self.hogwild_path = path_of(vllm_config.additional_config)  # None: Hogwild is off, stock behaviour
+        if self.hogwild_path is not None:
+            self.hogwild_rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
+            self.hogwild_block_size = kv_cache_spec.block_size
+            self.hogwild_k_transposed = self.hogwild_cache_layout()
+
+    def hogwild_cache_layout(self) -> bool:
+        """Whether this platform's cache stores K transposed (CPU: probed); False elsewhere."""
+        return False
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
-        rows = rows_for_step(step_context.take(), common_attn_metadata) if self.hogwild_on else {}
+        rows = rows_for_step(step_context.current(), common_attn_metadata) if self.hogwild_path else {}
         if not rows:
             metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
             metadata.hogwild = None
             return metadata
-        metadata = super().build(common_prefix_len, without_native_context(common_attn_metadata, rows), fast_build)
-        plan = sa.plan(list(rows.values()), self.block_size, self.rope,
-                       num_tokens=common_attn_metadata.num_actual_tokens, compiled=self.compiled)
-        metadata.hogwild = HogwildStep(plan, self.k_transposed)
+        # No cascade (shared-prefix) attention over rows whose native context was cut short.
+        metadata = super().build(0, without_native_context(common_attn_metadata, rows), fast_build)
+        plan = sa.plan(list(rows.values()), self.hogwild_block_size, self.hogwild_rope,
+                       num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
+                       compiled=self.hogwild_path == "cpu-op", triton=self.hogwild_path == "triton")
+        metadata.hogwild = HogwildStep(plan, self.hogwild_k_transposed)
         return metadata
 
 
-class HogwildCPUAttentionImpl(CPUAttentionBackendImpl):
+class HogwildImplMixin:
+    """Put first in the bases of a platform's attention implementation."""
+
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildStep):
+        """This platform's cache as a :mod:`vllm_hogwild.kv_layout` reader."""
+        raise NotImplementedError
+
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
         output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
         step = getattr(attn_metadata, "hogwild", None)
         if step is not None:
-            write_segment_rows(self, step.plan, query, CpuPagedKV(kv_cache, step.k_transposed), attn_metadata, output)
+            n = attn_metadata.num_actual_tokens
+            out = output[:n].view(n, self.num_heads, self.head_size)
+            sa.run(step.plan, query[:n], self.hogwild_kv(kv_cache, step), self.scale, out=out)
         return output
+
+
+# -- the CPU ------------------------------------------------------------------------------------------
+
+class HogwildCPUMetadataBuilder(HogwildBuilderMixin, CPUAttentionMetadataBuilder):
+    def hogwild_cache_layout(self) -> bool:
+        # Probed, not assumed: reading K with the wrong layout is silent garbage.
+        return probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim)
+
+
+class HogwildCPUAttentionImpl(HogwildImplMixin, CPUAttentionBackendImpl):
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildStep) -> CpuPagedKV:
+        return CpuPagedKV(kv_cache, step.k_transposed)
 
 
 class HogwildCPUAttentionBackend(CPUAttentionBackend):

@@ -1,16 +1,16 @@
 """The compiled CPU op for decode rows (``csrc/segment_attention_cpu.cpp``), built on first use.
 
 Built with ``torch.utils.cpp_extension`` (needs a C++ compiler; the build is
-cached under ``~/.cache/torch_extensions``). If it cannot be built, or
-``VLLM_HOGWILD_CPU_KERNEL=0``, :func:`load` returns ``None`` and segment
-attention stays on its PyTorch paths.
+cached under ``~/.cache/torch_extensions``). If it cannot be built, :func:`load`
+returns ``None``; the engine then runs the PyTorch paths and says so
+(:mod:`vllm_hogwild.attention_path`; ``VLLM_HOGWILD_ATTENTION=torch`` chooses
+them explicitly).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -20,8 +20,6 @@ SOURCE = Path(__file__).parent / "csrc" / "segment_attention_cpu.cpp"
 
 @functools.lru_cache(maxsize=1)
 def load():
-    if os.environ.get("VLLM_HOGWILD_CPU_KERNEL", "1") == "0":
-        return None
     try:
         from torch.utils.cpp_extension import load as build
 

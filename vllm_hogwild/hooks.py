@@ -37,6 +37,7 @@ import inspect
 import logging
 import os
 
+from vllm_hogwild.attention_path import RUNTIME_KEY, resolve_here
 from vllm_hogwild.options import (
     ENGINE_KEY,
     REFUSED_KEY,
@@ -142,32 +143,54 @@ def _create_engine_config(original, engine_args, *args, **kwargs):
     return config
 
 
-def _select_classes(engine_args) -> None:
-    from vllm.platforms import current_platform
+def _select_classes(engine_args, platform=None) -> None:
+    """Set vLLM's own knobs for Hogwild: scheduler and worker classes, the attention backend and path.
+
+    ``platform``: vLLM's ``current_platform`` (a stand-in in tests).
+    """
+    if platform is None:
+        from vllm.platforms import current_platform as platform
 
     if engine_args.scheduler_cls not in DEFAULT_SCHEDULER_CLS and engine_args.scheduler_cls != SCHEDULER_CLS:
         raise HogwildOptionError("scheduler_cls", "Hogwild brings its own scheduler; leave scheduler_cls unset")
     if engine_args.worker_cls not in ("auto", CPU_WORKER_CLS, CUDA_WORKER_CLS):
         raise HogwildOptionError("worker_cls", "Hogwild brings its own worker; leave worker_cls unset")
-    if current_platform.is_cpu():
+    if platform.is_cpu():
         engine_args.worker_cls = CPU_WORKER_CLS
-    elif current_platform.is_cuda():
+        path = resolve_here("cpu")
+    elif platform.is_cuda():
         engine_args.worker_cls = CUDA_WORKER_CLS
-        # The runner hook wraps the V1 model runner; the segment rows are
-        # overwritten in Python after the native kernel, which CUDA graphs
-        # would skip on replay.
+        _select_flash_attention(engine_args)
+        # The runner hook wraps the V1 model runner. CUDA graphs stay on: the Hogwild
+        # builders report no full-graph support, so vLLM keeps piecewise graphs, between
+        # whose pieces attention (and its per-step plan) runs eagerly (docs/architecture.md).
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
-        engine_args.enforce_eager = True
+        path = resolve_here("cuda")
     else:
         raise HogwildOptionError("additional_config.hogwild",
-                                 f"no Hogwild worker for platform {current_platform.device_name!r} yet")
+                                 f"no Hogwild worker for platform {platform.device_name!r} yet")
     engine_args.scheduler_cls = SCHEDULER_CLS
-    engine_args.async_scheduling = False  # the scheduler builds views from settled token counts
+    # The scheduler needs step k's sampled tokens (step ends, placed tokens, answers) before it
+    # builds step k+1's views; async scheduling would schedule k+1 first (docs/architecture.md).
+    engine_args.async_scheduling = False
+    engine_args.additional_config = {**engine_args.additional_config, RUNTIME_KEY: {"attention": path}}
     from vllm_hogwild.forcing import LOGITS_PROCESSOR
 
     processors = list(engine_args.logits_processors or [])
     if LOGITS_PROCESSOR not in processors:
         engine_args.logits_processors = [*processors, LOGITS_PROCESSOR]  # tokens the engine places
+
+
+def _select_flash_attention(engine_args) -> None:
+    """CUDA: Hogwild drives vLLM's FlashAttention backend; choose it unless the user chose another."""
+    chosen = engine_args.attention_backend or getattr(engine_args.attention_config, "backend", None)
+    name = getattr(chosen, "name", chosen)
+    if name is None:
+        engine_args.attention_backend = "FLASH_ATTN"  # vLLM would pick FlashInfer first on Blackwell GPUs
+    elif str(name).upper() != "FLASH_ATTN":
+        raise HogwildOptionError(
+            "attention_backend", f"{name} has no Hogwild implementation; on CUDA Hogwild runs on FLASH_ATTN "
+            "(leave --attention-backend unset or set it to FLASH_ATTN)")
 
 
 def check_model(model_config) -> None:
@@ -182,10 +205,19 @@ def check_model(model_config) -> None:
         raise HogwildOptionError("sliding_window", "models with sliding-window or non-attention layers are not supported")
 
 
-def check_engine(config) -> None:
+def check_engine(config, platform=None) -> None:
     """Refuse engine settings Hogwild cannot run with (raises naming the flag)."""
+    if platform is None:
+        from vllm.platforms import current_platform as platform
+
     if config.cache_config.cache_dtype not in ("auto", None):
         raise HogwildOptionError("kv_cache_dtype", "Hogwild reads the KV cache unquantized; use kv_cache_dtype='auto'")
+    import torch
+
+    if platform.is_cuda() and config.model_config.dtype not in (torch.float16, torch.bfloat16):
+        raise HogwildOptionError(
+            "dtype", f"{config.model_config.dtype} on CUDA: FlashAttention, which Hogwild drives there, takes "
+            "float16 or bfloat16 (use --dtype bfloat16); float32 runs on the CPU")
     if config.speculative_config is not None:
         raise HogwildOptionError("speculative_config", "speculative decoding with Hogwild is not supported yet")
 

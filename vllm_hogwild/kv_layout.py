@@ -13,7 +13,10 @@ Two layouts are read (never written, never changed):
   kv_heads, head_dim]`` (any strides), what the GPU backends use.
 
 Both hand out blocks as ``k_t [U, kv_heads, head_dim, block_size]`` (keys
-transposed, ready for ``q @ k_t``) and ``v [U, kv_heads, block_size, head_dim]``.
+transposed, ready for ``q @ k_t``) and ``v [U, kv_heads, block_size, head_dim]``,
+and describe themselves to kernels as :class:`StridedKV`: a K and a V tensor
+each addressed by element strides over (block, slot, KV head, dim), so one
+kernel reads every layout in place.
 """
 
 from __future__ import annotations
@@ -21,6 +24,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True)
+class StridedKV:
+    """K and V of a paged cache for a kernel: ``key[b, s, h, d]`` is at element
+    ``b * key_strides[0] + s * key_strides[1] + h * key_strides[2] + d * key_strides[3]``
+    from ``key.data_ptr()`` (the same for V). Nothing is copied."""
+
+    key: torch.Tensor
+    key_strides: tuple[int, int, int, int]
+    value: torch.Tensor
+    value_strides: tuple[int, int, int, int]
+    block_size: int
+    num_kv_heads: int
+    head_dim: int
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,18 @@ class CpuPagedKV:
             k_t = k.view(u, heads, bs, d).transpose(-1, -2)
         return k_t, v.view(u, heads, bs, d)
 
+    def strided(self) -> StridedKV:
+        """K: the first ``block_size * head_dim`` elements of each (block, head), transposed or not;
+        V: the next as many, ``[block_size, head_dim]``."""
+        num_blocks, heads, bs, two_d = self.cache.shape
+        d = two_d // 2
+        if self.cache.stride(3) != 1 or self.cache.stride(2) != two_d:
+            raise ValueError("the CPU cache must be contiguous within each (block, head)")
+        halves = self.cache.view(num_blocks, heads, 2, bs * d)
+        sb, sh = self.cache.stride(0), self.cache.stride(1)
+        k_strides = (sb, 1, sh, bs) if self.k_transposed else (sb, d, sh, 1)
+        return StridedKV(halves[:, :, 0], k_strides, halves[:, :, 1], (sb, d, sh, 1), bs, heads, d)
+
 
 @dataclass(frozen=True)
 class PlainPagedKV:
@@ -76,6 +106,11 @@ class PlainPagedKV:
         k = self.key_cache.index_select(0, block_ids)  # [U, bs, H, D]
         v = self.value_cache.index_select(0, block_ids)
         return k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3)
+
+    def strided(self) -> StridedKV:
+        k, v = self.key_cache, self.value_cache
+        return StridedKV(k, tuple(k.stride()), v, tuple(v.stride()), self.block_size, self.num_kv_heads,
+                         self.head_dim)
 
 
 PagedKV = CpuPagedKV | PlainPagedKV

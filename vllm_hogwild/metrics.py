@@ -28,6 +28,8 @@ Series (labels ``model_name`` and ``engine``, like vLLM's):
 ``hogwild:admission_wait_seconds``         histogram  first worker's arrival to the group's admission
 ``hogwild:groups_ended_total``             counter    groups ended (finished or aborted)
 ``hogwild:member_preemptions_total``       counter    preemptions of a group member (by design 0)
+``hogwild:attention_info``                 gauge      1, labelled ``path``: the segment-attention path
+                                                      the engine runs (``cpu-op``, ``torch``, ``triton``)
 =========================================  =========  ==================================================
 """
 
@@ -36,6 +38,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
+
+from vllm_hogwild.attention_path import path_of
 
 CARRIER_KEY = "hogwild"
 PREFIX = "hogwild:"
@@ -116,6 +120,11 @@ class HogwildStatLogger(AggregateStatLoggerBase):
         )
         self.ended = counter("groups_ended", "Hogwild groups ended (finished or aborted).")
         self.preemptions = counter("member_preemptions", "Preemptions of a Hogwild group member (by design none).")
+        info = Gauge(PREFIX + "attention_info", "The Hogwild attention path this engine runs (label path).",
+                     [*labels, "path"], multiprocess_mode="mostrecent")
+        path = path_of(vllm_config.additional_config) or "none"
+        for i in self.engine_indexes:
+            info.labels(model_name, str(i), path).set(1)
         self._preemptions_seen = {i: 0 for i in self.engine_indexes}
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:

@@ -1,12 +1,14 @@
 """The step's Hogwild views, handed from the model runner to the attention metadata builder.
 
 Worker process only. The scheduler attaches each decoding member's segments to
-the ``SchedulerOutput``; the one runner hook (:func:`install_runner_hook`,
+the ``SchedulerOutput``; the runner hook (:func:`install_runner_hook`,
 wrapping ``_prepare_inputs`` of this worker's runner instance) publishes them
-with the batch's final row order, and the metadata builder takes them (once)
-when it builds the step's attention metadata. Every real step publishes
-afresh, and dummy and profile runs never call ``_prepare_inputs``: they find
-nothing, and a publication whose batch size does not match is refused.
+with the batch's final row order, and every metadata builder of the step reads
+them (:func:`current`) when it builds the step's attention metadata. Every real
+step publishes afresh; a dummy run (profiling, CUDA graph capture, an idle
+data-parallel rank) clears the publication first (the same hook wraps
+``_dummy_run``), and a publication that does not match the batch being built
+is an error, never silently ignored.
 
 The same hook hands the tokens the scheduler forces this step (step prefixes
 it places into lanes) to the sampler's logits processor, by logits row, and
@@ -22,6 +24,7 @@ from typing import Any
 from vllm_hogwild.segment_attention import Segment
 
 HOOKED_METHOD = "_prepare_inputs"
+DUMMY_RUN_METHOD = "_dummy_run"
 SEGMENTS_ATTR = "hogwild_segments"  # the SchedulerOutput attribute the scheduler fills
 FORCED_ATTR = "hogwild_forced"  # request id -> the token it must sample this step
 
@@ -44,11 +47,9 @@ def take_forced() -> dict[int, int] | None:
     return rows
 
 
-def take() -> StepViews | None:
-    """The step's publication, once: a later build (another step, a dummy run) cannot reuse it."""
-    global _current
-    step, _current = _current, None
-    return step
+def current() -> StepViews | None:
+    """The step's publication; every builder of the step reads the same one."""
+    return _current
 
 
 def publish(step: StepViews | None) -> None:
@@ -82,6 +83,16 @@ def install_runner_hook(runner: Any) -> None:
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
     setattr(runner, HOOKED_METHOD, prepare_inputs)
+
+    dummy_run = getattr(runner, DUMMY_RUN_METHOD)
+
+    def dummy_run_without_views(*args, **kwargs):
+        global _forced_rows
+        publish(None)  # a dummy batch is not the last real step's batch
+        _forced_rows = None
+        return dummy_run(*args, **kwargs)
+
+    setattr(runner, DUMMY_RUN_METHOD, dummy_run_without_views)
 
 
 def set_aside_discarded_generators(runner: Any, set_aside: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
-"""The CUDA Hogwild worker: vLLM's GPU worker plus the backend override and the runner hook.
+"""The CUDA Hogwild worker: vLLM's GPU worker with :class:`~vllm_hogwild.worker.HogwildWorkerMixin`.
 
-Selected through ``worker_cls`` by the switch on CUDA platforms. Not exercised
-in CI (no GPU there); see ``benchmarks/device_check.sh``.
+Selected through ``worker_cls`` by the switch on CUDA platforms. Not run in CI
+(no GPU there); the shared logic runs on the CPU and ``benchmarks/device_check.sh``
+checks the kernel on a GPU.
 """
 
 from __future__ import annotations
@@ -9,16 +10,10 @@ from __future__ import annotations
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 from vllm.v1.worker.gpu_worker import Worker
 
-from vllm_hogwild.backend_override import override_backend
 from vllm_hogwild.backend_cuda import CUDA_BACKEND_PATH
-from vllm_hogwild.step_context import install_runner_hook
+from vllm_hogwild.worker import HogwildWorkerMixin
 
 
-class HogwildGPUWorker(Worker):
-    def __init__(self, *args, **kwargs) -> None:
-        override_backend(AttentionBackendEnum.FLASH_ATTN, CUDA_BACKEND_PATH)
-        super().__init__(*args, **kwargs)
-
-    def init_device(self) -> None:
-        super().init_device()
-        install_runner_hook(self.model_runner)
+class HogwildGPUWorker(HogwildWorkerMixin, Worker):
+    hogwild_backend = AttentionBackendEnum.FLASH_ATTN
+    hogwild_backend_path = CUDA_BACKEND_PATH

@@ -181,6 +181,16 @@ def test_disconnect_mid_stream_aborts_the_group_and_frees_its_blocks(server) -> 
     assert 0 <= steps_after_disconnect <= 3, (generated, received)
 
 
+def test_the_attention_path_is_logged_once_and_labelled_in_metrics(server) -> None:
+    import re
+
+    # This machine builds the compiled CPU op, so the CPU's default path is cpu-op.
+    found = re.findall(r'^hogwild:attention_info\{([^}]*)\} (\S+)$', server.metrics(), re.M)
+    assert len(found) == 1 and 'path="cpu-op"' in found[0][0] and float(found[0][1]) == 1.0, found
+    log = server.log_path.read_text(errors="replace")
+    assert len(re.findall(r"Hogwild attention: cpu-op \(\d+ layers\)", log)) == 1
+
+
 BAD = [
     ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_layout": "spiral"}}}, "hogwild_layout"),
     ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_protocol": "chat"}}}, "hogwild_protocol"),

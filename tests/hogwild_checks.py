@@ -1,0 +1,50 @@
+"""Oracle checks shared by the engine tests (offline engine, other attention paths, Ray, TP)."""
+
+from __future__ import annotations
+
+import re
+
+
+def step_ends_for(tokenizer, tokens: list[int], pattern: str) -> list[int]:
+    """Token i ends a step iff the pattern matches text that token i completes, since the last end."""
+    ends, since = [], ""
+    for i, t in enumerate(tokens):
+        before, since = since, since + tokenizer.decode([t])
+        if any(m.end() > len(before) for m in re.finditer(pattern, since)):
+            ends.append(i)
+            since = ""
+    return ends
+
+
+def max_err(got: list[list[float]], expected: list[list[float]]) -> float:
+    return max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+
+
+def header_ranges(tokenizer, prompt: list[int]) -> tuple[int, dict[str, tuple[int, int]]]:
+    """``(prompt_end, headers)``: where the collab section headers sit at the tail of a stored prompt."""
+    from vllm_hogwild.protocol import HEADER_ORDER, HEADERS
+
+    headers, pos = {}, len(prompt)
+    for name in reversed(HEADER_ORDER):
+        size = len(tokenizer.encode(HEADERS[name], add_special_tokens=False))
+        headers[name], pos = (pos - size, pos), pos - size
+    return pos, headers
+
+
+def collab_errors(oracle, tokenizer, prompt: list[int], tokens: list[list[int]], logprobs: list[list[float]],
+                  step_end: str, finisher_worker: int | None = None,
+                  finisher_tokens: range = range(0)) -> tuple[float, float, list[list[int]]]:
+    """``(error, error without the headers, step ends)`` of a collab group's logprobs against the dense oracle.
+
+    Step ends come from the text; text the engine placed (``finisher_tokens`` of the finisher's
+    worker: its suffix and greedy tokens) never ends a step (the step end pattern must not occur in
+    step prefixes). The view's prompt part ends before the section headers, each header placed where
+    the view puts it.
+    """
+    ends = [[i for i in step_ends_for(tokenizer, t, step_end) if not (w == finisher_worker and i in finisher_tokens)]
+            for w, t in enumerate(tokens)]
+    prompt_end, headers = header_ranges(tokenizer, prompt)
+    expected = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends, prompt_end=prompt_end,
+                               headers=headers)
+    wrong = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends)
+    return max_err(logprobs, expected), max_err(logprobs, wrong), ends

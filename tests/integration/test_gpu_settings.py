@@ -1,0 +1,130 @@
+"""What the switch asks of vLLM on a GPU, checked on the CPU: no enforce_eager, piecewise CUDA graphs kept,
+FlashAttention chosen, fp32 and foreign backends refused; and the start-up checks of every attention layer.
+
+vLLM's CUDA platform cannot be imported from the CPU build, so these tests hand the switch a
+stand-in platform object; everything else is vLLM's own code (its CompilationConfig resolves
+the CUDA-graph mode exactly as the GPU model runner asks it to).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from vllm_hogwild.errors import HogwildOptionError
+
+pytestmark = pytest.mark.vllm
+
+
+class FakeCuda:
+    device_name = "cuda"
+
+    @staticmethod
+    def is_cpu() -> bool:
+        return False
+
+    @staticmethod
+    def is_cuda() -> bool:
+        return True
+
+
+def _engine_args(**kw):
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(model="unused", additional_config={"hogwild": {}}, **kw)
+
+
+def test_on_cuda_the_switch_keeps_graphs_and_chooses_flash_attention(monkeypatch) -> None:
+    from vllm_hogwild import hooks
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    monkeypatch.delenv("VLLM_HOGWILD_ATTENTION", raising=False)
+    args = _engine_args()
+    hooks._select_classes(args, FakeCuda)
+    assert args.enforce_eager is False  # torch.compile and CUDA graphs stay on, for every request
+    assert args.worker_cls == hooks.CUDA_WORKER_CLS and args.scheduler_cls == hooks.SCHEDULER_CLS
+    assert args.attention_backend == "FLASH_ATTN"  # not FlashInfer, which vLLM picks first on Blackwell
+    assert args.async_scheduling is False
+    assert args.additional_config["hogwild_runtime"] == {"attention": "triton"}
+    import os
+
+    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # the runner hook wraps the V1 runner
+
+
+@pytest.mark.parametrize("backend", ["FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"])
+def test_on_cuda_another_backend_is_refused_naming_it(backend) -> None:
+    from vllm_hogwild import hooks
+
+    with pytest.raises(HogwildOptionError, match=backend) as info:
+        hooks._select_classes(_engine_args(attention_backend=backend), FakeCuda)
+    assert info.value.parameter == "attention_backend"
+    hooks._select_classes(_engine_args(attention_backend="FLASH_ATTN"), FakeCuda)  # the one that works
+
+
+@pytest.mark.parametrize("dtype,refused", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)])
+def test_on_cuda_float32_is_refused_naming_dtype(dtype, refused) -> None:
+    from vllm_hogwild import hooks
+
+    config = SimpleNamespace(cache_config=SimpleNamespace(cache_dtype="auto"), speculative_config=None,
+                             model_config=SimpleNamespace(dtype=dtype))
+    if refused:
+        with pytest.raises(HogwildOptionError, match="bfloat16") as info:
+            hooks.check_engine(config, FakeCuda)
+        assert info.value.parameter == "dtype"
+    else:
+        hooks.check_engine(config, FakeCuda)
+
+
+def _resolved_cudagraph_mode(hogwild: bool):
+    """The CUDA-graph mode vLLM's GPU runner resolves with the Hogwild FlashAttention builder's support."""
+    from vllm.config import CompilationConfig
+    from vllm.config.compilation import CompilationMode, CUDAGraphMode
+
+    from vllm_hogwild.backend_cuda import HogwildFlashAttentionMetadataBuilder
+
+    compilation = CompilationConfig(mode=CompilationMode.VLLM_COMPILE, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
+    compilation.set_splitting_ops_for_v1(all2all_backend="naive", data_parallel_size=1)  # as VllmConfig does
+    additional = {"hogwild": {}, "hogwild_runtime": {"attention": "triton"}} if hogwild else {}
+    vllm_config = SimpleNamespace(additional_config=additional)
+    support = HogwildFlashAttentionMetadataBuilder.get_cudagraph_support(vllm_config, None)
+    return support, compilation.resolve_cudagraph_mode_and_sizes(support, "FLASH_ATTN", max_num_reqs=16)
+
+
+def test_hogwild_keeps_piecewise_cuda_graphs_and_stock_keeps_full_ones() -> None:
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    support, mode = _resolved_cudagraph_mode(hogwild=True)
+    assert support == AttentionCGSupport.NEVER and mode == CUDAGraphMode.PIECEWISE
+    support, mode = _resolved_cudagraph_mode(hogwild=False)  # the same class with the switch off: stock
+    assert support == AttentionCGSupport.UNIFORM_BATCH and mode == CUDAGraphMode.FULL_AND_PIECEWISE
+
+
+# -- the start-up checks, after the model and its KV cache exist --------------------------------------
+
+def _impl(cls):
+    return object.__new__(cls)  # the type is what is checked
+
+
+def test_start_up_checks_refuse_what_hogwild_would_not_drive() -> None:
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    from vllm_hogwild.backend import HogwildCPUAttentionImpl
+    from vllm_hogwild.backend_cuda import HogwildFlashAttentionImpl
+    from vllm_hogwild.worker import check_engine_layers
+
+    ours = {"model.layers.0.self_attn.attn": _impl(HogwildCPUAttentionImpl),
+            "model.layers.1.self_attn.attn": _impl(HogwildFlashAttentionImpl)}
+    check_engine_layers(ours, 1, [32], 32)
+    cases = [
+        ({**ours, "model.layers.2.self_attn.attn": _impl(CPUAttentionBackendImpl)}, 1, [32], "attention_backend"),
+        ({}, 1, [32], "attention_backend"),
+        (ours, 2, [32, 32], "kv_cache_groups"),
+        (ours, 1, [16], "block_size"),
+    ]
+    for impls, groups, kernel_blocks, field in cases:
+        with pytest.raises(HogwildOptionError) as info:
+            check_engine_layers(impls, groups, kernel_blocks, 32)
+        assert info.value.parameter == field
