@@ -14,19 +14,65 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from benchmarks.device_cases import FA_LAYOUTS
+
+ROOT = Path(__file__).parents[2]
+
 
 def test_kernel_matches_the_oracle_and_loads_each_block_once() -> None:
-    root = Path(__file__).parents[2]
-    run = subprocess.run([sys.executable, "-m", "tests.triton_check"], cwd=root, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "tests.triton_check"], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert lines and lines[-1] == {"ok": run.returncode == 0}, run.stdout[-3000:] + run.stderr[-3000:]
-    cases = lines[:-1]
-    assert len(cases) >= 15 and {c["dtype"] for c in cases} == {"float32", "bfloat16", "float16"}
+    cases = [line for line in lines if "cache" in line]
+    assert len(cases) >= 26 and {c["dtype"] for c in cases} == {"float32", "bfloat16", "float16"}
+    # Every layout read in place: separate K/V, vLLM's CPU cache (K transposed and plain), and the
+    # FlashAttention cache in every physical layout vLLM 0.32 allocates.
+    assert {c["cache"] for c in cases} == {"plain", "cpu_k_transposed", "cpu", *(f"fa:{x}" for x in FA_LAYOUTS)}
     for c in cases:
         assert c["rel_err_oracle"] <= c["tolerance"], c
         # One load per (block, KV head) serves every reader of that block in the step.
         assert c["block_loads"] <= c["block_readers"]
         if c["workers"] >= 2 and c["layout"] != "isolated":
             assert c["block_readers"] >= 2 * c["block_loads"], c
+        if c["cache"] != "plain":  # strided qkv slice as the query; rows outside the plan keep the sentinel
+            assert c["strided_query"] and c["untouched"] is True, c
+    # Per-step counts (readers per block, pairs) never change the kernels' specialization key.
+    spec = next(line["specialization"] for line in lines if "specialization" in line)
+    assert spec["ok"] and spec["partials_keys"] == 1 and spec["merge_keys"] == 1, spec
+    assert spec["partials_keys_without_do_not_specialize"] > 1, spec  # the two steps do differ
     assert run.returncode == 0
+
+
+def test_kernels_compile_for_an_h100_h200_with_tensor_cores(tmp_path: Path) -> None:
+    """Triton's real compiler (not the interpreter) and ptxas, for sm_90, without a GPU: both kernels
+    compile for every model shape of the device check; bf16/fp16 scores and values use tensor-core
+    ``mma`` instructions, fp32 ones stay exact (no tf32)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-m", "tests.triton_check", "--compile-for-gpu", "90"], cwd=ROOT,
+                         capture_output=True, text=True, env={**env, "TRITON_CACHE_DIR": str(tmp_path)}, timeout=600)
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert lines, run.stdout[-3000:] + run.stderr[-3000:]
+    if lines[0].get("compile") == "skipped":
+        pytest.skip(f"this Triton build has no NVIDIA backend: {lines[0]['reason']}")
+    assert lines[-1] == {"ok": True} and run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    partials = [line for line in lines if line.get("compile") == "_segment_partials"]
+    assert len(partials) == 5 and len([line for line in lines if line.get("compile") == "_merge_partials"]) == 5
+    for line in partials:
+        assert line["mma"] > 0 if line["dtype"] != "float32" else not line["tf32"], line
+
+
+def test_device_check_script_runs_end_to_end_on_the_cpu() -> None:
+    """``benchmarks/device_check.py --cpu-smoke``: the GPU script's code paths (FlashAttention cache
+    layouts, block ids past 65,536, strided query, sentinel, torch-only oracle, timings, the table) on
+    tiny shapes under the interpreter, so a broken script is caught here and not on a scarce GPU run."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "benchmarks/device_check.py", "--cpu-smoke"], cwd=ROOT,
+                         capture_output=True, text=True, env=env, timeout=600)
+    out = run.stdout
+    assert run.returncode == 0 and out.rstrip().endswith("PASS"), out[-3000:] + run.stderr[-3000:]
+    assert "0 failures" in out and "| model | N | view tokens |" in out
+    for layout in FA_LAYOUTS:
+        assert f" {layout} N=" in out
