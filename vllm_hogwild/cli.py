@@ -81,9 +81,9 @@ def add_cli_args(parser):
         group.add_argument(
             flag,
             type=_flag_type(default),
-            default=None,  # None: not given (the option's default applies)
+            default=argparse.SUPPRESS,  # not given: no attribute, and the option's own default applies
             metavar="{on,off}" if isinstance(default, bool) else None,
-            help=f"{_HELP.get(name, name)} Default: {_shown(default)}. Needs {PLUGIN_FLAG} {PLUGIN_NAME}.",
+            help=f"{_HELP.get(name, name)} Needs {PLUGIN_FLAG} {PLUGIN_NAME}. (default: {_shown(default)})",
         )
     return parser
 

@@ -164,14 +164,15 @@ def test_fuzzed_hogwild_requests_get_200_or_400_naming_a_field_never_500(server)
 
 # -- hostile patterns beside plain requests ----------------------------------------------------------
 
-def _plain_latencies(server: Server, count: int) -> list[float]:
+def _plain_latencies(server: Server, count: int, seed: int) -> list[float]:
+    """Plain requests one after another, each with its own prompt, 16 tokens out."""
     import httpx
 
     out = []
     with httpx.Client(base_url=server.base_url, timeout=120) as http:
         for i in range(count):
             start = time.perf_counter()
-            status, _ = _post(http, "completions", {"prompt": f"Plain request {i}: go on.", "max_tokens": 16,
+            status, _ = _post(http, "completions", {"prompt": f"Plain request {seed}.{i}: go on.", "max_tokens": 16,
                                                     "temperature": 0.0, "ignore_eos": True})
             assert status == 200
             out.append(time.perf_counter() - start)
@@ -182,45 +183,65 @@ HOSTILE_GROUPS = [
     {"hogwild_layout": "contiguous", "hogwild_answer_pattern": HOSTILE},
     {"hogwild_layout": "combined", "hogwild_step_end": HOSTILE},
 ]
+ORDINARY_GROUPS = [{"hogwild_layout": "contiguous"}, {"hogwild_layout": "combined"}]  # the same groups, no pattern
+
+
+class GroupLoop(threading.Thread):
+    """One group after another (n=2, 96 tokens each, streamed or not) until stopped; keeps every outcome."""
+
+    def __init__(self, server: Server, kinds: list[dict]) -> None:
+        super().__init__(daemon=True)
+        self.server, self.kinds, self.stop, self.outcomes = server, kinds, threading.Event(), []
+
+    def run(self) -> None:
+        import httpx
+
+        with httpx.Client(base_url=self.server.base_url, timeout=300) as http:
+            i = 0
+            while not self.stop.is_set():
+                text = " ".join(["words and spaces"] * 20)  # what the hostile pattern backtracks on in Python's re
+                self.outcomes.append(_post(http, "completions", {
+                    "prompt": text, "n": 2, "max_tokens": 96, "ignore_eos": True, "stream": i % 3 == 1,
+                    "vllm_xargs": self.kinds[i % len(self.kinds)]}))
+                i += 1
+
+
+def _beside(server: Server, kinds: list[dict], seed: int) -> tuple[list[float], list]:
+    loop = GroupLoop(server, kinds)
+    loop.start()
+    time.sleep(1.0)  # a group is decoding
+    latencies = _plain_latencies(server, 3, seed)
+    loop.stop.set()
+    loop.join(300)
+    assert not loop.is_alive(), "a group never ended"
+    return latencies, loop.outcomes
 
 
 def test_hostile_patterns_do_not_slow_plain_requests(server) -> None:
-    import httpx
-
-    _plain_latencies(server, 2)  # warm up
-    alone = _plain_latencies(server, 8)
-    outcomes, stop = [], threading.Event()
-
-    def hostile() -> None:  # one hostile group after another, both kinds, streamed or not
-        with httpx.Client(base_url=server.base_url, timeout=300) as http:
-            i = 0
-            while not stop.is_set():
-                text = " ".join(["words and spaces"] * 20)  # what the pattern backtracks on
-                status, body = _post(http, "completions", {"prompt": text, "n": 2, "max_tokens": 96, "ignore_eos": True,
-                                                           "stream": i % 3 == 1,
-                                                           "vllm_xargs": HOSTILE_GROUPS[i % 2]})
-                outcomes.append((status, body))
-                i += 1
-
-    threads = [threading.Thread(target=hostile)]
-    for t in threads:
-        t.start()
-    time.sleep(2.0)  # the groups are decoding
-    beside = _plain_latencies(server, 8)
-    stop.set()
-    for t in threads:
-        t.join(300)
-    assert not any(t.is_alive() for t in threads), "a hostile group never ended"
-    a, b = statistics.median(alone), statistics.median(beside)
-    print(f"\nplain request (16 tokens), median of 8: {a:.3f} s alone, {b:.3f} s beside {len(outcomes)} "
-          f"hostile groups ({b / a:.2f}x)")
+    """Plain requests beside groups whose patterns backtrack exponentially in Python's re (one such group froze
+    a server before RE2), against the same plain requests beside the same groups without a pattern, rounds
+    alternating. On this 2-core machine any running group slows a plain request (the engine core, its worker,
+    the API server and this client share the cores), so the comparison isolates what the client controls.
+    Plain requests with nothing else running are printed too."""
+    _plain_latencies(server, 2, seed=0)  # warm up
+    alone = _plain_latencies(server, 6, seed=1)
+    ordinary, hostile, outcomes = [], [], []
+    for r in range(4):
+        latencies, _ = _beside(server, ORDINARY_GROUPS, seed=10 + r)
+        ordinary += latencies
+        latencies, done = _beside(server, HOSTILE_GROUPS, seed=20 + r)
+        hostile += latencies
+        outcomes += done
+    a, o, h = (statistics.median(x) for x in (alone, ordinary, hostile))
+    print(f"\nplain request (16 tokens), median: {a:.3f} s alone, {o:.3f} s beside groups without patterns, "
+          f"{h:.3f} s beside {len(outcomes)} hostile groups ({h / o:.2f}x)")
     assert outcomes and all(status == 200 for status, _ in outcomes), [o[:2] for o in outcomes if o[0] != 200]
     for status, body in outcomes:  # every hostile group finished: both workers, whole budgets
         if body.startswith("{"):
             assert [c["finish_reason"] for c in json.loads(body)["choices"]] == ["length", "length"]
         else:
             assert body.rstrip().endswith("data: [DONE]") and '"error"' not in body
-    assert b <= 2 * a, f"plain latency {b:.3f} s beside hostile groups vs {a:.3f} s alone"
+    assert h <= 2 * o, f"plain latency {h:.3f} s beside hostile groups vs {o:.3f} s beside the same groups without"
 
 
 def test_a_pattern_pythons_re_crashes_on_is_a_400_and_the_connection_lives(server) -> None:

@@ -61,8 +61,10 @@ def test_serve_help_lists_the_hogwild_flags() -> None:
     assert "--plugin hogwild" in summary.stdout and "--hogwild-max-workers" in summary.stdout
     group = _cli("serve", "--help=hogwild")
     assert group.returncode == 0, group.stderr
-    for text in ("--plugin NAME", "--hogwild-max-workers", "Largest number of workers", "(default: 8)"):
+    for text in ("--plugin NAME", "--hogwild-max-workers", "Largest number of workers", "(default: 8)",
+                 "--hogwild-client-patterns {on,off}", "(default: on)", "--hogwild-max-plain-wait", "(default: 0.5)"):
         assert text in group.stdout, text
+    assert "(default: None)" not in group.stdout.split("When passing JSON")[0].replace("--plugin NAME", "")
 
 
 @pytest.mark.parametrize("args,message", [

@@ -84,7 +84,8 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
 
     from vllm_hogwild.metrics import HogwildStatLogger, attach_snapshot
 
-    config = SimpleNamespace(model_config=SimpleNamespace(served_model_name="m"))
+    config = SimpleNamespace(model_config=SimpleNamespace(served_model_name="m"),
+                             additional_config={"hogwild": {}, "hogwild_runtime": {"attention": "cpu-op"}})
     logger = HogwildStatLogger(config, [0])
     HogwildStatLogger(config, [0])  # a second engine in one process replaces the series, no duplicate error
     logger = HogwildStatLogger(config, [0])
@@ -107,3 +108,4 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     assert value("hogwild:admission_wait_seconds_count") == 1  # a group never admitted has no wait
     logger.record(SchedulerStats(), None, engine_idx=0)  # a step without a snapshot changes nothing
     assert value("hogwild:groups_running") == 2
+    assert REGISTRY.get_sample_value("hogwild:attention_info", {"model_name": "m", "engine": "0", "path": "cpu-op"}) == 1
