@@ -18,7 +18,7 @@ dense oracle in the tests (the Triton one on CPU through Triton's interpreter):
 - **compiled** (vLLM's CPU cache layout, single-token rows): the C++ op of
   :mod:`vllm_hogwild.cpu_ops` reads the cache in place, one online softmax per
   (row, query head) over all segments.
-- **Triton** (separate K and V caches, the GPU layout; any rows): the block
+- **Triton** (any cache layout, read through its strides; any rows): the block
   buckets run by the kernel of :mod:`vllm_hogwild.triton_attention`, one
   program per (block, KV head) serving all the block's readers.
 
@@ -137,8 +137,8 @@ def plan(
     which also serves multi-token rows. ``compiled`` plans single-token rows
     for the compiled CPU op (:mod:`vllm_hogwild.cpu_ops`; ``run`` then needs
     vLLM's CPU cache layout). ``triton`` plans block buckets for the Triton
-    kernel (:mod:`vllm_hogwild.triton_attention`; ``run`` then needs separate
-    K and V caches).
+    kernel (:mod:`vllm_hogwild.triton_attention`; ``run`` then reads any
+    cache layout through its strides).
     """
     if compiled and rows and all(r.num_query_tokens == 1 for r in rows):
         return _plan_csr(rows, block_size, rope, num_tokens)
