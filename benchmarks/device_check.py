@@ -148,10 +148,10 @@ def main() -> int:  # noqa: C901 - one linear script
     from benchmarks.device_cases import (blocks_needed, build_group, default_inv_freq, flash_attn_cache,
                                          flash_attn_split, max_element_offset, qkv_query, rel_err, rope_config,
                                          view_oracle)
-    from vllm_hogwild import segment_attention as sa
-    from vllm_hogwild import triton_attention as ta
-    from vllm_hogwild.rope import RopeSpec
-    from vllm_hogwild.views import build_views, Span
+    from vllm_hogwild.attention import segment_attention as sa
+    from vllm_hogwild.attention import triton_attention as ta
+    from vllm_hogwild.core.rope import RopeSpec
+    from vllm_hogwild.core.views import build_views, Span
 
     smoke = args.cpu_smoke
     if not smoke and not torch.cuda.is_available():

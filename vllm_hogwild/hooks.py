@@ -12,20 +12,20 @@
    request with HTTP 400 before its response starts.
 3. ``EngineArgs.add_cli_args`` and ``EngineArgs.from_cli_args`` (the flags):
    add ``--plugin hogwild`` and ``--hogwild-*`` to ``vllm serve`` and fold them
-   into ``additional_config["hogwild"]`` (:mod:`vllm_hogwild.cli`).
+   into ``additional_config["hogwild"]`` (:mod:`vllm_hogwild.serving.cli`).
 4. ``StatLoggerManager.__init__`` (the metrics): when Hogwild is switched on,
-   put :class:`~vllm_hogwild.metrics.HogwildStatLogger` first among the
-   front end's stat loggers (:mod:`vllm_hogwild.metrics`).
+   put :class:`~vllm_hogwild.serving.metrics.HogwildStatLogger` first among the
+   front end's stat loggers (:mod:`vllm_hogwild.serving.metrics`).
 5. ``OfflineInferenceMixin._add_chat_requests`` and
    ``OpenAIServingChat.render_chat_request`` (the collab preamble in chat): put
    the preamble into a ``collab`` request's conversation as a system message,
-   before the chat template renders it (:mod:`vllm_hogwild.collab`); and
+   before the chat template renders it (:mod:`vllm_hogwild.core.collab`); and
    ``OpenAIServingCompletion.create_completion`` /
    ``OpenAIServingChat.create_chat_completion`` (the answer): add a group's
-   final answer to the response or the stream (:mod:`vllm_hogwild.serving`).
+   final answer to the response or the stream (:mod:`vllm_hogwild.serving.responses`).
 
 The worker-side hook (the runner's ``_prepare_inputs``) is installed per
-runner instance by :mod:`vllm_hogwild.step_context`. ``patches/`` holds, for
+runner instance by :mod:`vllm_hogwild.engine.runner_hook`. ``patches/`` holds, for
 each hook, the upstream change that would make it unnecessary.
 """
 
@@ -37,8 +37,8 @@ import inspect
 import logging
 import os
 
-from vllm_hogwild.attention_path import RUNTIME_KEY, resolve_here
-from vllm_hogwild.options import (
+from vllm_hogwild.attention.paths import RUNTIME_KEY, resolve_here
+from vllm_hogwild.core.options import (
     ENGINE_KEY,
     REFUSED_KEY,
     REQUEST_KEY,
@@ -53,9 +53,9 @@ from vllm_hogwild.options import (
 
 logger = logging.getLogger(__name__)
 
-SCHEDULER_CLS = "vllm_hogwild.scheduler.HogwildScheduler"
-CPU_WORKER_CLS = "vllm_hogwild.worker.HogwildCPUWorker"
-CUDA_WORKER_CLS = "vllm_hogwild.worker_cuda.HogwildGPUWorker"
+SCHEDULER_CLS = "vllm_hogwild.engine.scheduler.HogwildScheduler"
+CPU_WORKER_CLS = "vllm_hogwild.engine.worker.HogwildCPUWorker"
+CUDA_WORKER_CLS = "vllm_hogwild.engine.worker_cuda.HogwildGPUWorker"
 DEFAULT_SCHEDULER_CLS = (None, "vllm.v1.core.sched.scheduler.Scheduler")
 
 _installed = False
@@ -174,7 +174,7 @@ def _select_classes(engine_args, platform=None) -> None:
     # builds step k+1's views; async scheduling would schedule k+1 first (docs/architecture.md).
     engine_args.async_scheduling = False
     engine_args.additional_config = {**engine_args.additional_config, RUNTIME_KEY: {"attention": path}}
-    from vllm_hogwild.forcing import LOGITS_PROCESSOR
+    from vllm_hogwild.engine.forcing import LOGITS_PROCESSOR
 
     processors = list(engine_args.logits_processors or [])
     if LOGITS_PROCESSOR not in processors:
@@ -195,7 +195,7 @@ def _select_flash_attention(engine_args) -> None:
 
 def check_model(model_config) -> None:
     """Refuse models whose attention Hogwild cannot re-position (raises naming the field)."""
-    from vllm_hogwild.rope import RopeSpec
+    from vllm_hogwild.core.rope import RopeSpec
 
     hf = model_config.hf_text_config
     RopeSpec.from_hf_config(hf)  # no RoPE, MRoPE, LongRoPE, ...: raises naming the field
@@ -226,13 +226,13 @@ def check_engine(config, platform=None) -> None:
 
 
 def _add_cli_args(original, parser, *args, **kwargs):
-    from vllm_hogwild.cli import add_cli_args
+    from vllm_hogwild.serving.cli import add_cli_args
 
     return add_cli_args(original(parser, *args, **kwargs))
 
 
 def _from_cli_args(original, cls, args, *rest, **kwargs):
-    from vllm_hogwild.cli import fold_cli_args
+    from vllm_hogwild.serving.cli import fold_cli_args
 
     engine_args = original(cls, args, *rest, **kwargs)
     fold_cli_args(args, engine_args)
@@ -244,7 +244,7 @@ def _from_cli_args(original, cls, args, *rest, **kwargs):
 
 def _stat_logger_manager_init(original, manager, vllm_config, *args, **kwargs):
     if EngineOptions.from_additional_config(vllm_config.additional_config) is not None:
-        from vllm_hogwild.metrics import HogwildStatLogger
+        from vllm_hogwild.serving.metrics import HogwildStatLogger
 
         bound = inspect.signature(original).bind(manager, vllm_config, *args, **kwargs)
         custom = bound.arguments.get("custom_stat_loggers") or []
@@ -260,7 +260,7 @@ def _add_chat_requests(original, llm, messages, params, *args, **kwargs):
     """``LLM.chat`` / ``LLM.enqueue_chat``: a ``collab`` request's conversation gets the preamble."""
     from vllm.renderers.inputs.preprocess import conversation_to_seq
 
-    from vllm_hogwild.collab import collab_options, marked, with_preamble
+    from vllm_hogwild.core.collab import collab_options, marked, with_preamble
 
     conversations = conversation_to_seq(messages)
     seq_params = llm._params_to_seq(params, len(conversations))
@@ -281,7 +281,7 @@ def _add_chat_requests(original, llm, messages, params, *args, **kwargs):
 
 async def _render_chat_request(original, serving, request, *args, **kwargs):
     """``/v1/chat/completions``: a ``collab`` request's messages get the preamble before the template."""
-    from vllm_hogwild.collab import collab_options, marked, with_preamble
+    from vllm_hogwild.core.collab import collab_options, marked, with_preamble
 
     options = collab_options(request.vllm_xargs)
     if options is not None:
@@ -295,9 +295,9 @@ async def _create_response(original, serving, request, *args, **kwargs):
 
     The check runs before vLLM turns the request into sampling parameters, so a
     bad Hogwild value is a 400 naming its field rather than vLLM's own message
-    about ``extra_args`` (see :mod:`vllm_hogwild.serving` for the answer).
+    about ``extra_args`` (see :mod:`vllm_hogwild.serving.responses` for the answer).
     """
-    from vllm_hogwild.serving import with_answer
+    from vllm_hogwild.serving.responses import with_answer
 
     if requested(getattr(request, "vllm_xargs", None)):
         check_options(serving.engine_client.vllm_config, request.vllm_xargs)
@@ -308,7 +308,7 @@ async def _create_response(original, serving, request, *args, **kwargs):
 
 
 def _process_inputs(original, processor, request_id, prompt, params, *args, **kwargs):
-    from vllm_hogwild.collab import PREAMBLE_MARK, collab_options, extend_prompt
+    from vllm_hogwild.core.collab import PREAMBLE_MARK, collab_options, extend_prompt
 
     user_max_tokens = getattr(params, "max_tokens", None)
     request = original(processor, request_id, prompt, params, *args, **kwargs)
@@ -360,7 +360,7 @@ def _generate(original, engine, prompt, sampling_params, request_id, *args, **kw
         except Exception:  # an EngineCoreRequest, a streaming input, ...: checked later
             prompt_len = None
         if prompt_len is not None:
-            from vllm_hogwild.collab import PREAMBLE_MARK, collab_options, extended_len
+            from vllm_hogwild.core.collab import PREAMBLE_MARK, collab_options, extended_len
 
             collab = collab_options(extra)
             if collab is not None and engine.tokenizer is not None:
@@ -396,7 +396,7 @@ def _options(config, extra_args) -> tuple[EngineOptions, RequestOptions]:
             "Hogwild is not switched on for this engine; start it with `vllm serve MODEL --plugin hogwild` "
             "or, offline, LLM(..., additional_config={'hogwild': {}})",
         )
-    from vllm_hogwild.collab import PREAMBLE_MARK
+    from vllm_hogwild.core.collab import PREAMBLE_MARK
 
     options = parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK},
                             client_patterns=engine_options.client_patterns)
@@ -411,7 +411,7 @@ def check(config, extra_args, num_workers: int, prompt_len: int, max_tokens: int
     try:
         engine_options, options = _options(config, extra_args)
         if options.protocol in ("named", "collab"):
-            from vllm_hogwild.protocol import names
+            from vllm_hogwild.core.protocol import names
 
             names(num_workers)  # raises naming n
         max_tokens = check_request(

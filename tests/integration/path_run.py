@@ -31,8 +31,8 @@ def main() -> None:
     from tests.hogwild_oracle import DenseHogwild
     from tests.integration.conftest import make_llm, scheduler_of, shutdown
     from tests.integration.test_offline import hogwild_params, prompt_ids, sampled_logprobs
-    from vllm_hogwild.attention_path import path_of
-    from vllm_hogwild.protocol import FINISHER_SUFFIX
+    from vllm_hogwild.attention.paths import path_of
+    from vllm_hogwild.core.protocol import FINISHER_SUFFIX
 
     model, out_path = sys.argv[1], sys.argv[2]
     llm = make_llm(model, additional_config={"hogwild": {"max_workers": 4}})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.conftest import make_llm, shutdown
-from vllm_hogwild import bench
+from vllm_hogwild.tools import bench
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ TOLERANCE = 2e-3
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from vllm_hogwild.default_model import prepare
+    from vllm_hogwild.tools.default_model import prepare
 
     return prepare(verbose=False)
 
@@ -63,8 +63,8 @@ def test_collab_math_group_ends_with_a_final_answer(llm, n) -> None:
     (a worker's, or the finisher's), and a transcript that puts every step back in join order."""
     from vllm import SamplingParams
 
-    from vllm_hogwild.collab import answer, transcript
-    from vllm_hogwild.protocol import NAMES
+    from vllm_hogwild.core.collab import answer, transcript
+    from vllm_hogwild.core.protocol import NAMES
 
     params = SamplingParams(n=n, temperature=0.6, seed=11, max_tokens=128, extra_args={"hogwild": {"protocol": "collab"}})
     (out,) = llm.chat([{"role": "user", "content": QUESTION}], params, use_tqdm=False)

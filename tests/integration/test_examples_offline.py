@@ -1,4 +1,4 @@
-"""The main job (``python -m vllm_hogwild.demo``, what ``./run.sh`` runs) and the offline collab example, as users run them."""
+"""The main job (``python -m vllm_hogwild.tools.demo``, what ``./run.sh`` runs) and the offline collab example, as users run them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _run(args: list[str]) -> str:
 
 def test_the_main_job_records_a_collaborating_pair(tmp_path) -> None:
     record = tmp_path / "run.md"
-    out = _run(["-m", "vllm_hogwild.demo", "--max-tokens", "80", "--markdown", str(record)])
+    out = _run(["-m", "vllm_hogwild.tools.demo", "--max-tokens", "80", "--markdown", str(record)])
     text = record.read_text()
     assert text in out  # the same record on stdout
     assert "protocol `collab`" in text and "## The shared history, in the order the steps joined it" in text

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vllm_hogwild.errors import HogwildOptionError
+from vllm_hogwild.core.errors import HogwildOptionError
 
 pytestmark = pytest.mark.vllm
 
@@ -82,7 +82,7 @@ def _resolved_cudagraph_mode(hogwild: bool):
     from vllm.config import CompilationConfig
     from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
-    from vllm_hogwild.backend_cuda import HogwildFlashAttentionMetadataBuilder
+    from vllm_hogwild.engine.backend_cuda import HogwildFlashAttentionMetadataBuilder
 
     compilation = CompilationConfig(mode=CompilationMode.VLLM_COMPILE, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
     compilation.set_splitting_ops_for_v1(all2all_backend="naive", data_parallel_size=1)  # as VllmConfig does
@@ -111,9 +111,9 @@ def _impl(cls):
 def test_start_up_checks_refuse_what_hogwild_would_not_drive() -> None:
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
 
-    from vllm_hogwild.backend import HogwildCPUAttentionImpl
-    from vllm_hogwild.backend_cuda import HogwildFlashAttentionImpl
-    from vllm_hogwild.worker import check_engine_layers
+    from vllm_hogwild.engine.backend import HogwildCPUAttentionImpl
+    from vllm_hogwild.engine.backend_cuda import HogwildFlashAttentionImpl
+    from vllm_hogwild.engine.worker import check_engine_layers
 
     ours = {"model.layers.0.self_attn.attn": _impl(HogwildCPUAttentionImpl),
             "model.layers.1.self_attn.attn": _impl(HogwildFlashAttentionImpl)}

@@ -13,7 +13,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 def build_tiny_llama(folder: Path, seed: int = 0, num_layers: int = 2) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from vllm_hogwild.default_model import prepare
+    from vllm_hogwild.tools.default_model import prepare
 
     if (folder / "config.json").exists():
         return folder
@@ -38,7 +38,7 @@ def build_tiny_gpt2(folder: Path) -> Path:
     """A tiny random GPT-2 (learned absolute positions, no RoPE) with SmolLM2's tokenizer."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from vllm_hogwild.default_model import prepare
+    from vllm_hogwild.tools.default_model import prepare
 
     if (folder / "config.json").exists():
         return folder

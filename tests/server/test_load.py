@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tests.server.conftest import Server
-from vllm_hogwild.loadtest import fairness, make_mix, markdown, run_load, summarize
+from vllm_hogwild.serving.loadtest import fairness, make_mix, markdown, run_load, summarize
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 

@@ -287,8 +287,8 @@ def _texts_from_stream(stream, n: int, route: str) -> tuple[list[str], list]:
 def test_collab_group_returns_its_final_answer_whole_and_streamed(server, route, n) -> None:
     """The collab protocol (math): the answer is a field of the response, and the last event of a
     stream; both agree with the texts, and a worker or the finisher wrote it."""
-    from vllm_hogwild.collab import answer_of_texts
-    from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN, NAMES, preamble
+    from vllm_hogwild.core.collab import answer_of_texts
+    from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, NAMES, preamble
 
     c = client(server)
     body = {"messages": [{"role": "user", "content": QUESTION}]} if route == "chat" else {"prompt": QUESTION}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.attention_path import resolve
-from vllm_hogwild.errors import HogwildOptionError
+from vllm_hogwild.attention.paths import resolve
+from vllm_hogwild.core.errors import HogwildOptionError
 
 
 def _resolve(platform, requested, op=True, triton=True, interpreting=False):

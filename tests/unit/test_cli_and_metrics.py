@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllm_hogwild.cli import add_cli_args, fold_cli_args
-from vllm_hogwild.options import HogwildOptionError
+from vllm_hogwild.serving.cli import add_cli_args, fold_cli_args
+from vllm_hogwild.core.options import HogwildOptionError
 
 
 def _parse(argv: list[str]):
@@ -61,7 +61,7 @@ def test_snapshot_rides_on_scheduler_stats_and_is_taken_out_again() -> None:
     from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
     from vllm.v1.engine import EngineCoreOutputs
 
-    from vllm_hogwild.metrics import attach_snapshot, take_snapshot
+    from vllm_hogwild.serving.metrics import attach_snapshot, take_snapshot
 
     snap = {"groups_running": 1, "groups_waiting": 2, "kv_free_blocks": 7, "member_preemptions": 0,
             "ended": [{"num_workers": 2, "admission_wait_s": None}]}
@@ -82,7 +82,7 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     from prometheus_client import REGISTRY
     from vllm.v1.metrics.stats import SchedulerStats
 
-    from vllm_hogwild.metrics import HogwildStatLogger, attach_snapshot
+    from vllm_hogwild.serving.metrics import HogwildStatLogger, attach_snapshot
 
     config = SimpleNamespace(model_config=SimpleNamespace(served_model_name="m"),
                              additional_config={"hogwild": {}, "hogwild_runtime": {"attention": "cpu-op"}})

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllm_hogwild.collab import (
+from vllm_hogwild.core.collab import (
     PromptTail,
     answer_of_texts,
     extend_prompt,
@@ -17,8 +17,8 @@ from vllm_hogwild.collab import (
     transcript,
     with_preamble,
 )
-from vllm_hogwild.options import COLLAB_DEFAULTS, HogwildOptionError, RequestOptions, parse_request
-from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, HEADER_ORDER, HEADERS, preamble
+from vllm_hogwild.core.options import COLLAB_DEFAULTS, HogwildOptionError, RequestOptions, parse_request
+from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, HEADER_ORDER, HEADERS, preamble
 
 
 class CharTokenizer:
@@ -141,7 +141,7 @@ def _events(chunks: list[dict]):
 
 
 def test_a_stream_ends_with_the_answer_event() -> None:
-    from vllm_hogwild.serving import with_answer
+    from vllm_hogwild.serving.responses import with_answer
 
     head = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m"}
     chunks = [{**head, "choices": [{"index": 0, "text": "**Alice [1]:** \\box"}]},
@@ -160,7 +160,7 @@ def test_a_stream_ends_with_the_answer_event() -> None:
 
 
 def test_a_whole_response_gets_the_field_and_other_requests_do_not() -> None:
-    from vllm_hogwild.serving import with_answer
+    from vllm_hogwild.serving.responses import with_answer
 
     class Response(SimpleNamespace):
         pass

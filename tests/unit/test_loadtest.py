@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hogwild.loadtest import Outcome, make_mix, markdown, percentile, summarize
+from vllm_hogwild.serving.loadtest import Outcome, make_mix, markdown, percentile, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.group import Group, Lane, parse_member, segments_of, step_segments, member_views
-from vllm_hogwild.options import (
+from vllm_hogwild.core.group import Group, Lane, parse_member, segments_of, step_segments, member_views
+from vllm_hogwild.core.options import (
     EngineOptions,
     HogwildOptionError,
     RequestOptions,

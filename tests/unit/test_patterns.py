@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from vllm_hogwild.errors import HogwildOptionError
-from vllm_hogwild.options import EngineOptions, parse_request
-from vllm_hogwild.patterns import LOOKBACK_CHARS, MAX_PATTERN_CHARS, WindowMatcher, compile_pattern
-from vllm_hogwild.steps import StepTracker
+from vllm_hogwild.core.errors import HogwildOptionError
+from vllm_hogwild.core.options import EngineOptions, parse_request
+from vllm_hogwild.core.patterns import LOOKBACK_CHARS, MAX_PATTERN_CHARS, WindowMatcher, compile_pattern
+from vllm_hogwild.core.steps import StepTracker
 
 HOSTILE = r"([\w ]+)+Z"  # exponential backtracking in Python's re on words and spaces without a Z
 
@@ -148,8 +148,8 @@ def test_operator_switch_allows_only_the_built_in_patterns() -> None:
 
 
 def test_built_in_patterns_compile_under_re2_and_keep_their_meaning() -> None:
-    from vllm_hogwild.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, final_answer
-    from vllm_hogwild.steps import STEP_END
+    from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, final_answer
+    from vllm_hogwild.core.steps import STEP_END
 
     compile_pattern("step_end", STEP_END)
     for task, pattern in DEFAULT_ANSWER_PATTERN.items():

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from vllm_hogwild.planner import Workload, main, optimum, plan, route, steps
+from vllm_hogwild.core.planner import Workload, main, optimum, plan, route, steps
 
 
 def test_the_worked_example() -> None:

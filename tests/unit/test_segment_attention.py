@@ -12,10 +12,10 @@ import torch
 from transformers import LlamaConfig
 
 from tests.oracle import dense_view_attention, hf_inv_freq
-from vllm_hogwild import segment_attention as sa
-from vllm_hogwild.rope import RopeSpec
-from vllm_hogwild.synthetic import KV_LAYOUTS, SyntheticGroup
-from vllm_hogwild.views import Separators, Span, build_views
+from vllm_hogwild.attention import segment_attention as sa
+from vllm_hogwild.core.rope import RopeSpec
+from vllm_hogwild.tools.synthetic import KV_LAYOUTS, SyntheticGroup
+from vllm_hogwild.core.views import Separators, Span, build_views
 
 ROPES = {
     "default": {"rope_type": "default", "rope_theta": 1e5},

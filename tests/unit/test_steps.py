@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from vllm_hogwild.steps import STEP_END, StepTracker
-from vllm_hogwild.views import Span, build_views, combined_views, interleaved_views
+from vllm_hogwild.core.steps import STEP_END, StepTracker
+from vllm_hogwild.core.views import Span, build_views, combined_views, interleaved_views
 
 P = 5  # prompt length
 

@@ -1,4 +1,4 @@
-"""Views (vllm_hogwild.views) against DESIGN.md section 1, written independently.
+"""Views (vllm_hogwild.core.views) against DESIGN.md section 1, written independently.
 
 Expected views are built here token by token as lists of ``(lane, stored_pos)``,
 never through the module's spans, so a mistake in span bookkeeping cannot
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_hogwild.views import (
+from vllm_hogwild.core.views import (
     LAYOUTS,
     Separators,
     Span,

@@ -1,0 +1,1 @@
+"""Segment attention: the plan, the PyTorch paths, the compiled CPU op, the Triton kernel, cache layouts."""

@@ -1,0 +1,219 @@
+"""The collaboration protocol in the front end: the preamble, the prompt's tail of section headers, the answer.
+
+Where the ``collab`` protocol's text enters a request (the engine core places
+step prefixes and the finisher; see :mod:`vllm_hogwild.engine.scheduler`):
+
+- **Chat** (``LLM.chat``, ``/v1/chat/completions``): the preamble becomes a
+  system message (put in front of the conversation's own system message, if
+  any), so the model's chat template renders it. The hooks mark the request
+  (:data:`PREAMBLE_MARK`) so that the prompt check does not add it twice.
+- **Raw prompts** (``LLM.generate``, ``/v1/completions``): the preamble and a
+  blank line go in front of the prompt's tokens, after a BOS token if the
+  prompt starts with one; a blank line follows the prompt.
+- **Both**: the section headers (:data:`vllm_hogwild.core.protocol.HEADERS`) are
+  appended to the prompt's tokens, the own header last. Their K/V is computed
+  with the prompt, once per group; views show the prompt up to the first
+  header and reference each header where it belongs. The group's first
+  token is sampled after the whole stored prompt; with ``collab`` it is the
+  first token of a step prefix, which the engine places anyway.
+
+The answer: :func:`answer` reads a finished group's final answer from its
+``RequestOutput`` (offline) and :func:`answer_of_texts` from its texts; the
+server puts the same record in the response (:mod:`vllm_hogwild.serving.responses`).
+:func:`transcript` puts the workers' steps back into the order in which they
+joined the shared history.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from vllm_hogwild.core import protocol
+from vllm_hogwild.core.options import RequestOptions
+
+PREAMBLE_MARK = "_hogwild_preamble_in_chat"  # extra_args key: the chat template rendered the preamble
+
+
+# -- requests -----------------------------------------------------------------
+
+
+def collab_options(extra_args: Mapping[str, Any] | None) -> RequestOptions | None:
+    """The request's options when it asks for the ``collab`` protocol and they parse, else ``None``.
+
+    Bad options are left for the request check, which names the field.
+    """
+    from vllm_hogwild.core.errors import HogwildOptionError
+
+    try:
+        options = options_of(extra_args)
+    except HogwildOptionError:
+        return None
+    return options if options is not None and options.protocol == "collab" else None
+
+
+def with_preamble(conversation: Sequence[Mapping[str, Any]], options: RequestOptions, num_workers: int) -> list:
+    """The conversation with the collaboration preamble as its (first) system message."""
+    text = protocol.preamble(num_workers, options.task, options.person)
+    messages = [dict(m) for m in conversation]
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        messages[0]["content"] = f"{text}\n\n{messages[0]['content']}"
+    else:
+        messages.insert(0, {"role": "system", "content": text})
+    return messages
+
+
+def marked(extra_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**(extra_args or {}), PREAMBLE_MARK: True}
+
+
+@dataclass(frozen=True)
+class PromptTail:
+    """Where the section headers sit in a group's stored prompt: ``[start, end)`` each."""
+
+    prompt_end: int  # the prompt part of every view ends here (the headers follow)
+    history: tuple[int, int]
+    others: tuple[int, int]
+    pivot: tuple[int, int]
+    own: tuple[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PromptTail":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+
+def extend_prompt(
+    tokenizer, token_ids: Sequence[int], options: RequestOptions, num_workers: int, in_chat: bool
+) -> tuple[list[int], PromptTail]:
+    """The prompt's tokens with the preamble (raw prompts only) and the section headers."""
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    ids = list(token_ids)
+    if not in_chat:
+        bos = getattr(tokenizer, "bos_token_id", None)
+        head = 1 if ids and bos is not None and ids[0] == bos else 0
+        preamble = encode(protocol.preamble(num_workers, options.task, options.person) + "\n\n")
+        ids = ids[:head] + preamble + ids[head:] + encode("\n\n")
+    prompt_end = len(ids)
+    ranges = {}
+    for name in protocol.HEADER_ORDER:
+        run = encode(protocol.HEADERS[name])
+        ranges[name] = (len(ids), len(ids) + len(run))
+        ids += run
+    return ids, PromptTail(prompt_end, **ranges)
+
+
+def extended_len(tokenizer, prompt_len: int, options: RequestOptions, num_workers: int, in_chat: bool) -> int:
+    """The prompt length :func:`extend_prompt` gives, without the prompt's tokens."""
+    ids, _ = extend_prompt(tokenizer, [], options, num_workers, in_chat)
+    return prompt_len + len(ids)
+
+
+# -- the answer ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A group's final answer: the text, who wrote it, and whether the finisher had to ask for it."""
+
+    text: str
+    worker: int
+    name: str | None  # the worker's name (named and collab protocols)
+    source: str  # "worker", or "finisher" when it follows the finisher's suffix
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def answer_of_texts(texts: Sequence[str], pattern: str, named: bool = True) -> Answer | None:
+    """The first worker's (in worker order) first match of ``pattern`` in the group's texts
+    (:func:`vllm_hogwild.core.protocol.first_match`), with who wrote it and how."""
+    found = protocol.first_match(texts, pattern)
+    if found is None:
+        return None
+    worker, match = found
+    text = texts[worker]
+    at = max((text.rfind(s, 0, match.end()) for s in protocol.FINISHER_SUFFIX.values()), default=-1)
+    name = protocol.NAMES[worker] if named and worker < len(protocol.NAMES) else None
+    return Answer(match.group(1).strip(), worker, name, "finisher" if at >= 0 else "worker")
+
+
+def options_of(extra_args: Mapping[str, Any] | None) -> RequestOptions | None:
+    """A Hogwild request's options (nested or flat keys), or ``None``."""
+    from vllm_hogwild.core.options import parse_request, requested
+
+    if not requested(extra_args):
+        return None
+    return parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK})
+
+
+def answer(output, pattern: str | None = None, task: str = "math") -> Answer | None:
+    """The final answer of a finished Hogwild ``RequestOutput`` (one group), or ``None``.
+
+    ``pattern`` is the request's ``answer_pattern``; by default the ``task``'s
+    (``math``: ``\\boxed{...}``), as the ``collab`` protocol uses.
+    """
+    pattern = pattern or protocol.DEFAULT_ANSWER_PATTERN[task]
+    texts = [c.text for c in sorted(output.outputs, key=lambda c: c.index)]
+    return answer_of_texts(texts, pattern)
+
+
+# -- the transcript -----------------------------------------------------------
+
+def _prefix(worker: int) -> re.Pattern:
+    """The step prefix the engine places for ``worker`` (a model may write other names' prefixes too)."""
+    return re.compile(rf"\*\*{protocol.NAMES[worker]} \[(\d+)\]:\*\* ")
+
+
+@dataclass(frozen=True)
+class Step:
+    worker: int
+    number: int  # counted from 1, as in the prefix
+    text: str  # from its prefix to the next one (or the end)
+    joined_at: int  # the token index (the group step) whose feeding moved it into the history
+
+
+def transcript(pieces: Sequence[Sequence[str]]) -> list[Step]:
+    """Every worker's steps in the order they joined the shared history (named and collab protocols).
+
+    Only a worker's own prefix, at a token boundary, starts one of its steps:
+    the engine places nothing else, while a model may write other workers'
+    prefixes into its own text.
+
+    ``pieces[w][t]`` is the text of worker ``w``'s ``t``-th token (offline:
+    each token of ``CompletionOutput.token_ids`` decoded alone; a server
+    stream: each delta). A step of a worker ends where its next step prefix
+    starts, and joins once the first token of that prefix has been fed, one
+    group step later; a worker's last step joins when the worker stops.
+    Steps that join in the same group step come in worker order, as in the
+    engine.
+    """
+    steps = []
+    for w, toks in enumerate(pieces):
+        text = "".join(toks)
+        offsets, pos = [], 0
+        for t in toks:
+            offsets.append(pos)
+            pos += len(t)
+        starts = [m.start() for m in _prefix(w).finditer(text)]
+        token_at = {off: i for i, off in enumerate(offsets)}
+        bounds = [s for s in starts if s in token_at] or [0]
+        if bounds[0] != 0:
+            bounds.insert(0, 0)
+        for k, a in enumerate(bounds):
+            b = bounds[k + 1] if k + 1 < len(bounds) else len(text)
+            joined = token_at[b] if b in token_at and b < len(text) else len(toks)
+            m = _prefix(w).match(text, a)
+            steps.append(Step(w, int(m.group(1)) if m else 0, text[a:b], joined))
+    return sorted(steps, key=lambda s: (s.joined_at, s.worker))
+
+
+def render_transcript(steps: Sequence[Step]) -> str:
+    return "".join(s.text if s.text.endswith("\n") else s.text + "\n\n" for s in steps)
+

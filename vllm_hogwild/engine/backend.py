@@ -1,0 +1,178 @@
+"""Attention backends that run Hogwild rows through segment attention: one logic, two platforms.
+
+A Hogwild backend is a platform's vLLM backend with two mixins put in front:
+
+- :class:`HogwildBuilderMixin` (metadata builder, once per step): takes the
+  step's views that the runner hook published, finds this batch's Hogwild
+  rows, builds the native metadata with those rows reduced to a context of
+  their own query tokens (so the native kernel never reads their whole lane:
+  no row is computed twice), and plans segment attention for them once; every
+  layer reuses the plan (:class:`HogwildStep`, the same type on every platform).
+- :class:`HogwildImplMixin` (every layer): runs the native kernel (which also
+  writes the step's K/V), then overwrites the Hogwild rows with segment
+  attention over the cache read in place.
+
+What a platform adds is only the native classes and how its cache tensor is
+read (:meth:`HogwildImplMixin.hogwild_kv`): the CPU backend here, FlashAttention
+in :mod:`vllm_hogwild.engine.backend_cuda`. Which segment-attention path runs
+(compiled CPU op, PyTorch, Triton) was decided by the switch
+(:mod:`vllm_hogwild.attention.paths`). Rows of plain requests, and Hogwild rows
+whose view is their own lane alone, go through the native kernel untouched.
+
+vLLM's backend registry is per process: an engine without the switch that
+lives in a process where a Hogwild engine ran gets these classes too. They then
+behave exactly like the stock ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backends.cpu_attn import (
+    CPUAttentionBackend,
+    CPUAttentionBackendImpl,
+    CPUAttentionMetadataBuilder,
+)
+
+from vllm_hogwild.attention import segment_attention as sa
+from vllm_hogwild.engine import runner_hook
+from vllm_hogwild.attention.paths import path_of
+from vllm_hogwild.attention.cpu_layout import probe_k_transposed
+from vllm_hogwild.attention.kv_layout import CpuPagedKV
+from vllm_hogwild.core.rope import RopeSpec
+
+CPU_BACKEND_PATH = "vllm_hogwild.engine.backend.HogwildCPUAttentionBackend"
+
+
+@dataclass(frozen=True)
+class HogwildStep:
+    """``metadata.hogwild`` on every platform: the step's plan and how to read this cache."""
+
+    plan: sa.SegmentAttentionPlan
+    k_transposed: bool = False  # the CPU cache's K blocks (probed at start-up); unused elsewhere
+
+
+class HogwildViewsMismatch(RuntimeError):
+    """The published views do not belong to the batch being built (a bug, never silently ignored)."""
+
+
+def rows_for_step(step: runner_hook.StepViews | None, common) -> dict[int, sa.QueryRow]:
+    """The step's Hogwild rows in this batch, by batch row (empty when the step has none)."""
+    if step is None or not step.segments:
+        return {}
+    if (len(step.req_ids) != common.num_reqs or step.num_tokens != common.num_actual_tokens
+            or any(r not in step.req_ids for r in step.segments)):
+        raise HogwildViewsMismatch(
+            f"Hogwild views for {len(step.req_ids)} requests / {step.num_tokens} tokens, batch of "
+            f"{common.num_reqs} / {common.num_actual_tokens}")
+    starts = common.query_start_loc_cpu.tolist()
+    rows = {}
+    for i, req_id in enumerate(step.req_ids):
+        segments = step.segments.get(req_id)
+        if segments is not None:
+            rows[i] = sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments)
+    return rows
+
+
+def without_native_context(common, rows: dict[int, sa.QueryRow]):
+    """The batch as the native kernel sees it: each Hogwild row's context is its own query length.
+
+    Their native output is overwritten by segment attention anyway; this keeps
+    the kernel from reading their whole lane first. The K/V of every row is
+    still written (slot mapping untouched). ``max_seq_len`` stays an upper bound.
+    """
+    index = torch.tensor(list(rows), dtype=torch.long)
+    lens = torch.tensor([r.num_query_tokens for r in rows.values()], dtype=common.seq_lens.dtype)
+    seq_lens = common.seq_lens.clone()
+    seq_lens[index.to(seq_lens.device)] = lens.to(seq_lens.device)
+    upper = common.seq_lens_cpu_upper_bound
+    if upper is not None:
+        upper = upper.clone()
+        upper[index] = lens.to(upper.dtype)
+    return common.replace(seq_lens=seq_lens, seq_lens_cpu_upper_bound=upper, _num_computed_tokens_cache=None)
+
+
+class HogwildBuilderMixin:
+    """Put first in the bases of a platform's attention metadata builder."""
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
+        """No full CUDA graphs with Hogwild on; piecewise graphs stay.
+
+        Attention runs eagerly between the captured pieces of a piecewise graph,
+        so a per-step plan built here in Python stays correct, while a full graph
+        would replay a recorded one. vLLM then resolves its default
+        FULL_AND_PIECEWISE to PIECEWISE (docs/architecture.md). Hogwild off: the
+        platform's own answer.
+        """
+        if path_of(vllm_config.additional_config) is None:
+            return super().get_cudagraph_support(vllm_config, kv_cache_spec)
+        return AttentionCGSupport.NEVER
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.hogwild_path = path_of(vllm_config.additional_config)  # None: Hogwild is off, stock behaviour
+        if self.hogwild_path is not None:
+            self.hogwild_rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
+            self.hogwild_block_size = kv_cache_spec.block_size
+            self.hogwild_k_transposed = self.hogwild_cache_layout()
+
+    def hogwild_cache_layout(self) -> bool:
+        """Whether this platform's cache stores K transposed (CPU: probed); False elsewhere."""
+        return False
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
+        rows = rows_for_step(runner_hook.current(), common_attn_metadata) if self.hogwild_path else {}
+        if not rows:
+            metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
+            metadata.hogwild = None
+            return metadata
+        # No cascade (shared-prefix) attention over rows whose native context was cut short.
+        metadata = super().build(0, without_native_context(common_attn_metadata, rows), fast_build)
+        plan = sa.plan(list(rows.values()), self.hogwild_block_size, self.hogwild_rope,
+                       num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
+                       compiled=self.hogwild_path == "cpu-op", triton=self.hogwild_path == "triton")
+        metadata.hogwild = HogwildStep(plan, self.hogwild_k_transposed)
+        return metadata
+
+
+class HogwildImplMixin:
+    """Put first in the bases of a platform's attention implementation."""
+
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildStep):
+        """This platform's cache as a :mod:`vllm_hogwild.attention.kv_layout` reader."""
+        raise NotImplementedError
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
+        output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
+        step = getattr(attn_metadata, "hogwild", None)
+        if step is not None:
+            n = attn_metadata.num_actual_tokens
+            out = output[:n].view(n, self.num_heads, self.head_size)
+            sa.run(step.plan, query[:n], self.hogwild_kv(kv_cache, step), self.scale, out=out)
+        return output
+
+
+# -- the CPU ------------------------------------------------------------------------------------------
+
+class HogwildCPUMetadataBuilder(HogwildBuilderMixin, CPUAttentionMetadataBuilder):
+    def hogwild_cache_layout(self) -> bool:
+        # Probed, not assumed: reading K with the wrong layout is silent garbage.
+        return probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim)
+
+
+class HogwildCPUAttentionImpl(HogwildImplMixin, CPUAttentionBackendImpl):
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildStep) -> CpuPagedKV:
+        return CpuPagedKV(kv_cache, step.k_transposed)
+
+
+class HogwildCPUAttentionBackend(CPUAttentionBackend):
+    @staticmethod
+    def get_builder_cls():
+        return HogwildCPUMetadataBuilder
+
+    @staticmethod
+    def get_impl_cls():
+        return HogwildCPUAttentionImpl

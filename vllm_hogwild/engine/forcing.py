@@ -1,0 +1,48 @@
+"""Tokens the engine places into a lane: a logits processor that makes a row sample a given token.
+
+The scheduler decides, per step, which member must produce which token (a
+step prefix such as ``**Alice [2]:** ``, one token per step) and ships it on
+the ``SchedulerOutput``; the runner hook turns it into logits rows
+(:func:`vllm_hogwild.engine.runner_hook.take_forced`). This processor, which the
+switch adds to the engine's ``logits_processors``, leaves one finite logit in
+each such row, so whatever the sampling parameters the row samples that
+token (or, for ``ARGMAX``, its most likely token: the finisher's greedy
+tokens). The token is then an ordinary token of the lane: fed next step, its K/V
+computed once by its writer, seen in the worker's text. vLLM reports
+log-probabilities from the logits before any processor, so a forced token's
+logprob is still the model's own.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+
+from vllm_hogwild.engine import runner_hook
+
+LOGITS_PROCESSOR = "vllm_hogwild.engine.forcing:ForcedTokens"
+ARGMAX = -1  # a forced "token" that stands for the row's most likely token (greedy, whatever the sampling)
+
+
+class ForcedTokens(LogitsProcessor):
+    def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+        self.device = device
+
+    def is_argmax_invariant(self) -> bool:
+        return False  # it changes what greedy sampling picks
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        pass  # rows come with each step, from the scheduler
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        rows = runner_hook.take_forced()
+        if not rows:
+            return logits
+        index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
+        tokens = torch.tensor(list(rows.values()), dtype=torch.long, device=logits.device)
+        greedy = tokens == ARGMAX
+        if bool(greedy.any()):
+            tokens = torch.where(greedy, logits[index].argmax(dim=-1), tokens)
+        logits[index] = float("-inf")
+        logits[index, tokens] = 0.0
+        return logits

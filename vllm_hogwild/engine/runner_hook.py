@@ -1,0 +1,127 @@
+"""The step's Hogwild views, handed from the model runner to the attention metadata builder.
+
+Worker process only. The scheduler attaches each decoding member's segments to
+the ``SchedulerOutput``; the runner hook (:func:`install_runner_hook`,
+wrapping ``_prepare_inputs`` of this worker's runner instance) publishes them
+with the batch's final row order, and every metadata builder of the step reads
+them (:func:`current`) when it builds the step's attention metadata. Every real
+step publishes afresh; a dummy run (profiling, CUDA graph capture, an idle
+data-parallel rank) clears the publication first (the same hook wraps
+``_dummy_run``), and a publication that does not match the batch being built
+is an error, never silently ignored.
+
+The same hook hands the tokens the scheduler forces this step (step prefixes
+it places into lanes) to the sampler's logits processor, by logits row, and
+keeps the seeded generators of rows whose sampled token will be discarded (a
+prefill chunk) out of this step's sampling (:func:`set_aside_discarded_generators`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_hogwild.attention.segment_attention import Segment
+
+HOOKED_METHOD = "_prepare_inputs"
+DUMMY_RUN_METHOD = "_dummy_run"
+SEGMENTS_ATTR = "hogwild_segments"  # the SchedulerOutput attribute the scheduler fills
+FORCED_ATTR = "hogwild_forced"  # request id -> the token it must sample this step
+
+
+@dataclass(frozen=True)
+class StepViews:
+    segments: dict[str, tuple[Segment, ...]]  # request id -> segments it reads
+    req_ids: tuple[str, ...]  # the batch's rows, in order
+    num_tokens: int  # the batch's scheduled tokens: a builder checks it is building this batch
+
+
+_current: StepViews | None = None
+_forced_rows: dict[int, int] | None = None  # logits row -> forced token, for this step's sampler
+
+
+def take_forced() -> dict[int, int] | None:
+    """The step's forced tokens by logits row, once (see :mod:`vllm_hogwild.engine.forcing`)."""
+    global _forced_rows
+    rows, _forced_rows = _forced_rows, None
+    return rows
+
+
+def current() -> StepViews | None:
+    """The step's publication; every builder of the step reads the same one."""
+    return _current
+
+
+def publish(step: StepViews | None) -> None:
+    global _current
+    _current = step
+
+
+def install_runner_hook(runner: Any) -> None:
+    """Wrap ``runner._prepare_inputs`` (this instance only, once)."""
+    original = getattr(runner, HOOKED_METHOD)
+    if getattr(original, "_hogwild_hook", False):
+        return
+
+    set_aside: dict[str, Any] = {}  # request id -> its seeded generator, kept out of this step's sampling
+
+    def prepare_inputs(scheduler_output, *args, **kwargs):
+        global _forced_rows
+        publish(None)  # never let a previous step's views outlive it
+        _forced_rows = None
+        restore_generators(runner.input_batch, set_aside)
+        result = original(scheduler_output, *args, **kwargs)
+        set_aside_discarded_generators(runner, set_aside)
+        segments = getattr(scheduler_output, SEGMENTS_ATTR, None) or {}
+        # After the original: it may reorder the batch rows.
+        req_ids = tuple(runner.input_batch.req_ids)
+        publish(StepViews(segments, req_ids, scheduler_output.total_num_scheduled_tokens))
+        forced = getattr(scheduler_output, FORCED_ATTR, None)
+        if forced:
+            _forced_rows = {row: forced[r] for row, r in enumerate(req_ids) if r in forced}
+        return result
+
+    prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
+    setattr(runner, HOOKED_METHOD, prepare_inputs)
+
+    dummy_run = getattr(runner, DUMMY_RUN_METHOD)
+
+    def dummy_run_without_views(*args, **kwargs):
+        global _forced_rows
+        publish(None)  # a dummy batch is not the last real step's batch
+        _forced_rows = None
+        return dummy_run(*args, **kwargs)
+
+    setattr(runner, DUMMY_RUN_METHOD, dummy_run_without_views)
+
+
+def set_aside_discarded_generators(runner: Any, set_aside: dict[str, Any]) -> None:
+    """Keep the seeded generators of this step's discarded rows out of its sampling.
+
+    A row whose prefill is chunked is sampled anyway and its token thrown
+    away; vLLM then rewinds the row's generator by a Philox offset, which CPU
+    generators do not have (``RuntimeError: CPU Generator does not use
+    offset``, and the engine dies). Without its generator the row samples
+    from the global RNG (the token is discarded either way) and the seeded
+    generator is exactly where an unchunked prefill would find it. vLLM's
+    rewind then finds no generator for the row. Put back by
+    :func:`restore_generators` at the next step. ``patches/09-*`` is the
+    upstream fix.
+    """
+    batch = runner.input_batch
+    discard = runner.discard_request_mask.np[: batch.num_reqs]
+    if not batch.generators or not discard.any():
+        return
+    for row in discard.nonzero()[0].tolist():
+        generator = batch.generators.pop(row, None)
+        if generator is not None:
+            set_aside[batch.req_ids[row]] = generator
+
+
+def restore_generators(batch: Any, set_aside: dict[str, Any]) -> None:
+    """Put set-aside generators back at their requests' current rows (rows move between steps)."""
+    for req_id, generator in set_aside.items():
+        row = batch.req_id_to_index.get(req_id)
+        if row is not None:
+            batch.generators[row] = generator
+    set_aside.clear()

@@ -1,0 +1,90 @@
+"""Hogwild workers: vLLM's workers plus the backend override, the runner hook and the start-up checks.
+
+Selected through ``worker_cls`` by the switch, so nothing here runs unless
+Hogwild is switched on. The CUDA worker lives in :mod:`vllm_hogwild.engine.worker_cuda`.
+
+Once the model and its KV cache exist, :func:`check_engine_layers` makes sure
+every attention layer really runs a Hogwild implementation, over one KV-cache
+group whose kernel blocks are the scheduler's blocks; otherwise the engine
+refuses to start, naming the setting. A group would otherwise decode as
+independent samples, silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+from vllm.v1.worker.cpu_worker import CPUWorker
+
+from vllm_hogwild.attention.paths import path_of
+from vllm_hogwild.engine.backend import CPU_BACKEND_PATH, HogwildImplMixin
+from vllm_hogwild.engine.backend_override import override_backend
+from vllm_hogwild.core.errors import HogwildOptionError
+from vllm_hogwild.engine.runner_hook import install_runner_hook
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED = ("CPU_ATTN on the CPU (float32, bfloat16, float16); FLASH_ATTN on CUDA (float16, bfloat16; "
+             "--attention-backend FLASH_ATTN), with kv_cache_dtype auto")
+
+
+def check_engine_layers(impls: Mapping[str, Any], num_kv_cache_groups: int, kernel_block_sizes: Sequence[int],
+                        block_size: int) -> None:
+    """Refuse an engine whose attention Hogwild would not drive, naming the setting.
+
+    ``impls``: each attention layer's name and its implementation object.
+    """
+    if num_kv_cache_groups != 1:
+        raise HogwildOptionError(
+            "kv_cache_groups", f"this model needs {num_kv_cache_groups} KV-cache groups (layers with different "
+            "cache specs); Hogwild's views address one block table per request")
+    foreign = {name: type(impl).__name__ for name, impl in impls.items() if not isinstance(impl, HogwildImplMixin)}
+    if foreign:
+        name, cls = next(iter(foreign.items()))
+        raise HogwildOptionError(
+            "attention_backend", f"{len(foreign)} attention layer(s) (e.g. {name}: {cls}) run a backend without a "
+            f"Hogwild implementation; Hogwild runs on {SUPPORTED}")
+    if not impls:
+        raise HogwildOptionError("attention_backend", "the model has no attention layer Hogwild can drive")
+    if any(size != block_size for size in kernel_block_sizes):
+        raise HogwildOptionError(
+            "block_size", f"the attention kernel splits the {block_size}-token KV blocks into "
+            f"{list(kernel_block_sizes)}-token blocks; Hogwild needs them equal: choose a block size the "
+            "backend takes whole")
+
+
+class HogwildWorkerMixin:
+    """Put first in the bases of a platform's worker; names its native backend and the Hogwild one."""
+
+    hogwild_backend: AttentionBackendEnum
+    hogwild_backend_path: str
+
+    def __init__(self, *args, **kwargs) -> None:
+        # Before the model is built: its attention layers resolve the backend.
+        override_backend(self.hogwild_backend, self.hogwild_backend_path)
+        super().__init__(*args, **kwargs)
+
+    def init_device(self) -> None:
+        super().init_device()
+        install_runner_hook(self.model_runner)
+
+    def initialize_from_config(self, kv_cache_config) -> None:
+        super().initialize_from_config(kv_cache_config)
+        from vllm.config import get_layers_from_vllm_config
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+        layers = get_layers_from_vllm_config(self.vllm_config, AttentionLayerBase)
+        check_engine_layers(
+            {name: getattr(layer, "impl", None) for name, layer in layers.items()},
+            len(kv_cache_config.kv_cache_groups),
+            getattr(self.model_runner, "_kernel_block_sizes", None) or [self.cache_config.block_size],
+            self.cache_config.block_size,
+        )
+        logger.info("Hogwild attention: %s (%d layers)", path_of(self.vllm_config.additional_config), len(layers))
+
+
+class HogwildCPUWorker(HogwildWorkerMixin, CPUWorker):
+    hogwild_backend = AttentionBackendEnum.CPU_ATTN
+    hogwild_backend_path = CPU_BACKEND_PATH

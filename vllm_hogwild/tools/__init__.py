@@ -1,0 +1,1 @@
+"""Tools for users: the demo (the main job), the default model, benchmarks."""

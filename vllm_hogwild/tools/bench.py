@@ -1,0 +1,371 @@
+"""Benchmarks against stock vLLM and the alternatives, measured side by side in one engine.
+
+    python -m vllm_hogwild.tools.bench decode    [--workers 2 4 8] [--prompt-lens 200 1500] [--max-tokens 128] [--rounds 2]
+    python -m vllm_hogwild.tools.bench recompute [--workers 2 4] [--prompt-lens 1000] [--max-tokens 64] [--every 1 16 64]
+    python -m vllm_hogwild.tools.bench overhead  [--groups 64] [--workers 4] [--plain 64] [--max-tokens 16]
+    python -m vllm_hogwild.tools.bench answer    [--workers 1 2 4] [--budgets 96 192] [--tasks 8] [--parts 4]
+    (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
+
+- ``decode``: decode tokens/s of a Hogwild group of N workers vs stock ``n=N``
+  sampling of the same prompt. Decode time is a run's wall time minus the
+  wall time of the same request with ``max_tokens=1`` (prefill and first
+  token), so both sides pay the same prefill. Runs alternate stock and
+  Hogwild with fresh prompts (no prefix-cache reuse between runs); medians.
+  Also the KV memory: the blocks the group held at its end (from the
+  scheduler) against N independent copies of the final view, which is what N
+  sequences that each carry the whole shared text would hold.
+- ``recompute``: the alternative to a shared cache: N independent sequences,
+  each re-prefilling its co-workers' new text every K tokens (its prompt is
+  the contiguous view ``[prompt][co-workers' text][own text]``; vLLM's prefix
+  cache reuses what did not move). Whole wall time of N x T tokens, prefill
+  included, against one Hogwild group (contiguous layout) making the same.
+- ``overhead``: scheduler time per engine step (``schedule`` plus
+  ``update_from_output``) with G Hogwild groups of N workers and P plain
+  requests, against the same load as stock ``n=N`` requests.
+- ``answer``: time to answer on generated tasks with exactly checkable
+  answers: each task is a list of independent additions whose results are to
+  be summed. For 1, 2 and 4 collaborating workers (the ``collab`` protocol,
+  math template) and per-worker budgets, the accuracy of the group's final
+  answer against the sequential decode steps the group took. With a capable
+  reasoning model (``--model``) this is the paper-style curve; the embedded
+  135M model mostly fails the arithmetic, so on it the curve shows the
+  machinery, not the gain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+
+
+def _engine(model: str | None, max_model_len: int, **kw):
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the scheduler's stats are read in-process
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    from vllm import LLM
+
+    from vllm_hogwild.tools.default_model import prepare
+
+    # A prompt is prefilled in one step: vLLM 0.32 on CPU fails a seeded request whose prefill is
+    # chunked (it rewinds the request's CPU generator, which has no offset), stock or Hogwild.
+    kw.setdefault("max_num_batched_tokens", max(max_model_len, 4096))
+    return LLM(model=model or str(prepare()), dtype="float32", enforce_eager=True, seed=0,
+               max_model_len=max_model_len, additional_config={"hogwild": {}}, **kw)
+
+
+def _scheduler(llm):
+    return llm.llm_engine.engine_core.engine_core.scheduler
+
+
+def _prompt(length: int, salt: int) -> dict:
+    # Distinct token ids per run: nothing is served from the prefix cache.
+    return {"prompt_token_ids": [(1000 + 7919 * salt + 31 * i) % 40000 + 100 for i in range(length)]}
+
+
+def _timed(llm, prompts, params) -> tuple[float, list]:
+    t = time.perf_counter()
+    out = llm.generate(prompts, params, use_tqdm=False)
+    return time.perf_counter() - t, out
+
+
+def _params(n: int, max_tokens: int, seed: int, hogwild: dict | None):
+    from vllm import SamplingParams
+
+    return SamplingParams(n=n, temperature=1.0, seed=seed, max_tokens=max_tokens, ignore_eos=True,
+                          extra_args={"hogwild": hogwild} if hogwild is not None else None)
+
+
+# -- decode -------------------------------------------------------------------
+
+
+def decode(llm, args) -> dict:
+    scheduler = _scheduler(llm)
+    bs = llm.llm_engine.vllm_config.cache_config.block_size
+    results, salt = [], 0
+    for n in args.workers:
+        for p in args.prompt_lens:
+            times: dict[str, list[float]] = {"stock": [], "hogwild": []}
+            for _ in range(args.rounds):
+                for kind in ("stock", "hogwild"):
+                    hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
+                    salt += 1
+                    full, _ = _timed(llm, [_prompt(p, salt)], _params(n, args.max_tokens, salt, hogwild))
+                    if kind == "hogwild":
+                        group = scheduler.stats.ended[-1]
+                    salt += 1
+                    first, _ = _timed(llm, [_prompt(p, salt)], _params(n, 1, salt, hogwild))
+                    times[kind].append(full - first)
+            tps = {k: n * (args.max_tokens - 1) / statistics.median(v) for k, v in times.items()}
+            view = p + sum(length - p for length in group.lane_lens)  # every worker's final view
+            copies = n * -(-view // bs)
+            row = {
+                "workers": n, "prompt_len": p, "max_tokens": args.max_tokens,
+                "stock_decode_tok_s": tps["stock"], "hogwild_decode_tok_s": tps["hogwild"],
+                "ratio": tps["hogwild"] / tps["stock"],
+                "prefill_tokens_per_group": group.num_prefill_tokens,
+                "kv_blocks_group": group.num_blocks_held, "kv_blocks_copies": copies,
+                "memory_ratio": copies / group.num_blocks_held,
+            }
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    return {"benchmark": "decode", "block_size": bs, "results": results}
+
+
+# -- recompute ----------------------------------------------------------------
+
+
+def recompute(llm, args) -> dict:
+    results, salt = [], 10_000
+    for n in args.workers:
+        for p in args.prompt_lens:
+            salt += 1
+            prompt = _prompt(p, salt)["prompt_token_ids"]
+            t_hogwild, _ = _timed(llm, [{"prompt_token_ids": prompt}],
+                                  _params(n, args.max_tokens, salt, {"layout": "contiguous"}))
+            for k in args.every:
+                salt += 1
+                prompt = _prompt(p, salt)["prompt_token_ids"]  # fresh: no cache shared with other runs
+                texts: list[list[int]] = [[] for _ in range(n)]
+                rounds, t0 = 0, time.perf_counter()
+                while len(texts[0]) < args.max_tokens:
+                    m = min(k, args.max_tokens - len(texts[0]))
+                    views = [{"prompt_token_ids": prompt + [t for o in range(n) if o != w for t in texts[o]]
+                              + texts[w]} for w in range(n)]
+                    outs = llm.generate(views, [_params(1, m, salt * 100 + w, None) for w in range(n)],
+                                        use_tqdm=False)
+                    for w, out in enumerate(outs):
+                        texts[w] += list(out.outputs[0].token_ids)
+                    rounds += 1
+                t_recompute = time.perf_counter() - t0
+                row = {"workers": n, "prompt_len": p, "max_tokens": args.max_tokens, "every": k,
+                       "rounds": rounds, "hogwild_s": t_hogwild, "recompute_s": t_recompute,
+                       "hogwild_speedup": t_recompute / t_hogwild}
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    return {"benchmark": "recompute", "results": results}
+
+
+# -- scheduler overhead --------------------------------------------------------
+
+
+def overhead(llm, args) -> dict:
+    from vllm import SamplingParams
+
+    scheduler = _scheduler(llm)
+    spent = {"schedule": 0.0, "update": 0.0, "steps": 0}
+    originals = (scheduler.schedule, scheduler.update_from_output)
+
+    def timed(fn, key: str):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[key] += time.perf_counter() - t
+                spent["steps"] += key == "schedule"
+        return wrapper
+
+    scheduler.schedule, scheduler.update_from_output = timed(originals[0], "schedule"), timed(originals[1], "update")
+    results = []
+    try:
+        for kind in ("stock", "hogwild", "stock", "hogwild"):
+            hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
+            prompts = [_prompt(args.prompt_len, 50_000 + i) for i in range(args.groups + args.plain)]
+            params = [_params(args.workers, args.max_tokens, i, hogwild) for i in range(args.groups)]
+            params += [SamplingParams(max_tokens=args.max_tokens, seed=i, ignore_eos=True) for i in range(args.plain)]
+            spent.update(schedule=0.0, update=0.0, steps=0)
+            wall, _ = _timed(llm, prompts, params)
+            row = {"kind": kind, "groups": args.groups, "workers": args.workers, "plain": args.plain,
+                   "steps": spent["steps"], "schedule_ms_per_step": 1e3 * spent["schedule"] / spent["steps"],
+                   "update_ms_per_step": 1e3 * spent["update"] / spent["steps"], "wall_s": wall}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        scheduler.schedule, scheduler.update_from_output = originals
+    by_kind = {k: [r for r in results if r["kind"] == k] for k in ("stock", "hogwild")}
+    per_step = {k: statistics.median(r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in rs)
+                for k, rs in by_kind.items()}
+    return {"benchmark": "overhead", "results": results, "ms_per_step": per_step,
+            "ratio": per_step["hogwild"] / per_step["stock"]}
+
+
+# -- time to answer ------------------------------------------------------------
+
+
+def make_tasks(num_tasks: int, parts: int, seed: int = 0) -> list[tuple[str, int]]:
+    """``(question, answer)``: independent additions whose results are summed; exactly checkable."""
+    rng = random.Random(seed)
+    tasks = []
+    for _ in range(num_tasks):
+        pairs = [(rng.randint(10, 99), rng.randint(10, 99)) for _ in range(parts)]
+        items = "\n".join(f"{i + 1}. {a} + {b}" for i, (a, b) in enumerate(pairs))
+        question = (f"Compute each of these {parts} sums, then add all the results together and give the "
+                    f"total.\n{items}")
+        tasks.append((question, sum(a + b for a, b in pairs)))
+    return tasks
+
+
+def answer(llm, args) -> dict:
+    from vllm import SamplingParams
+
+    from vllm_hogwild.core.collab import answer as group_answer
+
+    tasks = make_tasks(args.tasks, args.parts, seed=args.seed)
+    results = []
+    for n in args.workers:
+        for budget in args.budgets:
+            params = SamplingParams(n=n, temperature=0.6, seed=args.seed, max_tokens=budget,
+                                    extra_args={"hogwild": {"protocol": "collab", "task": "math"}})
+            t0 = time.perf_counter()
+            outs = llm.chat([[{"role": "user", "content": q}] for q, _ in tasks], params, use_tqdm=False)
+            wall = time.perf_counter() - t0
+            correct, steps, answered = 0, [], 0
+            for out, (_, truth) in zip(outs, tasks):
+                found = group_answer(out)
+                answered += found is not None
+                correct += found is not None and _number(found.text) == truth
+                steps.append(max(len(c.token_ids) for c in out.outputs))
+            row = {"workers": n, "budget": budget, "tasks": len(tasks), "parts": args.parts,
+                   "accuracy": correct / len(tasks), "answered": answered / len(tasks),
+                   "mean_sequential_steps": statistics.mean(steps), "wall_s": wall}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    return {"benchmark": "answer", "results": results}
+
+
+def _number(text: str) -> int | None:
+    digits = "".join(ch for ch in text if ch.isdigit() or ch == "-")
+    try:
+        return int(digits)
+    except ValueError:
+        return None
+
+
+# -- output -------------------------------------------------------------------
+
+
+def markdown(report: dict) -> str:
+    kind = report["benchmark"]
+    rows = report["results"]
+    if kind == "decode":
+        head = ("| N | prompt | new tokens | stock n=N tok/s | Hogwild tok/s | ratio | KV blocks: group | "
+                "N copies of the view | memory ratio |")
+        body = [f"| {r['workers']} | {r['prompt_len']} | {r['max_tokens']} | {r['stock_decode_tok_s']:.1f} | "
+                f"{r['hogwild_decode_tok_s']:.1f} | {r['ratio']:.2f} | {r['kv_blocks_group']} | "
+                f"{r['kv_blocks_copies']} | {r['memory_ratio']:.2f}x |" for r in rows]
+    elif kind == "recompute":
+        head = "| N | prompt | tokens per worker | K | rounds | Hogwild s | recompute s | Hogwild faster by |"
+        body = [f"| {r['workers']} | {r['prompt_len']} | {r['max_tokens']} | {r['every']} | {r['rounds']} | "
+                f"{r['hogwild_s']:.2f} | {r['recompute_s']:.2f} | {r['hogwild_speedup']:.2f}x |" for r in rows]
+    elif kind == "overhead":
+        head = "| load | engine steps | schedule ms/step | update ms/step | wall s |"
+        body = [f"| {r['kind']}: {r['groups']} x n={r['workers']} + {r['plain']} plain | {r['steps']} | "
+                f"{r['schedule_ms_per_step']:.2f} | {r['update_ms_per_step']:.2f} | {r['wall_s']:.1f} |"
+                for r in rows]
+    else:
+        head = "| workers | budget per worker | tasks | accuracy | answered | mean sequential steps | wall s |"
+        body = [f"| {r['workers']} | {r['budget']} | {r['tasks']} | {r['accuracy']:.2f} | {r['answered']:.2f} | "
+                f"{r['mean_sequential_steps']:.1f} | {r['wall_s']:.1f} |" for r in rows]
+    sep = "|" + "|".join("---:" for _ in range(head.count("|") - 1)) + "|"
+    return "\n".join([head, sep, *body])
+
+
+def plot(report: dict, path: str) -> None:
+    """One PNG per report (matplotlib, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kind, rows = report["benchmark"], report["results"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if kind == "decode":
+        for p in sorted({r["prompt_len"] for r in rows}):
+            pts = [r for r in rows if r["prompt_len"] == p]
+            ax.plot([r["workers"] for r in pts], [r["ratio"] for r in pts], "o-", label=f"prompt {p}")
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set(xlabel="workers N", ylabel="Hogwild / stock n=N decode tok/s", title="Decode throughput")
+    elif kind == "recompute":
+        for n in sorted({r["workers"] for r in rows}):
+            pts = [r for r in rows if r["workers"] == n]
+            ax.plot([r["every"] for r in pts], [r["hogwild_speedup"] for r in pts], "o-", label=f"N={n}")
+        ax.set_xscale("log", base=2)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set(xlabel="recompute every K tokens", ylabel="recompute time / Hogwild time",
+               title="Shared cache vs re-prefilling co-workers' text")
+    elif kind == "overhead":
+        kinds = [f"{r['kind']} #{i // 2 + 1}" for i, r in enumerate(rows)]
+        ax.bar(kinds, [r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in rows])
+        ax.set(ylabel="scheduler ms per engine step", title="Scheduler overhead")
+    else:
+        for n in sorted({r["workers"] for r in rows}):
+            pts = sorted((r for r in rows if r["workers"] == n), key=lambda r: r["mean_sequential_steps"])
+            ax.plot([r["mean_sequential_steps"] for r in pts], [r["accuracy"] for r in pts], "o-",
+                    label=f"{n} worker{'s' if n > 1 else ''}")
+        ax.set(xlabel="sequential decode steps", ylabel="accuracy", title="Time to answer", ylim=(-0.05, 1.05))
+    if kind != "overhead":
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("decode", help="Hogwild group vs stock n=N decode tokens/s, and KV memory")
+    d.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
+    d.add_argument("--prompt-lens", type=int, nargs="+", default=[200, 1500])
+    d.add_argument("--max-tokens", type=int, default=128)
+    d.add_argument("--rounds", type=int, default=2)
+    r = sub.add_parser("recompute", help="Hogwild vs re-prefilling co-workers' text every K tokens")
+    r.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    r.add_argument("--prompt-lens", type=int, nargs="+", default=[1000])
+    r.add_argument("--max-tokens", type=int, default=64)
+    r.add_argument("--every", type=int, nargs="+", default=[1, 16, 64])
+    o = sub.add_parser("overhead", help="scheduler time per step, Hogwild groups vs stock n=N")
+    o.add_argument("--groups", type=int, default=64)
+    o.add_argument("--workers", type=int, default=4)
+    o.add_argument("--plain", type=int, default=64)
+    o.add_argument("--prompt-len", type=int, default=32)
+    o.add_argument("--max-tokens", type=int, default=16)
+    a = sub.add_parser("answer", help="accuracy vs sequential decode steps for 1, 2 and 4 workers")
+    a.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    a.add_argument("--budgets", type=int, nargs="+", default=[96, 192])
+    a.add_argument("--tasks", type=int, default=8)
+    a.add_argument("--parts", type=int, default=4)
+    a.add_argument("--seed", type=int, default=0)
+    for p in (d, r, o, a):
+        p.add_argument("--model", default=None, help="HF folder (default: the embedded SmolLM2-135M-Instruct)")
+        p.add_argument("--json", default=None, help="write the report here")
+        p.add_argument("--plot", default=None, help="write a PNG plot here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    report = run(args)
+    print(markdown(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.plot:
+        plot(report, args.plot)
+
+
+def run(args, llm=None) -> dict:
+    """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
+    if llm is None:
+        length = 4096  # overhead, answer
+        if args.command in ("decode", "recompute"):
+            length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
+        llm = _engine(args.model, length)
+    return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer}[args.command](llm, args)
+
+
+if __name__ == "__main__":
+    main()
