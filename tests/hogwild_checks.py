@@ -5,11 +5,25 @@ from __future__ import annotations
 import re
 
 
+def token_texts(tokenizer, tokens: list[int]) -> list[str]:
+    """The text each token adds, detokenized incrementally as vLLM does (special tokens skipped; a token that
+    ends inside a character adds nothing until the character is complete). From whole-prefix decodes."""
+    out, prev = [], ""
+    for i in range(len(tokens)):
+        text = tokenizer.decode(tokens[: i + 1], skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            out.append("")
+            continue
+        out.append(text[len(prev):])
+        prev = text
+    return out
+
+
 def step_ends_for(tokenizer, tokens: list[int], pattern: str) -> list[int]:
     """Token i ends a step iff the pattern matches text that token i completes, since the last end."""
     ends, since = [], ""
-    for i, t in enumerate(tokens):
-        before, since = since, since + tokenizer.decode([t])
+    for i, piece in enumerate(token_texts(tokenizer, tokens)):
+        before, since = since, since + piece
         if any(m.end() > len(before) for m in re.finditer(pattern, since)):
             ends.append(i)
             since = ""

@@ -37,17 +37,17 @@ def _engine_args(**kw):
 
 
 def test_on_cuda_the_switch_keeps_graphs_and_chooses_flash_attention(monkeypatch) -> None:
-    from vllm_hogwild import hooks
+    from vllm_hogwild.engine import switch as hooks
 
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     monkeypatch.delenv("VLLM_HOGWILD_ATTENTION", raising=False)
     args = _engine_args()
-    hooks._select_classes(args, FakeCuda)
+    hooks.select_classes(args, FakeCuda)
     assert args.enforce_eager is False  # torch.compile and CUDA graphs stay on, for every request
     assert args.worker_cls == hooks.CUDA_WORKER_CLS and args.scheduler_cls == hooks.SCHEDULER_CLS
     assert args.attention_backend == "FLASH_ATTN"  # not FlashInfer, which vLLM picks first on Blackwell
     assert args.async_scheduling is False
-    assert args.additional_config["hogwild_runtime"] == {"attention": "triton"}
+    assert args.additional_config["hogwild_runtime"]["attention"] == "triton"
     import os
 
     assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # the runner hook wraps the V1 runner
@@ -55,17 +55,17 @@ def test_on_cuda_the_switch_keeps_graphs_and_chooses_flash_attention(monkeypatch
 
 @pytest.mark.parametrize("backend", ["FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"])
 def test_on_cuda_another_backend_is_refused_naming_it(backend) -> None:
-    from vllm_hogwild import hooks
+    from vllm_hogwild.engine import switch as hooks
 
     with pytest.raises(HogwildOptionError, match=backend) as info:
-        hooks._select_classes(_engine_args(attention_backend=backend), FakeCuda)
+        hooks.select_classes(_engine_args(attention_backend=backend), FakeCuda)
     assert info.value.parameter == "attention_backend"
-    hooks._select_classes(_engine_args(attention_backend="FLASH_ATTN"), FakeCuda)  # the one that works
+    hooks.select_classes(_engine_args(attention_backend="FLASH_ATTN"), FakeCuda)  # the one that works
 
 
 @pytest.mark.parametrize("dtype,refused", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)])
 def test_on_cuda_float32_is_refused_naming_dtype(dtype, refused) -> None:
-    from vllm_hogwild import hooks
+    from vllm_hogwild.engine import switch as hooks
 
     config = SimpleNamespace(cache_config=SimpleNamespace(cache_dtype="auto"), speculative_config=None,
                              model_config=SimpleNamespace(dtype=dtype))

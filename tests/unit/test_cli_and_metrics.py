@@ -56,25 +56,28 @@ def test_adding_the_flags_twice_is_harmless() -> None:
 
 
 @pytest.mark.vllm
-def test_snapshot_rides_on_scheduler_stats_and_is_taken_out_again() -> None:
-    from vllm.v1.metrics.stats import SchedulerStats
-    from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
-    from vllm.v1.engine import EngineCoreOutputs
+def test_snapshots_travel_on_the_plugins_own_channel_in_order() -> None:
+    """The engine core pushes, the front end drains; with nobody reading, sends are dropped, never blocked."""
+    from vllm_hogwild.engine.stats_channel import StatsReceiver, StatsSender, new_address
 
-    from vllm_hogwild.serving.metrics import attach_snapshot, take_snapshot
+    address = new_address()
+    sender = StatsSender(address, engine_index=0)
+    assert not sender.send({"groups_running": 0})  # nobody listens yet: dropped at once
+    receiver = StatsReceiver(address)
+    import time
 
-    snap = {"groups_running": 1, "groups_waiting": 2, "kv_free_blocks": 7, "member_preemptions": 0,
-            "ended": [{"num_workers": 2, "admission_wait_s": None}]}
-    for connector in (None, {"num_transfers": 3}):
-        stats = SchedulerStats(num_running_reqs=4, kv_connector_stats=connector)
-        attach_snapshot(stats, snap)
-        # Across the engine-core -> front-end boundary, as vLLM encodes it.
-        wire = MsgpackEncoder().encode(EngineCoreOutputs(scheduler_stats=stats))
-        received = MsgpackDecoder(EngineCoreOutputs).decode(wire).scheduler_stats
-        assert take_snapshot(received) == snap
-        assert received.kv_connector_stats == connector  # vLLM's loggers see what they would without Hogwild
-        assert received.num_running_reqs == 4
-        assert take_snapshot(received) is None
+    deadline = time.monotonic() + 5
+    while not sender.send({"groups_running": 1}) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the connection completes
+    for k in range(2, 5):
+        assert sender.send({"groups_running": k})
+    got = []
+    while len(got) < 4 and time.monotonic() < deadline:
+        got += receiver.drain()
+    assert [m["groups_running"] for m in got] == [1, 2, 3, 4] and {m["engine"] for m in got} == {0}
+    assert receiver.drain() == []
+    sender.close()
+    receiver.close()
 
 
 @pytest.mark.vllm
@@ -82,7 +85,7 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     from prometheus_client import REGISTRY
     from vllm.v1.metrics.stats import SchedulerStats
 
-    from vllm_hogwild.serving.metrics import HogwildStatLogger, attach_snapshot
+    from vllm_hogwild.serving.metrics import HogwildStatLogger
 
     config = SimpleNamespace(model_config=SimpleNamespace(served_model_name="m"),
                              additional_config={"hogwild": {}, "hogwild_runtime": {"attention": "cpu-op"}})
@@ -91,11 +94,8 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     logger = HogwildStatLogger(config, [0])
     end = {"num_workers": 3, "output_lens": [4, 5, 6], "coworker_reads": [10, 20, 30], "num_prefill_saved": 256,
            "latency_s": 1.5, "admission_wait_s": 0.25}
-    stats = SchedulerStats()
-    attach_snapshot(stats, {"groups_running": 2, "groups_waiting": 1, "kv_free_blocks": 99,
-                            "member_preemptions": 0, "ended": [end, {**end, "admission_wait_s": None}]})
-    logger.record(stats, None, engine_idx=0)
-    assert stats.kv_connector_stats is None
+    logger.apply({"engine": 0, "groups_running": 2, "groups_waiting": 1, "kv_free_blocks": 99,
+                  "member_preemptions": 0, "ended": [end, {**end, "admission_wait_s": None}]})
     value = lambda name: REGISTRY.get_sample_value(name, {"model_name": "m", "engine": "0"})  # noqa: E731
     assert value("hogwild:groups_running") == 2 and value("hogwild:groups_waiting") == 1
     assert value("hogwild:kv_cache_free_blocks") == 99

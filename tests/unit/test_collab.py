@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from vllm_hogwild.core.collab import (
-    PromptTail,
     answer_of_texts,
     extend_prompt,
     extended_len,
@@ -17,7 +16,7 @@ from vllm_hogwild.core.collab import (
     transcript,
     with_preamble,
 )
-from vllm_hogwild.core.options import COLLAB_DEFAULTS, HogwildOptionError, RequestOptions, parse_request
+from vllm_hogwild.core.options import COLLAB_DEFAULTS, HogwildOptionError, RequestOptions, RequestSpec, parse_request
 from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, HEADER_ORDER, HEADERS, preamble
 
 
@@ -80,7 +79,8 @@ def test_a_raw_prompt_gets_the_preamble_in_front_and_the_headers_behind(bos) -> 
         start, end = getattr(tail, name)
         assert decode(ids[start:end]) == HEADERS[name]
     assert tail.own[1] == len(ids)  # the own header is last: the first step follows it
-    assert PromptTail.from_dict(json.loads(json.dumps(tail.to_dict()))) == tail
+    spec = RequestSpec(opts, 3, tail)
+    assert RequestSpec.from_wire(json.loads(json.dumps(spec.to_wire()))) == spec
     assert extended_len(tok, len(prompt), opts, 3, in_chat=False) == len(ids)
 
 
@@ -148,10 +148,10 @@ def test_a_stream_ends_with_the_answer_event() -> None:
               {**head, "choices": [{"index": 1, "text": "**Bob [1]:** hm"}]},
               {**head, "choices": [{"index": 0, "text": "ed{5}"}]},
               {**head, "choices": [], "usage": {"total_tokens": 9}}]
-    request = SimpleNamespace(vllm_xargs={"hogwild_protocol": "collab"})
+    options = parse_request({"hogwild_protocol": "collab"})
 
     async def collect():
-        return [e async for e in with_answer(request, _events(chunks))]
+        return [e async for e in with_answer(options, _events(chunks))]
 
     events = asyncio.run(collect())
     assert events[-1] == "data: [DONE]\n\n" and len(events) == len(chunks) + 2
@@ -168,12 +168,9 @@ def test_a_whole_response_gets_the_field_and_other_requests_do_not() -> None:
     def response(texts):
         return Response(choices=[SimpleNamespace(index=i, text=t) for i, t in enumerate(texts)])
 
-    collab = SimpleNamespace(vllm_xargs={"hogwild_protocol": "collab"})
+    collab = parse_request({"hogwild_protocol": "collab"})
     assert with_answer(collab, response(["a", "b"])).hogwild == {
         "answer": None, "worker": None, "name": None, "source": None}
-    raw = SimpleNamespace(vllm_xargs={"hogwild_layout": "contiguous"})
+    raw = parse_request({"hogwild_layout": "contiguous"})
     assert not hasattr(with_answer(raw, response(["\\boxed{1}"])), "hogwild")
-    plain = SimpleNamespace(vllm_xargs=None)
-    assert not hasattr(with_answer(plain, response(["\\boxed{1}"])), "hogwild")
-    bad = SimpleNamespace(vllm_xargs={"hogwild_layout": "spiral"})
-    assert not hasattr(with_answer(bad, response(["x"])), "hogwild")
+    assert not hasattr(with_answer(None, response(["\\boxed{1}"])), "hogwild")  # a plain request

@@ -1,14 +1,16 @@
-"""Pure pieces of the integration: option parsing and checks, member ids, group segments."""
+"""Pure pieces of the integration: option parsing and checks, the request spec, member ids."""
 
 from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.core.group import Group, Lane, parse_member, segments_of, step_segments, member_views
+from vllm_hogwild.core.group import parse_member
 from vllm_hogwild.core.options import (
     EngineOptions,
     HogwildOptionError,
+    PromptTail,
     RequestOptions,
+    RequestSpec,
     blocks_for_group,
     check_request,
     parse_request,
@@ -80,46 +82,6 @@ def test_member_ids_follow_vllm_fan_out() -> None:
             parse_member(bad, 4)
 
 
-def lanes_of(prompt: int, gen: list[int], bs: int = 4) -> list[Lane]:
-    return [Lane(tuple(range(100 * w, 100 * w + -(-(prompt + g) // bs))), prompt + g) for w, g in enumerate(gen)]
-
-
-def test_plain_views_go_native() -> None:
-    one = Group("g", 1, RequestOptions(), 8, prompt_len=5)
-    assert step_segments(one, lanes_of(5, [3]), [0]) == {}
-    iso = Group("g", 3, RequestOptions(layout="isolated"), 8, prompt_len=5)
-    assert step_segments(iso, lanes_of(5, [3, 3, 3]), [0, 1, 2]) == {}
-
-
-def test_contiguous_segments_read_every_lane_with_view_deltas() -> None:
-    group = Group("g", 3, RequestOptions(), 8, prompt_len=5)
-    lanes = lanes_of(5, [2, 2, 2])
-    segs = step_segments(group, lanes, [0, 1, 2])
-    assert sorted(segs) == [0, 1, 2]
-    # Worker 1 reads [prompt of lane 1][lane 0 gen][lane 2 gen][lane 1 gen]; its query sits at view pos 10.
-    s = segs[1]
-    assert [(seg.block_ids, seg.start, seg.end) for seg in s] == [
-        (lanes[1].block_ids, 0, 5), (lanes[0].block_ids, 5, 7), (lanes[2].block_ids, 5, 7), (lanes[1].block_ids, 5, 7)]
-    # delta = (view_pos(q) - stored_pos(q)) - (v - s): query stored at 6, viewed at 10.
-    assert [seg.delta for seg in s] == [4 - 0, 4 - (5 - 5), 4 - (7 - 5), 0 + 4 - 4]
-    assert segments_of(member_views(group, lanes)[1], lanes) == s
-
-
-def test_coworker_reads_and_prefill_saved_are_counted_per_worker() -> None:
-    group = Group("g", 3, RequestOptions(), 8, prompt_len=5)
-    step_segments(group, lanes_of(5, [3, 1, 4]), [0, 1, 2])
-    assert group.coworker_reads == [1 + 4, 3 + 4, 3 + 1]  # the prompt is nobody's
-    step_segments(group, lanes_of(5, [4, 2, 4]), [1])  # only worker 1 decodes this step
-    assert group.coworker_reads == [5, 7 + 8, 4]
-    iso = Group("g", 2, RequestOptions(layout="isolated"), 8, prompt_len=5)
-    step_segments(iso, lanes_of(5, [3, 3]), [0, 1])
-    assert iso.coworker_reads == [0, 0]
-    group.prefill_by_worker = [5, 1, 1]  # worker 0 computed the prompt, the others its last token
-    assert group.num_prefill_saved == 2 * 5 - 2
-    group.prefill_by_worker = [5, 5, 5]  # nothing shared
-    assert group.num_prefill_saved == 0
-
-
 def test_step_layouts_and_step_end_option() -> None:
     assert parse_request({"hogwild_layout": "combined"}).step_end is None
     assert parse_request({"hogwild": {"layout": "interleaved", "step_end": "\n\n"}}).step_end == "\n\n"
@@ -129,18 +91,6 @@ def test_step_layouts_and_step_end_option() -> None:
         with pytest.raises(HogwildOptionError) as info:
             parse_request(extra)
         assert info.value.parameter == field
-
-
-def test_combined_group_views_follow_its_steps() -> None:
-    group = Group("g", 2, RequestOptions(layout="combined", step_end="!"), 8, prompt_len=5)
-    assert group.steps is not None and Group("h", 2, RequestOptions(), 8, prompt_len=5).steps is None
-    group.steps.on_sampled(0, 5, "go!")  # worker 0's first step is its first token
-    group.steps.on_sampled(1, 5, "b")
-    lanes = lanes_of(5, [2, 2])  # both fed their second token: worker 0's step joins
-    views = member_views(group, lanes)
-    assert group.steps.history[0].lane == 0 and (group.steps.history[0].start, group.steps.history[0].end) == (5, 6)
-    # Worker 1 reads: prompt, the history (worker 0's step), worker 0's live step, its own text.
-    assert [(s.lane, s.start, s.end) for s in views[1].spans] == [(1, 0, 5), (0, 5, 7), (1, 5, 7)]
 
 
 def test_named_protocol_needs_a_step_layout() -> None:
@@ -166,3 +116,14 @@ def test_redundancy_every_option() -> None:
         with pytest.raises(HogwildOptionError) as info:
             parse_request(extra)
         assert info.value.parameter == "hogwild_redundancy_every"
+
+
+def test_request_spec_round_trips_through_the_engine_cores_wire() -> None:
+    """The spec crosses to the engine core inside SamplingParams.extra_args, as msgpack-able plain data."""
+    import msgpack
+
+    tail = PromptTail(120, (120, 125), (125, 133), (133, 136), (136, 142))
+    for spec in (RequestSpec(RequestOptions(), 2),
+                 RequestSpec(parse_request({"hogwild_protocol": "collab", "hogwild_task": "code"}), 4, tail)):
+        wire = msgpack.unpackb(msgpack.packb(spec.to_wire()))
+        assert RequestSpec.from_wire(wire) == spec

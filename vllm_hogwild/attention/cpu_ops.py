@@ -10,10 +10,11 @@ them explicitly).
 from __future__ import annotations
 
 import functools
-import logging
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from vllm_hogwild.core.log import get_logger
+
+logger = get_logger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "segment_attention_cpu.cpp"
 

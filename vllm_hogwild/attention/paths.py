@@ -20,17 +20,17 @@ An explicit choice that cannot run on this platform is refused, naming
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Callable
 
 from vllm_hogwild.core.errors import HogwildOptionError
+from vllm_hogwild.core.log import get_logger
 
 ENV = "VLLM_HOGWILD_ATTENTION"
 PATHS = ("cpu-op", "torch", "triton")
 RUNTIME_KEY = "hogwild_runtime"  # additional_config entry: decisions the switch made for every process
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def resolve(platform: str, requested: str | None, *, cpu_op_loads: Callable[[], bool],

@@ -34,21 +34,8 @@ from typing import Sequence
 import torch
 
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, PagedKV
+from vllm_hogwild.core.views import Segment
 from vllm_hogwild.core.rope import RopeSpec, rotate
-
-
-@dataclass(frozen=True)
-class Segment:
-    """Stored positions ``[start, end)`` of a lane whose block table is ``block_ids``.
-
-    ``block_ids`` covers the lane from position 0 (at least up to ``end``);
-    ``delta`` is the query rotation for this segment.
-    """
-
-    block_ids: tuple[int, ...]
-    start: int
-    end: int
-    delta: int
 
 
 @dataclass(frozen=True)

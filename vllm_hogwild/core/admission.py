@@ -1,4 +1,8 @@
-"""When a complete Hogwild group may start, beside plain requests. Pure, no vLLM import.
+"""When a complete Hogwild group may start, beside plain requests, and lock-step. Pure, no vLLM import.
+
+A group is admitted whole or not at all: only when every member fits for its
+whole budget (:func:`fits`); its members then start together and decode in
+lock-step (:func:`ahead_of_group`).
 
 Arrival order with a bounded overtake (``max_plain_wait`` seconds, on
 vLLM's request arrival times):
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Sequence
 
 
 class Decision(Enum):
@@ -41,3 +46,26 @@ class Fairness:
         if fits:
             return Decision.ADMIT
         return Decision.HOLD_NEWER if now - group_arrival >= self.max_plain_wait else Decision.WAIT
+
+
+def fits(need_blocks: int, promised_blocks: int, watermark_blocks: int, free_blocks: int,
+         num_active: int, num_workers: int, max_active: int) -> bool:
+    """Whether a whole group fits now: a slot for every member, and KV blocks for every member's whole budget.
+
+    ``promised_blocks``: blocks of members already queued that have not allocated yet.
+    """
+    return (num_active + num_workers <= max_active
+            and need_blocks + promised_blocks + watermark_blocks <= free_blocks)
+
+
+def ahead_of_group(num_outputs: Sequence[int | None]) -> list[int]:
+    """Lock-step: the live workers (``None``: stopped) that have more output tokens than the slowest live one.
+
+    They sit out a step, so that every worker feeds its k-th token in the same step (a member that
+    finished its prefill waits for a sibling still prefilling).
+    """
+    live = [n for n in num_outputs if n is not None]
+    if not live:
+        return []
+    slowest = min(live)
+    return [w for w, n in enumerate(num_outputs) if n is not None and n > slowest]

@@ -1,12 +1,13 @@
-"""The collaboration protocol in the front end: the preamble, the prompt's tail of section headers, the answer.
+"""The collaboration protocol's text in a request, and the answer and transcript of a group. Pure, no vLLM.
 
-Where the ``collab`` protocol's text enters a request (the engine core places
-step prefixes and the finisher; see :mod:`vllm_hogwild.engine.scheduler`):
+Where the ``collab`` protocol's text enters a request (the front end's hooks,
+:mod:`vllm_hogwild.serving.requests`, call these; the engine core places step
+prefixes and the finisher, :mod:`vllm_hogwild.core.driver`):
 
 - **Chat** (``LLM.chat``, ``/v1/chat/completions``): the preamble becomes a
   system message (put in front of the conversation's own system message, if
-  any), so the model's chat template renders it. The hooks mark the request
-  (:data:`PREAMBLE_MARK`) so that the prompt check does not add it twice.
+  any), so the model's chat template renders it; the request remembers it, so
+  that the prompt check does not add it twice.
 - **Raw prompts** (``LLM.generate``, ``/v1/completions``): the preamble and a
   blank line go in front of the prompt's tokens, after a BOS token if the
   prompt starts with one; a blank line follows the prompt.
@@ -31,26 +32,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 from vllm_hogwild.core import protocol
-from vllm_hogwild.core.options import RequestOptions
-
-PREAMBLE_MARK = "_hogwild_preamble_in_chat"  # extra_args key: the chat template rendered the preamble
-
+from vllm_hogwild.core.options import PromptTail, RequestOptions
 
 # -- requests -----------------------------------------------------------------
-
-
-def collab_options(extra_args: Mapping[str, Any] | None) -> RequestOptions | None:
-    """The request's options when it asks for the ``collab`` protocol and they parse, else ``None``.
-
-    Bad options are left for the request check, which names the field.
-    """
-    from vllm_hogwild.core.errors import HogwildOptionError
-
-    try:
-        options = options_of(extra_args)
-    except HogwildOptionError:
-        return None
-    return options if options is not None and options.protocol == "collab" else None
 
 
 def with_preamble(conversation: Sequence[Mapping[str, Any]], options: RequestOptions, num_workers: int) -> list:
@@ -62,28 +46,6 @@ def with_preamble(conversation: Sequence[Mapping[str, Any]], options: RequestOpt
     else:
         messages.insert(0, {"role": "system", "content": text})
     return messages
-
-
-def marked(extra_args: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {**(extra_args or {}), PREAMBLE_MARK: True}
-
-
-@dataclass(frozen=True)
-class PromptTail:
-    """Where the section headers sit in a group's stored prompt: ``[start, end)`` each."""
-
-    prompt_end: int  # the prompt part of every view ends here (the headers follow)
-    history: tuple[int, int]
-    others: tuple[int, int]
-    pivot: tuple[int, int]
-    own: tuple[int, int]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PromptTail":
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
 def extend_prompt(
@@ -142,15 +104,6 @@ def answer_of_texts(texts: Sequence[str], pattern: str, named: bool = True) -> A
     at = max((text.rfind(s, 0, match.end()) for s in protocol.FINISHER_SUFFIX.values()), default=-1)
     name = protocol.NAMES[worker] if named and worker < len(protocol.NAMES) else None
     return Answer(match.group(1).strip(), worker, name, "finisher" if at >= 0 else "worker")
-
-
-def options_of(extra_args: Mapping[str, Any] | None) -> RequestOptions | None:
-    """A Hogwild request's options (nested or flat keys), or ``None``."""
-    from vllm_hogwild.core.options import parse_request, requested
-
-    if not requested(extra_args):
-        return None
-    return parse_request({k: v for k, v in extra_args.items() if k != PREAMBLE_MARK})
 
 
 def answer(output, pattern: str | None = None, task: str = "math") -> Answer | None:

@@ -113,6 +113,56 @@ class RequestOptions:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class PromptTail:
+    """Where the collab protocol's section headers sit in a group's stored prompt: ``[start, end)`` each."""
+
+    prompt_end: int  # the prompt part of every view ends here (the headers follow)
+    history: tuple[int, int]
+    others: tuple[int, int]
+    pivot: tuple[int, int]
+    own: tuple[int, int]
+
+    def separators(self) -> tuple[tuple[int, int], ...]:
+        """The header ranges in the order views name them: history, others, pivot, own."""
+        return self.history, self.others, self.pivot, self.own
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """A Hogwild request as the engine core needs it; parsed once, in the front end.
+
+    It crosses to the engine core by value, as the plain dict of :meth:`to_wire`
+    under ``SamplingParams.extra_args[SPEC_KEY]`` (vLLM serializes extra_args
+    with msgpack), and is read back there with :meth:`from_wire`.
+    """
+
+    options: RequestOptions
+    num_workers: int
+    prompt_tail: PromptTail | None = None  # collab: the section headers at the prompt's tail
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"options": self.options.to_dict(), "num_workers": self.num_workers,
+                "prompt_tail": None if self.prompt_tail is None else {
+                    k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.prompt_tail).items()}}
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> "RequestSpec":
+        tail = wire.get("prompt_tail")
+        return cls(RequestOptions(**wire["options"]), int(wire["num_workers"]),
+                   None if tail is None else PromptTail(**{k: tuple(v) if isinstance(v, list) else v
+                                                          for k, v in tail.items()}))
+
+
+SPEC_KEY = "_hogwild_spec"  # in SamplingParams.extra_args, set by the front end only (RequestSpec.to_wire)
+
+
+def spec_of(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
+    """The spec the front end stamped on a request's extra_args, or ``None`` (a plain request)."""
+    wire = (extra_args or {}).get(SPEC_KEY)
+    return None if wire is None else RequestSpec.from_wire(wire)
+
+
 def requested(extra_args: Mapping[str, Any] | None) -> bool:
     """Whether a request asks for Hogwild: a ``hogwild`` entry or any ``hogwild_*`` key."""
     if not extra_args:

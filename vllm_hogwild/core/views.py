@@ -62,6 +62,20 @@ class Separators:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A span as attention reads it: stored positions ``[start, end)`` of a lane whose block table is ``block_ids``.
+
+    ``block_ids`` covers the lane from position 0 (at least up to ``end``);
+    ``delta`` is the query rotation for this segment (see the module's docstring).
+    """
+
+    block_ids: tuple[int, ...]
+    start: int
+    end: int
+    delta: int
+
+
+@dataclass(frozen=True)
 class View:
     """An ordered list of spans; the last one is the reader's own text."""
 
@@ -139,13 +153,12 @@ def contiguous_views(prompt_len: int, lane_lens: Sequence[int]) -> list[View]:
     exactly its own lane.
     """
     _check_lanes(prompt_len, lane_lens)
-    views = []
-    for w, own_len in enumerate(lane_lens):
-        others = [Span(o, prompt_len, n) for o, n in enumerate(lane_lens) if o != w]
-        views.append(
-            _own_view([Span(w, 0, prompt_len), *others], Span(w, prompt_len, own_len))
-        )
-    return views
+    return [_contiguous_view(w, prompt_len, lane_lens) for w in range(len(lane_lens))]
+
+
+def _contiguous_view(w: int, prompt_len: int, lane_lens: Sequence[int]) -> View:
+    others = [Span(o, prompt_len, n) for o, n in enumerate(lane_lens) if o != w]
+    return _own_view([Span(w, 0, prompt_len), *others], Span(w, prompt_len, lane_lens[w]))
 
 
 def isolated_views(prompt_len: int, lane_lens: Sequence[int]) -> list[View]:
@@ -171,10 +184,10 @@ def combined_views(
 
     ``prompt_end`` (default ``prompt_len``): the prompt part of every view is
     ``[0, prompt_end)``; the stored prompt's tail after it holds the separators,
-    which appear only where the view places them.
+    which appear only where the view places it.
     """
-    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=True,
-                          prompt_end=prompt_end)
+    return build_views("combined", prompt_len, lane_lens, history=history, step_starts=step_starts,
+                       separators=separators, prompt_end=prompt_end)
 
 
 def interleaved_views(
@@ -189,60 +202,77 @@ def interleaved_views(
 
     An ablation: co-workers are seen only through finished steps.
     """
-    return _history_views(prompt_len, lane_lens, history, step_starts, separators, live_others=False,
-                          prompt_end=prompt_end)
+    return build_views("interleaved", prompt_len, lane_lens, history=history, step_starts=step_starts,
+                       separators=separators, prompt_end=prompt_end)
 
 
-def _history_views(
+def _history_view(
+    w: int,
     prompt_len: int,
     lane_lens: Sequence[int],
     history: Sequence[Span],
     step_starts: Sequence[int],
     separators: Separators,
     live_others: bool,
-    prompt_end: int | None = None,
-) -> list[View]:
+    prompt_end: int,
+) -> View:
+    own_len = lane_lens[w]
+    if own_len == step_starts[w]:
+        # Nothing of its own outside the history: a worker that has fed no token yet (or has
+        # stopped) reads its own lane as a plain sequence; it writes nothing after it.
+        return View((Span(w, 0, own_len),))
+    parts = [Span(w, 0, prompt_end)]
+    if history:
+        parts += _present(separators.history) + list(history)
+    others = [
+        Span(o, step_starts[o], n)
+        for o, n in enumerate(lane_lens)
+        if live_others and o != w and n > step_starts[o]
+    ]
+    if others:
+        parts += _present(separators.others)
+        for span in others:
+            parts += [span, *_present(separators.pivot)]
+    parts += _present(separators.own)
+    return _own_view(parts, Span(w, step_starts[w], own_len))
+
+
+def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], readers: Sequence[int] | None = None,
+                history: Sequence[Span] = (), step_starts: Sequence[int] | None = None,
+                separators: Separators = Separators(), prompt_end: int | None = None) -> list[View]:
+    """The views of ``readers`` (default: every worker, in worker order) for one of :data:`LAYOUTS`.
+
+    ``history``, ``step_starts``, ``separators`` and ``prompt_end``: the layouts
+    with a shared history (``combined``, ``interleaved``); see :func:`combined_views`.
+    """
     _check_lanes(prompt_len, lane_lens)
-    if len(step_starts) != len(lane_lens):
-        raise ValueError("one step start per lane")
-    prompt_end = prompt_len if prompt_end is None else prompt_end
-    if not 0 <= prompt_end <= prompt_len:
-        raise ValueError("the prompt part of a view ends within the prompt")
-    views = []
-    for w, own_len in enumerate(lane_lens):
-        if own_len == step_starts[w]:
-            # Nothing of its own outside the history: a worker that has fed no token yet (or has
-            # stopped) reads its own lane as a plain sequence; it writes nothing after it.
-            views.append(View((Span(w, 0, own_len),)))
-            continue
-        parts = [Span(w, 0, prompt_end)]
-        if history:
-            parts += _present(separators.history) + list(history)
-        others = [
-            Span(o, step_starts[o], n)
-            for o, n in enumerate(lane_lens)
-            if live_others and o != w and n > step_starts[o]
-        ]
-        if others:
-            parts += _present(separators.others)
-            for span in others:
-                parts += [span, *_present(separators.pivot)]
-        parts += _present(separators.own)
-        views.append(_own_view(parts, Span(w, step_starts[w], own_len)))
-    return views
-
-
-def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], **kw) -> list[View]:
-    """Views of every worker for one of :data:`LAYOUTS`."""
+    readers = range(len(lane_lens)) if readers is None else readers
     if layout == "contiguous":
-        return contiguous_views(prompt_len, lane_lens)
+        return [_contiguous_view(w, prompt_len, lane_lens) for w in readers]
     if layout == "isolated":
-        return isolated_views(prompt_len, lane_lens)
-    if layout == "combined":
-        return combined_views(prompt_len, lane_lens, **kw)
-    if layout == "interleaved":
-        return interleaved_views(prompt_len, lane_lens, **kw)
+        return [View((Span(w, 0, lane_lens[w]),)) for w in readers]
+    if layout in ("combined", "interleaved"):
+        if step_starts is None or len(step_starts) != len(lane_lens):
+            raise ValueError("one step start per lane")
+        prompt_end = prompt_len if prompt_end is None else prompt_end
+        if not 0 <= prompt_end <= prompt_len:
+            raise ValueError("the prompt part of a view ends within the prompt")
+        return [_history_view(w, prompt_len, lane_lens, history, step_starts, separators,
+                              layout == "combined", prompt_end) for w in readers]
     raise ValueError(f"layout: unknown layout {layout!r}; expected one of {LAYOUTS}")
+
+
+def segments_of(view: View, block_ids: Sequence[tuple[int, ...]]) -> tuple[Segment, ...] | None:
+    """The view as attention segments over the lanes' block tables; ``None`` when it is its own lane alone.
+
+    A view that is exactly ``[own lane from position 0]`` (one worker, the
+    ``isolated`` layout, a worker reading nobody yet) is plain causal
+    attention: it runs through vLLM's own kernel, bit for bit like a plain
+    request.
+    """
+    if len(view.spans) == 1 and view.own.start == 0:
+        return None
+    return tuple(Segment(block_ids[s.lane], s.start, s.end, delta) for s, delta in zip(view.spans, view.deltas()))
 
 
 def _present(span: Span | None) -> list[Span]:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
+from vllm_hogwild.core.wire import ARGMAX  # a forced "token": the row's most likely token
 from vllm_hogwild.engine import runner_hook
 
 LOGITS_PROCESSOR = "vllm_hogwild.engine.forcing:ForcedTokens"
-ARGMAX = -1  # a forced "token" that stands for the row's most likely token (greedy, whatever the sampling)
 
 
 class ForcedTokens(LogitsProcessor):

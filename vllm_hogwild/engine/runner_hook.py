@@ -1,10 +1,13 @@
 """The step's Hogwild views, handed from the model runner to the attention metadata builder.
 
-Worker process only. The scheduler attaches each decoding member's segments to
-the ``SchedulerOutput``; the runner hook (:func:`install_runner_hook`,
-wrapping ``_prepare_inputs`` of this worker's runner instance) publishes them
-with the batch's final row order, and every metadata builder of the step reads
-them (:func:`current`) when it builds the step's attention metadata. Every real
+Worker process only. The scheduler attaches the step's wire
+(:class:`~vllm_hogwild.core.wire.StepWire`) to the ``SchedulerOutput``; the
+runner hook (:func:`install_runner_hook`, wrapping ``_prepare_inputs`` of this
+worker's runner instance) applies it to this process's
+:class:`~vllm_hogwild.core.group_views.ViewRegistry`, which turns it into each
+decoding member's segments, and publishes them with the batch's final row
+order; every metadata builder of the step reads them (:func:`current`) when it
+builds the step's attention metadata. Every real
 step publishes afresh; a dummy run (profiling, CUDA graph capture, an idle
 data-parallel rank) clears the publication first (the same hook wraps
 ``_dummy_run``), and a publication that does not match the batch being built
@@ -21,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_hogwild.attention.segment_attention import Segment
+from vllm_hogwild.core.group_views import ViewRegistry
+from vllm_hogwild.core.views import Segment
+from vllm_hogwild.core.wire import STEP_ATTR
 
 HOOKED_METHOD = "_prepare_inputs"
 DUMMY_RUN_METHOD = "_dummy_run"
-SEGMENTS_ATTR = "hogwild_segments"  # the SchedulerOutput attribute the scheduler fills
-FORCED_ATTR = "hogwild_forced"  # request id -> the token it must sample this step
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ def install_runner_hook(runner: Any) -> None:
         return
 
     set_aside: dict[str, Any] = {}  # request id -> its seeded generator, kept out of this step's sampling
+    registry = ViewRegistry()  # this process's groups, kept from step to step
 
     def prepare_inputs(scheduler_output, *args, **kwargs):
         global _forced_rows
@@ -72,13 +76,13 @@ def install_runner_hook(runner: Any) -> None:
         restore_generators(runner.input_batch, set_aside)
         result = original(scheduler_output, *args, **kwargs)
         set_aside_discarded_generators(runner, set_aside)
-        segments = getattr(scheduler_output, SEGMENTS_ATTR, None) or {}
+        wire = getattr(scheduler_output, STEP_ATTR, None)
+        segments = registry.apply(wire)
         # After the original: it may reorder the batch rows.
         req_ids = tuple(runner.input_batch.req_ids)
         publish(StepViews(segments, req_ids, scheduler_output.total_num_scheduled_tokens))
-        forced = getattr(scheduler_output, FORCED_ATTR, None)
-        if forced:
-            _forced_rows = {row: forced[r] for row, r in enumerate(req_ids) if r in forced}
+        if wire is not None and wire.forced:
+            _forced_rows = {row: wire.forced[r] for row, r in enumerate(req_ids) if r in wire.forced}
         return result
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]

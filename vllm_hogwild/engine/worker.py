@@ -12,7 +12,6 @@ independent samples, silently.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Mapping, Sequence
 
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -23,8 +22,9 @@ from vllm_hogwild.engine.backend import CPU_BACKEND_PATH, HogwildImplMixin
 from vllm_hogwild.engine.backend_override import override_backend
 from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.engine.runner_hook import install_runner_hook
+from vllm_hogwild.core.log import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 SUPPORTED = ("CPU_ATTN on the CPU (float32, bfloat16, float16); FLASH_ATTN on CUDA (float16, bfloat16; "
              "--attention-backend FLASH_ATTN), with kv_cache_dtype auto")

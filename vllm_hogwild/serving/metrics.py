@@ -2,14 +2,13 @@
 
 The facts live in the engine core (the scheduler admits groups, counts their
 prefill and what each worker reads); ``/metrics`` is served by the front end.
-They travel on the one object vLLM already sends from the one to the other
-every step, ``SchedulerStats``: the scheduler adds a plain-dict snapshot under
-the key :data:`CARRIER_KEY` of its ``kv_connector_stats`` dict (the only
-free-form field it has), and :class:`HogwildStatLogger`, which the plugin puts
-first among the front end's stat loggers when Hogwild is on, takes it out
-again before vLLM's own loggers see the stats. A KV connector's own entries in
-that dict are left as they were. ``patches/06-scheduler-plugin-stats.patch``
-is the upstream field that would retire the carrier.
+They travel on the plugin's own channel (:mod:`vllm_hogwild.engine.stats_channel`):
+the scheduler pushes a plain-data snapshot every step, and
+:class:`HogwildStatLogger`, which the plugin adds to the front end's stat
+loggers when Hogwild is on, pulls every waiting snapshot each time vLLM hands it
+a step's stats. vLLM's own ``SchedulerStats`` are left exactly as vLLM made them.
+``patches/06-scheduler-plugin-stats.patch`` is the upstream field that would
+retire the channel.
 
 Series (labels ``model_name`` and ``engine``, like vLLM's):
 
@@ -35,34 +34,24 @@ Series (labels ``model_name`` and ``engine``, like vLLM's):
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
-from vllm_hogwild.attention.paths import path_of
+from vllm_hogwild.attention.paths import RUNTIME_KEY, path_of
+from vllm_hogwild.core.options import EngineOptions
+from vllm_hogwild.engine.stats_channel import StatsReceiver
+from vllm_hogwild.core.log import get_logger
 
-CARRIER_KEY = "hogwild"
+logger = get_logger(__name__)
+
 PREFIX = "hogwild:"
 
 _LATENCY_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 2400]
 _WAIT_BUCKETS = [0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
 _WORKER_BUCKETS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 _TOKEN_BUCKETS = [4**k for k in range(2, 12)]
-
-
-def attach_snapshot(stats, snapshot: dict[str, Any]) -> None:
-    """Engine core: add the scheduler's snapshot to a ``SchedulerStats``."""
-    stats.kv_connector_stats = {**(stats.kv_connector_stats or {}), CARRIER_KEY: snapshot}
-
-
-def take_snapshot(stats) -> dict[str, Any] | None:
-    """Front end: remove and return the snapshot, leaving the stats as vLLM made them."""
-    carried = getattr(stats, "kv_connector_stats", None)
-    if not carried or CARRIER_KEY not in carried:
-        return None
-    rest = {k: v for k, v in carried.items() if k != CARRIER_KEY}
-    stats.kv_connector_stats = rest or None
-    return carried[CARRIER_KEY]
 
 
 def _unregister_ours() -> None:
@@ -126,12 +115,29 @@ class HogwildStatLogger(AggregateStatLoggerBase):
         for i in self.engine_indexes:
             info.labels(model_name, str(i), path).set(1)
         self._preemptions_seen = {i: 0 for i in self.engine_indexes}
+        self._channel = self._open_channel(vllm_config)
+
+    @staticmethod
+    def _open_channel(vllm_config):
+        address = ((vllm_config.additional_config or {}).get(RUNTIME_KEY) or {}).get("stats")
+        if not address:
+            return None
+        try:
+            return StatsReceiver(address)
+        except Exception as err:  # e.g. a second API server process of the same engine
+            logger.warning("Hogwild metrics channel unavailable here (%s); Hogwild series stay empty", err)
+            return None
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
-        snap = take_snapshot(scheduler_stats) if scheduler_stats is not None else None
-        if snap is None or engine_idx not in self.groups_running:
+        if self._channel is not None:
+            for snap in self._channel.drain():
+                self.apply(snap)
+
+    def apply(self, snap: dict[str, Any]) -> None:
+        """One engine's snapshot (:meth:`vllm_hogwild.core.stats.HogwildStats.snapshot`) into the series."""
+        i = snap.get("engine", 0)
+        if i not in self.groups_running:
             return
-        i = engine_idx
         self.groups_running[i].set(snap["groups_running"])
         self.groups_waiting[i].set(snap["groups_waiting"])
         self.free_blocks[i].set(snap["kv_free_blocks"])
@@ -152,3 +158,13 @@ class HogwildStatLogger(AggregateStatLoggerBase):
 
     def log_engine_initialized(self) -> None:
         pass
+
+
+def hook_stat_logger_manager_init(original, manager, vllm_config, *args, **kwargs):
+    """``StatLoggerManager.__init__``: with Hogwild on, :class:`HogwildStatLogger` goes first among the loggers."""
+    if EngineOptions.from_additional_config(vllm_config.additional_config) is not None:
+        bound = inspect.signature(original).bind(manager, vllm_config, *args, **kwargs)
+        custom = bound.arguments.get("custom_stat_loggers") or []
+        bound.arguments["custom_stat_loggers"] = [HogwildStatLogger, *custom]
+        return original(*bound.args, **bound.kwargs)
+    return original(manager, vllm_config, *args, **kwargs)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-from vllm_hogwild.core.collab import answer_of_texts, options_of
-from vllm_hogwild.core.options import NAMED_PROTOCOLS
+from vllm_hogwild.core.collab import answer_of_texts
+from vllm_hogwild.core.options import NAMED_PROTOCOLS, RequestOptions
 
 FIELD = "hogwild"
 NO_ANSWER = {"answer": None, "worker": None, "name": None, "source": None}
@@ -34,12 +34,11 @@ def answer_field(texts: list[str], pattern: str, named: bool) -> dict[str, Any]:
     return {"answer": found.text, "worker": found.worker, "name": found.name, "source": found.source}
 
 
-def with_answer(request, result):
-    """``result`` of ``create_completion`` / ``create_chat_completion`` with the answer field added."""
-    try:
-        options = options_of(getattr(request, "vllm_xargs", None))
-    except ValueError:
-        return result  # a bad request: the request check answers it
+def with_answer(options: RequestOptions | None, result):
+    """``result`` of ``create_completion`` / ``create_chat_completion`` with the answer field added.
+
+    ``options``: the request's Hogwild options (``None``: not a Hogwild request).
+    """
     if options is None or options.answer_pattern is None:
         return result
     named = options.protocol in NAMED_PROTOCOLS

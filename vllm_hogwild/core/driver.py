@@ -1,0 +1,127 @@
+"""Protocol driving for one group: the tokens the engine places into lanes, and when the group stops. Pure.
+
+The scheduler shows the driver every sampled token's text (:meth:`ProtocolDriver.observe`,
+incrementally detokenized) and asks it, for each member that samples in a step,
+which token to place (:meth:`ProtocolDriver.forced`). What it drives:
+
+- **step prefixes** (``named``, ``collab``): every step of a worker starts with
+  ``**Alice [k]:** ``, queued as token ids when the previous step ends (and for
+  step 1 at the start), placed one token per step; every ``redundancy_every``
+  tokens of the group, a worker's next prefix carries the redundancy check;
+- **answers** (``answer_pattern``): once any worker's text matches, every live
+  member samples its end of sequence next (:meth:`ProtocolDriver.stop`);
+- **the finisher** (``collab``): the last ``len(suffix) + finisher`` tokens of
+  the lowest live worker's budget go to the task's "time is up" suffix and then
+  greedy tokens (:data:`~vllm_hogwild.core.wire.ARGMAX`), and every other live
+  member ends, so the finisher reads the whole shared transcript. A step that
+  could not be prefixed before the finisher's tokens begins without a prefix.
+
+Text the engine placed never ends a step. No vLLM import: token ids come from an
+``encode`` callable, end-of-sequence ids from the caller.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Sequence
+
+from vllm_hogwild.core.options import NAMED_PROTOCOLS, RequestOptions
+from vllm_hogwild.core.patterns import WindowMatcher
+from vllm_hogwild.core.protocol import FINISHER_SUFFIX, RedundancyChecks, answer_regex, step_prefix
+from vllm_hogwild.core.steps import StepTracker
+from vllm_hogwild.core.wire import ARGMAX
+
+
+class ProtocolDriver:
+    def __init__(self, options: RequestOptions, num_workers: int, max_tokens: int, prompt_len: int,
+                 tracker: StepTracker | None, encode: Callable[[str], list[int]]) -> None:
+        self.options = options
+        self.num_workers = num_workers
+        self.max_tokens = max_tokens
+        self.prompt_len = prompt_len
+        self.tracker = tracker  # step ends (the layouts with a shared history), shared with the views
+        self.encode = encode
+        self.named = options.protocol in NAMED_PROTOCOLS
+        self.queues = [deque() for _ in range(num_workers)]  # tokens still to place, per lane
+        self.placed = [set() for _ in range(num_workers)]  # output indices placed, per lane
+        self.num_observed = [0] * num_workers  # output tokens of each lane seen so far
+        self.step_numbers = [1] * num_workers  # the step each worker writes
+        self.checked_at = [0] * num_workers  # group tokens at each worker's last redundancy check
+        self.answers = (
+            [WindowMatcher(answer_regex(options.answer_pattern)) for _ in range(num_workers)]
+            if options.answer_pattern is not None else None
+        )
+        self.answered = False
+        self.finisher: int | None = None  # the worker the finisher runs on, once started
+        self.suffix = encode(FINISHER_SUFFIX[options.task]) if options.finisher else []
+        if self.named:
+            for w in range(num_workers):
+                self.queues[w].extend(encode(step_prefix(w, 1, num_workers)))
+
+    @property
+    def observes_text(self) -> bool:
+        """Whether the scheduler must detokenize this group's tokens (steps or answers)."""
+        return self.tracker is not None or self.answers is not None
+
+    @property
+    def reserve(self) -> int:
+        """Tokens at the end of the finisher's budget that are its (0: no finisher)."""
+        if not self.options.finisher or self.max_tokens <= 2 * (len(self.suffix) + self.options.finisher):
+            return 0
+        return len(self.suffix) + self.options.finisher
+
+    def observe(self, worker: int, index: int, text: str) -> None:
+        """Output token ``index`` of ``worker`` was sampled; ``text`` is what it adds to the worker's text."""
+        placed = index in self.placed[worker]
+        ended = self.tracker is not None and self.tracker.on_sampled(
+            worker, self.prompt_len + index, text, can_end=not placed)
+        self.num_observed[worker] = index + 1
+        if ended and self.named and self.finisher is None:
+            self._queue_next_prefix(worker, index)
+        if self.answers is not None and self.answers[worker].feed(text):
+            self.answered = True
+
+    def _queue_next_prefix(self, worker: int, index: int) -> None:
+        # The group's tokens seen so far: the others' as last observed, this worker's up to ``index``.
+        seen = sum(self.num_observed)
+        number = self.step_numbers[worker] + 1
+        check = RedundancyChecks(self.options.redundancy_every).due(self.checked_at[worker], seen)
+        prefix = self.encode(step_prefix(worker, number, self.num_workers, check))
+        if self.reserve and self.max_tokens - (index + 1) - len(prefix) < self.reserve:
+            return  # no room for a prefixed step before the finisher's tokens
+        self.step_numbers[worker] = number
+        if check:
+            self.checked_at[worker] = seen
+        self.queues[worker].extend(prefix)
+
+    def forced(self, worker: int, num_output_tokens: int) -> int | None:
+        """The token ``worker`` must sample as its output token ``num_output_tokens`` (None: its own choice)."""
+        queue = self.queues[worker]
+        if not queue:
+            return None
+        self.placed[worker].add(num_output_tokens)
+        return queue.popleft()
+
+    def maybe_start_finisher(self, num_outputs: Sequence[int | None]) -> int | None:
+        """Start the finisher when the lowest live worker reaches its reserve; returns that worker.
+
+        ``num_outputs[w]``: output tokens of worker ``w`` so far (``None``: it has stopped).
+        """
+        if not self.reserve or self.finisher is not None or self.answered:
+            return None
+        live = [w for w, n in enumerate(num_outputs) if n is not None]
+        if not live or self.max_tokens - num_outputs[live[0]] > self.reserve:
+            return None
+        self.finisher = live[0]
+        queue = self.queues[self.finisher]
+        queue.clear()  # a prefix still being placed gives way (only a step begun in the reserve could have one)
+        queue.extend([*self.suffix, *[ARGMAX] * self.options.finisher])
+        return self.finisher
+
+    def stop(self, live: Sequence[int], eos_ids: Sequence[int | None], keep: int | None = None) -> None:
+        """Every live worker in ``live`` but ``keep`` samples its end of sequence next."""
+        for w in live:
+            eos = eos_ids[w]
+            if w != keep and eos is not None and list(self.queues[w]) != [eos]:
+                self.queues[w].clear()
+                self.queues[w].append(eos)

@@ -1,0 +1,52 @@
+"""What the scheduler reports about Hogwild groups, as plain data. Pure, no vLLM import.
+
+The engine core keeps a :class:`HogwildStats`; each step's :meth:`HogwildStats.snapshot`
+(plain types only) travels to the front end over the plugin's own stats channel
+(:mod:`vllm_hogwild.engine.stats_channel`), where :mod:`vllm_hogwild.serving.metrics`
+turns it into Prometheus series.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class GroupEnd:
+    num_workers: int
+    prompt_len: int
+    lane_lens: list[int]
+    num_blocks_held: int  # distinct blocks holding the group's tokens at its end
+    num_prefill_tokens: int  # prompt tokens computed for the group (prefix-cache hits excluded)
+    num_prefill_saved: int  # prompt tokens computed once for the group instead of once per worker
+    output_lens: list[int]  # tokens each worker generated
+    coworker_reads: list[int]  # co-worker tokens each worker attended, summed over its steps
+    admission_wait_s: float | None  # first member's arrival to the group's admission (None: never admitted)
+    latency_s: float  # first member's arrival to the group's end
+    history: list[tuple[int, int, int]] = field(default_factory=list)  # (lane, start, end) of steps, as joined
+    finisher: int | None = None  # the worker the finisher ran on
+
+
+@dataclass
+class HogwildStats:
+    num_member_preemptions: int = 0
+    ended: deque = field(default_factory=lambda: deque(maxlen=1024))  # GroupEnd, newest last
+    _unreported: list = field(default_factory=list)  # GroupEnd not yet in a snapshot
+
+    def record(self, end: GroupEnd) -> None:
+        self.ended.append(end)
+        self._unreported.append(end)
+        del self._unreported[:-1024]
+
+    def snapshot(self, groups_running: int, groups_waiting: int, free_blocks: int) -> dict[str, Any]:
+        """What the front end's metrics need since the last snapshot (plain types: it crosses processes)."""
+        ended, self._unreported = self._unreported, []
+        return {
+            "groups_running": groups_running,
+            "groups_waiting": groups_waiting,
+            "kv_free_blocks": free_blocks,
+            "member_preemptions": self.num_member_preemptions,
+            "ended": [asdict(e) for e in ended],
+        }

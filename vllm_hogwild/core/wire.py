@@ -1,0 +1,59 @@
+"""What crosses from the engine core to the workers each step: one neutral module. Pure, no vLLM import.
+
+The scheduler (engine core) attaches one :class:`StepWire` to vLLM's
+``SchedulerOutput`` as :data:`STEP_ATTR`; vLLM's executor sends that object to
+every worker (every tensor-parallel rank, Ray actors included), pickled; the
+runner hook in each worker applies it. Neither side imports the other.
+
+Like vLLM's own ``NewRequestData`` / ``CachedRequestData``, the wire is
+incremental: a group's :class:`GroupShape` (its lanes' block tables, its
+layout, its prompt and section headers) travels once, in the first step that
+decodes any of its members; after that a :class:`GroupStep` carries only what
+changed: the lanes' lengths, the members that decode, and the finished steps
+that joined the shared history. That is O(N + joined steps) per group per
+step, whatever the length of the views. ``ended`` tells the workers which
+groups to forget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+STEP_ATTR = "hogwild_step"  # the SchedulerOutput attribute
+ARGMAX = -1  # a forced "token": the row's most likely token (greedy, whatever the sampling parameters)
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """What does not change while a group decodes; sent once."""
+
+    group_id: str
+    member_ids: tuple[str, ...]  # request id of each worker, in worker order
+    layout: str
+    prompt_len: int  # tokens every lane starts with
+    prompt_end: int  # the prompt part of every view ends here (before the collab section headers)
+    # (start, end) of the section headers in lane 0's prompt: history, others, pivot, own (None: absent)
+    separators: tuple[tuple[int, int] | None, ...]
+    block_ids: tuple[tuple[int, ...], ...]  # each lane's physical KV blocks, from position 0, whole budget
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    """One step of one group: enough to rebuild every decoding member's view."""
+
+    group_id: str
+    lane_lens: tuple[int, ...]  # tokens of each lane whose K/V is written once this step's writes land
+    decoding: tuple[int, ...]  # workers whose rows read their view this step
+    joined: tuple[tuple[int, int, int], ...] = ()  # (lane, start, end): steps that joined the history, in order
+
+
+@dataclass(frozen=True)
+class StepWire:
+    shapes: tuple[GroupShape, ...] = ()
+    steps: tuple[GroupStep, ...] = ()
+    ended: tuple[str, ...] = ()
+    forced: Mapping[str, int] = field(default_factory=dict)  # request id -> the token it must sample (or ARGMAX)
+
+    def __bool__(self) -> bool:
+        return bool(self.shapes or self.steps or self.ended or self.forced)

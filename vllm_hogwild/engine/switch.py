@@ -1,0 +1,130 @@
+"""The switch: ``additional_config["hogwild"]`` turns an engine into a Hogwild engine, or it stays stock.
+
+With the switch, :func:`create_engine_config` refuses models and settings
+Hogwild cannot serve (naming them), selects Hogwild's scheduler, worker and
+logits processor through vLLM's own knobs, decides the attention path
+(:mod:`vllm_hogwild.attention.paths`) and the metrics channel for every process
+of the engine, and turns async scheduling off. Without it, vLLM runs as if the
+plugin were not installed. A model Hogwild cannot serve (no RoPE, ...) is
+served as stock vLLM and its Hogwild requests are refused, naming the reason.
+"""
+
+from __future__ import annotations
+
+import os
+
+from vllm_hogwild.attention.paths import RUNTIME_KEY, resolve_here
+from vllm_hogwild.core.options import ENGINE_KEY, REFUSED_KEY, EngineOptions, HogwildOptionError
+from vllm_hogwild.engine.stats_channel import new_address
+from vllm_hogwild.core.log import get_logger
+
+logger = get_logger(__name__)
+
+SCHEDULER_CLS = "vllm_hogwild.engine.scheduler.HogwildScheduler"
+CPU_WORKER_CLS = "vllm_hogwild.engine.worker.HogwildCPUWorker"
+CUDA_WORKER_CLS = "vllm_hogwild.engine.worker_cuda.HogwildGPUWorker"
+DEFAULT_SCHEDULER_CLS = (None, "vllm.v1.core.sched.scheduler.Scheduler")
+
+
+def create_engine_config(original, engine_args, *args, **kwargs):
+    """``EngineArgs.create_engine_config``: with ``additional_config["hogwild"]``, set up Hogwild; else stock."""
+    options = EngineOptions.from_additional_config(engine_args.additional_config)
+    if options is None:
+        return original(engine_args, *args, **kwargs)
+    try:
+        check_model(engine_args.create_model_config())
+    except HogwildOptionError as err:
+        # A model Hogwild cannot serve is served as stock vLLM; Hogwild
+        # requests are then refused one by one, naming the reason.
+        logger.warning("Hogwild is off for this model (%s); Hogwild requests will be refused", err)
+        engine_args.additional_config = {
+            **{k: v for k, v in engine_args.additional_config.items() if k != ENGINE_KEY},
+            REFUSED_KEY: {"parameter": err.parameter, "message": str(err)},
+        }
+        return original(engine_args, *args, **kwargs)
+    select_classes(engine_args)
+    config = original(engine_args, *args, **kwargs)
+    check_engine(config)
+    logger.info("Hogwild switched on: %s", options)
+    return config
+
+
+def select_classes(engine_args, platform=None) -> None:
+    """Set vLLM's own knobs for Hogwild: scheduler and worker classes, the attention backend and path.
+
+    ``platform``: vLLM's ``current_platform`` (a stand-in in tests).
+    """
+    if platform is None:
+        from vllm.platforms import current_platform as platform
+
+    if engine_args.scheduler_cls not in DEFAULT_SCHEDULER_CLS and engine_args.scheduler_cls != SCHEDULER_CLS:
+        raise HogwildOptionError("scheduler_cls", "Hogwild brings its own scheduler; leave scheduler_cls unset")
+    if engine_args.worker_cls not in ("auto", CPU_WORKER_CLS, CUDA_WORKER_CLS):
+        raise HogwildOptionError("worker_cls", "Hogwild brings its own worker; leave worker_cls unset")
+    if platform.is_cpu():
+        engine_args.worker_cls = CPU_WORKER_CLS
+        path = resolve_here("cpu")
+    elif platform.is_cuda():
+        engine_args.worker_cls = CUDA_WORKER_CLS
+        _select_flash_attention(engine_args)
+        # The runner hook wraps the V1 model runner. CUDA graphs stay on: the Hogwild
+        # builders report no full-graph support, so vLLM keeps piecewise graphs, between
+        # whose pieces attention (and its per-step plan) runs eagerly (docs/architecture.md).
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        path = resolve_here("cuda")
+    else:
+        raise HogwildOptionError("additional_config.hogwild",
+                                 f"no Hogwild worker for platform {platform.device_name!r} yet")
+    engine_args.scheduler_cls = SCHEDULER_CLS
+    # The scheduler needs step k's sampled tokens (step ends, placed tokens, answers) before it
+    # builds step k+1's views; async scheduling would schedule k+1 first (docs/architecture.md).
+    engine_args.async_scheduling = False
+    # Decisions every process of this engine follows: the attention path, the metrics channel.
+    engine_args.additional_config = {**engine_args.additional_config,
+                                     RUNTIME_KEY: {"attention": path, "stats": new_address()}}
+    from vllm_hogwild.engine.forcing import LOGITS_PROCESSOR
+
+    processors = list(engine_args.logits_processors or [])
+    if LOGITS_PROCESSOR not in processors:
+        engine_args.logits_processors = [*processors, LOGITS_PROCESSOR]  # tokens the engine places
+
+
+def _select_flash_attention(engine_args) -> None:
+    """CUDA: Hogwild drives vLLM's FlashAttention backend; choose it unless the user chose another."""
+    chosen = engine_args.attention_backend or getattr(engine_args.attention_config, "backend", None)
+    name = getattr(chosen, "name", chosen)
+    if name is None:
+        engine_args.attention_backend = "FLASH_ATTN"  # vLLM would pick FlashInfer first on Blackwell GPUs
+    elif str(name).upper() != "FLASH_ATTN":
+        raise HogwildOptionError(
+            "attention_backend", f"{name} has no Hogwild implementation; on CUDA Hogwild runs on FLASH_ATTN "
+            "(leave --attention-backend unset or set it to FLASH_ATTN)")
+
+
+def check_model(model_config) -> None:
+    """Refuse models whose attention Hogwild cannot re-position (raises naming the field)."""
+    from vllm_hogwild.core.rope import RopeSpec
+
+    hf = model_config.hf_text_config
+    RopeSpec.from_hf_config(hf)  # no RoPE, MRoPE, LongRoPE, ...: raises naming the field
+    if model_config.get_sliding_window() is not None or getattr(hf, "layer_types", None) and any(
+        t != "full_attention" for t in hf.layer_types
+    ):
+        raise HogwildOptionError("sliding_window", "models with sliding-window or non-attention layers are not supported")
+
+
+def check_engine(config, platform=None) -> None:
+    """Refuse engine settings Hogwild cannot run with (raises naming the flag)."""
+    if platform is None:
+        from vllm.platforms import current_platform as platform
+
+    if config.cache_config.cache_dtype not in ("auto", None):
+        raise HogwildOptionError("kv_cache_dtype", "Hogwild reads the KV cache unquantized; use kv_cache_dtype='auto'")
+    import torch
+
+    if platform.is_cuda() and config.model_config.dtype not in (torch.float16, torch.bfloat16):
+        raise HogwildOptionError(
+            "dtype", f"{config.model_config.dtype} on CUDA: FlashAttention, which Hogwild drives there, takes "
+            "float16 or bfloat16 (use --dtype bfloat16); float32 runs on the CPU")
+    if config.speculative_config is not None:
+        raise HogwildOptionError("speculative_config", "speculative decoding with Hogwild is not supported yet")
