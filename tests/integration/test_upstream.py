@@ -1,8 +1,20 @@
-"""Every vLLM target the plugin hooks still has the shape it relies on; the upstream patches apply."""
+"""Every vLLM target the plugin hooks still has the shape it relies on; the upstream patches apply.
+
+The table of touch points (``vllm_hogwild/tools/upstream.py``) is checked here twice against the
+installed vLLM: by its runtime checker (imports, live objects) and by its static checker (the same
+files read as sources, as it reads another release's), and both must find everything OK. The
+attributes the plugin sets on vLLM objects are set on real instances, and the ``SchedulerOutput``
+attributes go through vLLM's own executor transport (the shared-memory ``MessageQueue``) and Ray's
+pickler.
+"""
 
 from __future__ import annotations
 
+import copy
+import gc
+import importlib
 import inspect
+import pickle
 import py_compile
 import shutil
 import subprocess
@@ -13,6 +25,13 @@ import pytest
 pytestmark = pytest.mark.vllm
 
 PATCHES = sorted((Path(__file__).parents[2] / "patches").glob("0*.patch"))
+
+
+@pytest.fixture(scope="module")
+def runtime_results():
+    from vllm_hogwild.tools import upstream
+
+    return upstream.check_runtime()
 
 
 def _params(fn) -> list[str]:
@@ -51,7 +70,9 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     assert callable(CPUWorker.init_device)
     for field in ("scheduler_cls", "worker_cls", "additional_config", "async_scheduling"):
         assert field in EngineArgs.__dataclass_fields__, field
-    assert hooks.DEFAULT_SCHEDULER_CLS[1] == f"{Scheduler.__module__}.{Scheduler.__name__}"
+    default_scheduler = getattr(hooks, "DEFAULT_SCHEDULER_CLS", None) or importlib.import_module(
+        "vllm_hogwild.engine.switch").DEFAULT_SCHEDULER_CLS  # moved from hooks to engine/switch
+    assert default_scheduler[1] == f"{Scheduler.__module__}.{Scheduler.__name__}"
     # The backend override forgets vLLM's per-process backend choice; forced tokens use the
     # logits-processor interface.
     from vllm.v1.attention.selector import _cached_get_attn_backend
@@ -126,3 +147,177 @@ def test_upstream_patches_apply_to_the_pinned_vllm(tmp_path) -> None:
         assert run.returncode == 0, f"{p.name}: {run.stdout}{run.stderr}"
     for rel in touched:
         py_compile.compile(str(tmp_path / rel), doraise=True)
+
+
+# -- the table of touch points ------------------------------------------------------------------
+
+
+def test_every_touch_point_holds_at_runtime(runtime_results) -> None:
+    broken = [r.line() for r in runtime_results if not r.ok]
+    assert not broken, "\n".join(broken)
+
+
+def test_static_checker_agrees_with_the_runtime_one_on_the_installed_sources(runtime_results) -> None:
+    import vllm
+
+    from vllm_hogwild.tools import upstream
+
+    static = upstream.check_static(Path(vllm.__file__).parent.parent)
+    assert [r.point for r in static] == [r.point for r in runtime_results] == list(upstream.TOUCH_POINTS)
+    broken = [r.line() for r in static if not r.ok]
+    assert not broken, "\n".join(broken)
+    # both name the same file for what they locate (the runtime one may not know a line)
+    for s, r in zip(static, runtime_results):
+        if s.where and r.where:
+            assert s.where.split(":")[0] == r.where.split(":")[0] or s.point.kind in (
+                upstream.SOURCE, upstream.SETTABLE, upstream.ABSTRACT, upstream.FIELD), (s.line(), r.line())
+
+
+# -- attributes the plugin sets on vLLM objects ---------------------------------------------------
+
+
+def _wire():
+    from vllm_hogwild.core.wire import GroupShape, GroupStep, StepWire
+
+    shape = GroupShape("grp", ("grp-0", "grp-1"), "combined", prompt_len=40, prompt_end=40,
+                       separators=((0, 3), None, (5, 8), None), block_ids=((3, 4, 9), (3, 4, 12)))
+    step = GroupStep("grp", lane_lens=(45, 44), decoding=(0, 1), joined=((0, 40, 44),))
+    return StepWire(shapes=(shape,), steps=(step,), ended=("old",), forced={"grp-0": 42, "grp-1": -1})
+
+
+def test_scheduler_output_attribute_survives_the_executors_transports() -> None:
+    """The step's wire reaches the workers: vLLM's shared-memory queue (the mp executor; in vLLM 0.33 the Ray
+    executor too), Ray's pickler (cloudpickle: the 0.32 Ray executor's compiled graph) and plain pickle."""
+    import threading
+
+    import cloudpickle
+    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    from vllm_hogwild.core.wire import STEP_ATTR
+    from vllm_hogwild.tools.upstream import SCHEDULER_OUTPUT_ATTRS, SET_ATTRIBUTES
+
+    assert SCHEDULER_OUTPUT_ATTRS == (STEP_ATTR,)
+    assert SET_ATTRIBUTES["vllm.v1.core.sched.output.SchedulerOutput"] == SCHEDULER_OUTPUT_ATTRS
+    output = SchedulerOutput.make_empty()
+    setattr(output, STEP_ATTR, _wire())
+
+    writer = MessageQueue(1, 1)
+    reader = MessageQueue.create_from_handle(writer.export_handle(), 0)
+    ready = threading.Thread(target=reader.wait_until_ready)
+    ready.start()
+    writer.wait_until_ready()
+    ready.join()
+    try:
+        writer.enqueue(output)
+        received = [reader.dequeue(timeout=30)]
+    finally:
+        writer.shutdown()
+        reader.shutdown()
+        del writer, reader
+        gc.collect()
+    received.append(cloudpickle.loads(cloudpickle.dumps(output)))
+    received.append(pickle.loads(pickle.dumps(output, protocol=pickle.HIGHEST_PROTOCOL)))
+    for got in received:
+        assert type(got) is SchedulerOutput
+        assert getattr(got, STEP_ATTR) == _wire()
+
+
+def test_every_method_hooks_wraps_is_an_own_method_row(monkeypatch) -> None:
+    """``hooks.install`` wraps exactly methods the table checks (defined in the class's own ``__dict__``)."""
+    from vllm_hogwild import hooks
+    from vllm_hogwild.tools.upstream import METHOD, TOUCH_POINTS
+
+    wrapped = []
+    monkeypatch.setattr(hooks, "_wrap", lambda owner, name, hook: wrapped.append((owner, name)))
+    monkeypatch.setattr(hooks, "_installed", False)
+    hooks.install()
+    assert len(wrapped) >= 10
+    rows = {(p.module, p.name) for p in TOUCH_POINTS if p.kind == METHOD and p.own}
+    for owner, name in wrapped:
+        assert (owner.__module__, f"{owner.__qualname__}.{name}") in rows, f"{owner.__qualname__}.{name}"
+        assert name in owner.__dict__
+
+
+def test_every_attribute_the_plugin_sets_is_taken_by_a_real_instance() -> None:
+    """The SETTABLE rows, on instances of the real classes (made without their constructors)."""
+    import importlib
+
+    from vllm_hogwild.tools.upstream import SET_ATTRIBUTES
+
+    assert {
+        "vllm.v1.core.sched.output.SchedulerOutput",
+        "vllm.v1.attention.backends.cpu_attn.CPUAttentionMetadata",
+        "vllm.v1.attention.backends.flash_attn.FlashAttentionMetadata",
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager",
+        "vllm.entrypoints.openai.chat_completion.protocol.ChatCompletionResponse",
+        "vllm.entrypoints.openai.completion.protocol.CompletionResponse",
+    } <= set(SET_ATTRIBUTES)
+    for target, names in SET_ATTRIBUTES.items():
+        module, _, name = target.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        if hasattr(cls, "model_construct"):  # pydantic: the field must come out in the JSON too
+            obj = cls.model_construct()
+        else:
+            obj = object.__new__(cls)
+        for attr in names:
+            setattr(obj, attr, {"set": attr})
+            assert getattr(obj, attr) == {"set": attr}, target
+        if hasattr(obj, "model_dump"):
+            dumped = obj.model_dump()
+            assert all(dumped[attr] == {"set": attr} for attr in names), target
+
+
+def test_fields_the_plugin_writes_on_real_instances() -> None:
+    """The request check rewrites the engine request and its params; chat gets the preamble (and the parsed
+    options, an object of the plugin's, in vllm_xargs); the switch sets EngineArgs fields."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.engine import EngineCoreRequest
+
+    params = SamplingParams(n=2, max_tokens=8, extra_args={"hogwild": {}})
+    request = EngineCoreRequest(request_id="r", prompt_token_ids=[1, 2], mm_features=None, sampling_params=params,
+                                pooling_params=None, arrival_time=0.0, lora_request=None, cache_salt=None,
+                                data_parallel_rank=None)
+    assert request.params is params
+    p = copy.copy(request.params)
+    p.max_tokens, p.extra_args = 5, {"hogwild_request": {"num_workers": 2}}
+    request.prompt_token_ids, request.sampling_params = [1, 2, 3], p
+    assert (request.prompt_token_ids, request.params.max_tokens, params.max_tokens) == ([1, 2, 3], 5, 8)
+
+    chat = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], n=2,
+                                 vllm_xargs={"hogwild_protocol": "collab"})
+    chat.messages = [{"role": "system", "content": "preamble"}, *chat.messages]
+    mark = object()
+    chat.vllm_xargs = {**chat.vllm_xargs, "mark": mark}
+    assert len(chat.messages) == 2 and chat.vllm_xargs["mark"] is mark
+
+    args = EngineArgs(model="m")
+    args.scheduler_cls, args.worker_cls, args.async_scheduling = "a.B", "c.D", False
+    args.additional_config = {"hogwild": {}}
+    args.logits_processors = ["vllm_hogwild.engine.forcing:ForcedTokens"]
+    assert (args.scheduler_cls, args.worker_cls, args.async_scheduling) == ("a.B", "c.D", False)
+
+
+def test_runner_hook_reads_real_batch_objects() -> None:
+    """The runner attributes the hook reads, on a real InputBatch and CpuGpuBuffer (no engine)."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.v1.utils import CpuGpuBuffer
+    from vllm.v1.worker.gpu_input_batch import InputBatch
+
+    from vllm_hogwild.engine import runner_hook
+
+    batch = InputBatch(max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=torch.device("cpu"),
+                       vocab_size=32, block_sizes=[16], max_num_blocks_per_req=[4])
+    mask = CpuGpuBuffer(4, dtype=torch.bool, device=torch.device("cpu"), pin_memory=False)
+    assert (list(batch.req_ids), batch.req_id_to_index, batch.generators, batch.num_reqs) == ([], {}, {}, 0)
+    assert mask.np.shape == (4,)
+    set_aside = {"gone": torch.Generator()}
+    runner_hook.restore_generators(batch, set_aside)  # a request no longer in the batch: dropped
+    assert set_aside == {} and batch.generators == {}
+    runner_hook.set_aside_discarded_generators(SimpleNamespace(input_batch=batch, discard_request_mask=mask), set_aside)
+    assert set_aside == {}
