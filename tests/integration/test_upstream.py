@@ -186,8 +186,8 @@ def _wire():
 
 
 def test_scheduler_output_attribute_survives_the_executors_transports() -> None:
-    """The step's wire reaches the workers: vLLM's shared-memory queue (the mp executor; in vLLM 0.33 the Ray
-    executor too), Ray's pickler (cloudpickle: the 0.32 Ray executor's compiled graph) and plain pickle."""
+    """The step's wire reaches the workers: vLLM's shared-memory queue (the mp executor, and the default Ray
+    executor, RayExecutorV2), Ray's pickler (cloudpickle: the legacy compiled-graph Ray executor) and pickle."""
     import threading
 
     import cloudpickle

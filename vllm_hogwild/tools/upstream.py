@@ -305,8 +305,12 @@ def _build_table() -> tuple[TouchPoint, ...]:
         P("vllm.distributed.device_communicators.shm_broadcast", "MessageQueue.enqueue", SOURCE,
           so + ": the mp executor pickles the SchedulerOutput (its __dict__ travels)", text="pickler.dump(obj)"),
         P("vllm.platforms.interface", "Platform.ray_device_key", ATTRIBUTE, "tests/ray_cpu.py (the CPU Ray shim)"),
+        P("vllm.v1.executor.ray_executor_v2", "RayExecutorV2", CLASS, so + ": the Ray executor (vLLM 0.32's default, "
+          "VLLM_USE_RAY_V2_EXECUTOR_BACKEND=1) is a MultiprocExecutor: the same MessageQueue pickling",
+          base="vllm.v1.executor.multiproc_executor.MultiprocExecutor"),
         P("vllm.v1.executor.ray_utils", "RayWorkerWrapper.execute_model_ray", METHOD,
-          so + ": Ray's transport (the SchedulerOutput pickled by Ray)", params=("self", "execute_model_input")),
+          so + ": the legacy Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0, a compiled Ray graph; "
+          "the SchedulerOutput pickled by Ray)", params=("self", "execute_model_input")),
     ]
     # -- engine/backend.py and backend_cuda.py ---------------------------------------------------------------
     AB = "vllm.v1.attention.backend"
