@@ -91,8 +91,10 @@ def test_the_finisher_takes_exactly_the_last_tokens_of_the_budget() -> None:
     assert texts[0][start:start + len(suffix)] == suffix
     assert texts[0][start + len(suffix):] == "$" * finisher and len(texts[0]) == max_tokens
     assert [len(t) for t in texts[1:]] == [start, start]  # the others ended when the finisher began
-    # No prefix was begun that could not be finished before the finisher's tokens.
+    # Every prefix was placed whole before the finisher's tokens; no step ended after the last one that could
+    # still be prefixed (so a step always starts with its prefix: the transcript and the history agree).
     assert texts[0][:start].count("**") % 2 == 0
+    assert all(e - P - 1 <= d.last_step_end for e in d.tracker._lanes[0].ends)
 
 
 def test_no_finisher_on_budgets_too_short_for_it() -> None:

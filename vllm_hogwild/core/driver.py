@@ -13,8 +13,9 @@ which token to place (:meth:`ProtocolDriver.forced`). What it drives:
 - **the finisher** (``collab``): the last ``len(suffix) + finisher`` tokens of
   the lowest live worker's budget go to the task's "time is up" suffix and then
   greedy tokens (:data:`~vllm_hogwild.core.wire.ARGMAX`), and every other live
-  member ends, so the finisher reads the whole shared transcript. A step that
-  could not be prefixed before the finisher's tokens begins without a prefix.
+  member ends, so the finisher reads the whole shared transcript. So that every
+  step can start with its prefix, no step ends in the stretch before the
+  finisher's tokens where a new prefix would no longer fit.
 
 Text the engine placed never ends a step. No vLLM import: token ids come from an
 ``encode`` callable, end-of-sequence ids from the caller.
@@ -54,6 +55,12 @@ class ProtocolDriver:
         self.answered = False
         self.finisher: int | None = None  # the worker the finisher runs on, once started
         self.suffix = encode(FINISHER_SUFFIX[options.task]) if options.finisher else []
+        # Steps end no later than this output index, so that the next prefix fits before the finisher.
+        self.last_step_end = max_tokens
+        if self.named and self.reserve:
+            # The longest prefix: with the redundancy check, and a step number no lane can pass.
+            longest = max(len(encode(step_prefix(w, max_tokens, num_workers, True))) for w in range(num_workers))
+            self.last_step_end = max_tokens - self.reserve - longest - 1
         if self.named:
             for w in range(num_workers):
                 self.queues[w].extend(encode(step_prefix(w, 1, num_workers)))
@@ -72,9 +79,9 @@ class ProtocolDriver:
 
     def observe(self, worker: int, index: int, text: str) -> None:
         """Output token ``index`` of ``worker`` was sampled; ``text`` is what it adds to the worker's text."""
-        placed = index in self.placed[worker]
+        can_end = index not in self.placed[worker] and index <= self.last_step_end
         ended = self.tracker is not None and self.tracker.on_sampled(
-            worker, self.prompt_len + index, text, can_end=not placed)
+            worker, self.prompt_len + index, text, can_end=can_end)
         self.num_observed[worker] = index + 1
         if ended and self.named and self.finisher is None:
             self._queue_next_prefix(worker, index)
@@ -87,8 +94,6 @@ class ProtocolDriver:
         number = self.step_numbers[worker] + 1
         check = RedundancyChecks(self.options.redundancy_every).due(self.checked_at[worker], seen)
         prefix = self.encode(step_prefix(worker, number, self.num_workers, check))
-        if self.reserve and self.max_tokens - (index + 1) - len(prefix) < self.reserve:
-            return  # no room for a prefixed step before the finisher's tokens
         self.step_numbers[worker] = number
         if check:
             self.checked_at[worker] = seen
@@ -113,9 +118,7 @@ class ProtocolDriver:
         if not live or self.max_tokens - num_outputs[live[0]] > self.reserve:
             return None
         self.finisher = live[0]
-        queue = self.queues[self.finisher]
-        queue.clear()  # a prefix still being placed gives way (only a step begun in the reserve could have one)
-        queue.extend([*self.suffix, *[ARGMAX] * self.options.finisher])
+        self.queues[self.finisher].extend([*self.suffix, *[ARGMAX] * self.options.finisher])
         return self.finisher
 
     def stop(self, live: Sequence[int], eos_ids: Sequence[int | None], keep: int | None = None) -> None:
