@@ -45,33 +45,17 @@ def header_ranges(tokenizer, prompt: list[int]) -> tuple[int, dict[str, tuple[in
     return pos, headers
 
 
-def last_step_end(tokenizer, num_workers: int, max_tokens: int, finisher: int, task: str = "math") -> int:
-    """The documented rule: with a finisher, no step ends after output index ``max_tokens - reserve - L - 1``,
-    where ``reserve`` is the finisher's suffix plus its greedy tokens and ``L`` the longest step prefix (with
-    the redundancy check and step number ``max_tokens``), so that every step can start with its prefix."""
-    from vllm_hogwild.core.protocol import FINISHER_SUFFIX, step_prefix
-
-    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    reserve = len(enc(FINISHER_SUFFIX[task])) + finisher
-    if not finisher or max_tokens <= 2 * reserve:
-        return max_tokens
-    longest = max(len(enc(step_prefix(w, max_tokens, num_workers, True))) for w in range(num_workers))
-    return max_tokens - reserve - longest - 1
-
-
 def collab_errors(oracle, tokenizer, prompt: list[int], tokens: list[list[int]], logprobs: list[list[float]],
-                  step_end: str, finisher_worker: int | None = None, finisher_tokens: range = range(0),
-                  no_end_after: int | None = None) -> tuple[float, float, list[list[int]]]:
+                  step_end: str, finisher_worker: int | None = None,
+                  finisher_tokens: range = range(0)) -> tuple[float, float, list[list[int]]]:
     """``(error, error without the headers, step ends)`` of a collab group's logprobs against the dense oracle.
 
     Step ends come from the text; text the engine placed (``finisher_tokens`` of the finisher's
     worker: its suffix and greedy tokens) never ends a step (the step end pattern must not occur in
-    step prefixes), nor does any token after ``no_end_after`` (:func:`last_step_end`). The view's prompt
-    part ends before the section headers, each header placed where the view puts it.
+    step prefixes). The view's prompt part ends before the section headers, each header placed where
+    the view puts it.
     """
-    limit = len(max(tokens, key=len)) if no_end_after is None else no_end_after
-    ends = [[i for i in step_ends_for(tokenizer, t, step_end)
-             if not (w == finisher_worker and i in finisher_tokens) and i <= limit]
+    ends = [[i for i in step_ends_for(tokenizer, t, step_end) if not (w == finisher_worker and i in finisher_tokens)]
             for w, t in enumerate(tokens)]
     prompt_end, headers = header_ranges(tokenizer, prompt)
     expected = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends, prompt_end=prompt_end,

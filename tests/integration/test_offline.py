@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from tests.hogwild_checks import collab_errors, last_step_end, step_ends_for
+from tests.hogwild_checks import collab_errors, step_ends_for
 from tests.hogwild_oracle import DenseHogwild
 from tests.integration.conftest import BLOCK_SIZE, make_llm, scheduler_of, shutdown
 
@@ -262,7 +262,7 @@ def test_a_group_stops_one_token_after_any_worker_writes_the_answer(llm, oracle)
 
 # -- the collaboration protocol --------------------------------------------------
 
-COLLAB_BUDGET = 96  # tokens per worker; steps end up to the last ~45 (the finisher's and a last prefix's room)
+COLLAB_BUDGET = 64  # tokens per worker
 COLLAB_STEP_END = "[jqvyz]"  # frequent in random text, absent from every text the engine places
 
 
@@ -310,8 +310,7 @@ def test_collab_matches_the_oracle_with_headers_prefixes_and_the_finisher(collab
     assert len(greedy) >= 1
     assert all(out.outputs[0].logprobs[i][tokens[0][i]].rank == 1 for i in greedy)
     err, wrong, ends = collab_errors(oracle, tokenizer, full, tokens, [sampled_logprobs(c) for c in out.outputs],
-                                     COLLAB_STEP_END, finisher_worker=0, finisher_tokens=range(start, COLLAB_BUDGET),
-                                     no_end_after=last_step_end(tokenizer, 3, COLLAB_BUDGET, 6))
+                                     COLLAB_STEP_END, finisher_worker=0, finisher_tokens=range(start, COLLAB_BUDGET))
     assert all(len(e) >= 2 for e in ends)
     assert len(end.history) >= sum(len(e) for e in ends)  # every finished step joined (plus the stopped rests)
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"

@@ -13,9 +13,10 @@ which token to place (:meth:`ProtocolDriver.forced`). What it drives:
 - **the finisher** (``collab``): the last ``len(suffix) + finisher`` tokens of
   the lowest live worker's budget go to the task's "time is up" suffix and then
   greedy tokens (:data:`~vllm_hogwild.core.wire.ARGMAX`), and every other live
-  member ends, so the finisher reads the whole shared transcript. So that every
-  step can start with its prefix, no step ends in the stretch before the
-  finisher's tokens where a new prefix would no longer fit.
+  member ends, so the finisher reads the whole shared transcript. The finisher
+  starts when the worker's budget, after the step prefix it is placing, has no
+  more than that room left; when the prefix and the suffix do not both fit, the
+  prefix gives way (its placed part stays).
 
 Text the engine placed never ends a step. No vLLM import: token ids come from an
 ``encode`` callable, end-of-sequence ids from the caller.
@@ -55,12 +56,6 @@ class ProtocolDriver:
         self.answered = False
         self.finisher: int | None = None  # the worker the finisher runs on, once started
         self.suffix = encode(FINISHER_SUFFIX[options.task]) if options.finisher else []
-        # Steps end no later than this output index, so that the next prefix fits before the finisher.
-        self.last_step_end = max_tokens
-        if self.named and self.reserve:
-            # The longest prefix: with the redundancy check, and a step number no lane can pass.
-            longest = max(len(encode(step_prefix(w, max_tokens, num_workers, True))) for w in range(num_workers))
-            self.last_step_end = max_tokens - self.reserve - longest - 1
         if self.named:
             for w in range(num_workers):
                 self.queues[w].extend(encode(step_prefix(w, 1, num_workers)))
@@ -79,9 +74,8 @@ class ProtocolDriver:
 
     def observe(self, worker: int, index: int, text: str) -> None:
         """Output token ``index`` of ``worker`` was sampled; ``text`` is what it adds to the worker's text."""
-        can_end = index not in self.placed[worker] and index <= self.last_step_end
         ended = self.tracker is not None and self.tracker.on_sampled(
-            worker, self.prompt_len + index, text, can_end=can_end)
+            worker, self.prompt_len + index, text, can_end=index not in self.placed[worker])
         self.num_observed[worker] = index + 1
         if ended and self.named and self.finisher is None:
             self._queue_next_prefix(worker, index)
@@ -115,10 +109,16 @@ class ProtocolDriver:
         if not self.reserve or self.finisher is not None or self.answered:
             return None
         live = [w for w, n in enumerate(num_outputs) if n is not None]
-        if not live or self.max_tokens - num_outputs[live[0]] > self.reserve:
+        if not live:
+            return None
+        queue = self.queues[live[0]]
+        room = self.max_tokens - num_outputs[live[0]] - len(queue)  # after a step prefix being placed
+        if room > self.reserve:
             return None
         self.finisher = live[0]
-        self.queues[self.finisher].extend([*self.suffix, *[ARGMAX] * self.options.finisher])
+        if room <= len(self.suffix):
+            queue.clear()  # no room for the prefix and the suffix: the prefix gives way
+        queue.extend([*self.suffix, *[ARGMAX] * self.options.finisher])
         return self.finisher
 
     def stop(self, live: Sequence[int], eos_ids: Sequence[int | None], keep: int | None = None) -> None:
