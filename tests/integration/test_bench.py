@@ -42,11 +42,13 @@ def test_recompute_rounds_follow_k(llm, tmp_path) -> None:
     assert all(r["hogwild_s"] > 0 and r["recompute_s"] > 0 for r in report["results"])
 
 
-def test_overhead_times_both_loads(llm, tmp_path) -> None:
-    report = _run(llm, ["overhead", "--groups", "3", "--workers", "2", "--plain", "3", "--max-tokens", "4"],
-                  tmp_path)
-    assert [r["kind"] for r in report["results"]] == ["stock", "hogwild", "stock", "hogwild"]
-    assert all(r["steps"] >= 4 for r in report["results"]) and report["ratio"] > 0
+def test_overhead_times_both_engines_at_each_point(llm, tiny_model, tmp_path) -> None:
+    report = _run(llm, ["overhead", "--model", str(tiny_model), "--groups", "2", "3", "--workers", "2", "--plain",
+                        "3", "--max-tokens", "4", "--rounds", "1"], tmp_path)
+    rows = report["results"]
+    assert [(r["kind"], r["groups"]) for r in rows] == [("stock", 2), ("hogwild", 2), ("stock", 3), ("hogwild", 3)]
+    assert [r["sequences"] for r in rows] == [7, 7, 9, 9]
+    assert all(r["steps"] >= 4 for r in rows) and set(report["ratio"]) == {2, 3}
 
 
 def test_answer_suite_scores_groups(llm, tmp_path) -> None:

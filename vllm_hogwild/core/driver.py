@@ -66,6 +66,11 @@ class ProtocolDriver:
         return self.tracker is not None or self.answers is not None
 
     @property
+    def places_tokens(self) -> bool:
+        """Whether the engine may ever place a token in this group (prefixes, the finisher, stops)."""
+        return self.named or self.answers is not None or self.reserve > 0
+
+    @property
     def reserve(self) -> int:
         """Tokens at the end of the finisher's budget that are its (0: no finisher)."""
         if not self.options.finisher or self.max_tokens <= 2 * (len(self.suffix) + self.options.finisher):

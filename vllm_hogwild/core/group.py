@@ -55,6 +55,8 @@ class Group:
     member_ids: list[str | None] = field(default_factory=list)
     finished: set[int] = field(default_factory=set)
     shape_sent: bool = False  # the workers have this group's shape
+    prefilled: bool = False  # every member has computed the whole prompt
+    in_step: bool = False  # prefilled, and every live member has fed as many tokens as the others
     counters: GroupCounters | None = None
     _history_by_lane: list[int] = field(default_factory=list)  # generated tokens of each lane in the history
 

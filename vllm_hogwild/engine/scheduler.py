@@ -34,7 +34,7 @@ from typing import Any
 
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from vllm_hogwild.attention.paths import RUNTIME_KEY
 from vllm_hogwild.core.admission import Decision, Fairness, ahead_of_group, fits
@@ -58,13 +58,14 @@ class HogwildScheduler(Scheduler):
         self.group_of: dict[str, Group] = {}  # member request id -> group
         self.gathering: dict[str, list[Request]] = {}  # group id -> members not yet queued
         self.parked: dict[str, Request] = {}  # finished members whose blocks co-workers still read
+        self._members: dict[str, list[Request]] = {}  # group id -> its members' requests, in worker order
         self.stats = HogwildStats()
         self._texts: dict[str, TextStream] = {}  # member id -> its incremental detokenizer
         self._ended: list[str] = []  # groups whose shape the workers hold, ended since the last wire
         self._hogwild_tokenizer = None
+        self._unbudgeted: set[str] = set()  # members queued whose first allocation (their whole budget) is to come
         self._allocate_slots = self.kv_cache_manager.allocate_slots
         self._allocate_sig = inspect.signature(self._allocate_slots)
-        self.kv_cache_manager.allocate_slots = self._allocate_with_budget  # this instance only
         address = ((self.vllm_config.additional_config or {}).get(RUNTIME_KEY) or {}).get("stats")
         self._stats_sender = StatsSender(address, self.vllm_config.parallel_config.data_parallel_rank) \
             if address and self.log_stats else None
@@ -83,6 +84,7 @@ class HogwildScheduler(Scheduler):
             self.groups[group_id] = group
             self.gathering[group_id] = []
         group.member_ids[index] = request.request_id
+        self._members.setdefault(group_id, [None] * spec.num_workers)[index] = request
         self.group_of[request.request_id] = group
         if group.driver.observes_text:
             self._texts[request.request_id] = TextStream(self._tokenizer(), request)
@@ -100,6 +102,10 @@ class HogwildScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any):
         held_plain = self._admit_groups()
+        # A member's first allocation takes its whole budget (this instance's allocate_slots wrapped
+        # only while such a member waits: vLLM calls it for every running request every step).
+        self.kv_cache_manager.allocate_slots = (
+            self._allocate_with_budget if self._unbudgeted else self._allocate_slots)
         held = self._lock_step_holds()
         if held:
             self.running = [r for r in self.running if r not in held]
@@ -119,13 +125,14 @@ class HogwildScheduler(Scheduler):
             self.running = [*held, *self.running]
         for req_id in output.preempted_req_ids or ():
             if req_id in self.group_of:
+                self._unbudgeted.add(req_id)  # its blocks were freed: it allocates again
                 self.stats.num_member_preemptions += 1
                 logger.error("Hogwild member %s was preempted; its group's views may diverge", req_id)
         setattr(output, STEP_ATTR, self._wire(output))
         return output
 
     def _wire(self, output) -> StepWire:
-        """This step's wire: new shapes, each group's step, forced tokens, ended groups."""
+        """This step's wire: new shapes, each group's step, forced tokens, ended groups. O(N) per group."""
         scheduled = output.num_scheduled_tokens
         shapes, steps, forced = [], [], {}
         seen: set[str] = set()
@@ -134,13 +141,18 @@ class HogwildScheduler(Scheduler):
             if group is None or group.group_id in seen:
                 continue
             seen.add(group.group_id)
-            members = [self.requests.get(m) or self.parked[m] for m in group.member_ids]
-            self._count_prefill(group, members, scheduled)
-            self._place_tokens(group, members, scheduled, forced)
-            if any(r.num_computed_tokens < group.prompt_len for r in members):
-                continue  # someone still prefills: every decode row reads the prompt alone
-            decoding = [w for w, r in enumerate(members) if scheduled.get(r.request_id)
-                        and r.num_computed_tokens - scheduled[r.request_id] >= r.num_prompt_tokens]
+            members = self._members[group.group_id]
+            if group.driver.places_tokens:  # a member's first sample may be placed too: before the prefill check
+                self._place_tokens(group, members, scheduled, forced)
+            if not group.prefilled:
+                self._count_prefill(group, members, scheduled)
+                if any(r.num_computed_tokens < group.prompt_len for r in members):
+                    continue  # someone still prefills: every decode row reads the prompt alone
+                group.prefilled = True
+            decoding = [w for w, r in enumerate(members) if (n := scheduled.get(r.request_id))
+                        and r.num_computed_tokens - n >= r.num_prompt_tokens]  # a prefill chunk's row reads its lane
+            if group.in_step and len(decoding) < len(members) - len(group.finished):
+                group.in_step = False  # a live member sat this step out: it is behind now
             if not decoding:
                 continue  # prefill rows read their own lane: plain attention
             if not group.shape_sent:
@@ -155,18 +167,15 @@ class HogwildScheduler(Scheduler):
     def _place_tokens(self, group: Group, members: list[Request], scheduled: dict[str, int],
                       forced: dict[str, int]) -> None:
         """The token each member that samples this step must produce, where the protocol places text."""
-        sampling = [w for w, r in enumerate(members)
-                    if r.request_id in scheduled and r.num_computed_tokens >= r.num_tokens]
-        if not sampling:
-            return
         driver = group.driver
         finisher = driver.maybe_start_finisher([None if r.is_finished() else r.num_output_tokens for r in members])
         if finisher is not None:  # everyone else ends now: its rest joins the history the finisher reads
             self._stop(group, members, keep=finisher)
-        for w in sampling:
-            token = driver.forced(w, members[w].num_output_tokens)
-            if token is not None:
-                forced[members[w].request_id] = token
+        for w, r in enumerate(members):
+            if r.request_id in scheduled and r.num_computed_tokens >= r.num_tokens:  # it samples this step
+                token = driver.forced(w, r.num_output_tokens)
+                if token is not None:
+                    forced[r.request_id] = token
 
     def _stop(self, group: Group, members: list[Request], keep: int | None = None) -> None:
         live = [w for w, r in enumerate(members) if not r.is_finished()]
@@ -186,13 +195,14 @@ class HogwildScheduler(Scheduler):
         touched = {}
         for req_id in scheduler_output.num_scheduled_tokens:
             group = self.group_of.get(req_id)
-            request = self.requests.get(req_id)
-            if group is not None and request is not None:
-                self._observe(group, group.index_of(req_id), request)
-                touched[group.group_id] = group
+            if group is not None and group.driver.observes_text:
+                request = self.requests.get(req_id)
+                if request is not None:
+                    self._observe(group, group.index_of(req_id), request)
+                    touched[group.group_id] = group
         for group in touched.values():
             if group.driver.answered:  # a worker wrote the answer: everyone samples its end next
-                self._stop(group, [self.requests.get(m) or self.parked[m] for m in group.member_ids])
+                self._stop(group, self._members[group.group_id])
         return outputs
 
     def _observe(self, group: Group, worker: int, request: Request) -> None:
@@ -226,6 +236,7 @@ class HogwildScheduler(Scheduler):
             members = sorted((r for r in members if not r.is_finished()), key=lambda r: group.index_of(r.request_id))
             for request in reversed(members):
                 self.waiting.prepend_request(request)
+                self._unbudgeted.add(request.request_id)
         return set()
 
     def _fits(self, group: Group) -> bool:
@@ -238,23 +249,28 @@ class HogwildScheduler(Scheduler):
                     len(self.running) + len(queued), group.num_workers, self.max_num_active_reqs)
 
     def _lock_step_holds(self) -> list[Request]:
-        """Running members ahead of their group's slowest live member."""
-        held, groups = [], {}
-        for r in self.running:
-            group = self.group_of.get(r.request_id)
-            if group is not None:
-                groups[group.group_id] = group
-        for group in groups.values():
-            members = [self.requests.get(m) for m in group.member_ids]
-            ahead = ahead_of_group([None if r is None or r.is_finished() else r.num_output_tokens for r in members])
-            held += [members[w] for w in ahead if members[w] in self.running]
+        """Running members ahead of their group's slowest live member.
+
+        Only groups that may be out of step are looked at: members finish their prefill in
+        different steps, and a member left out of a step (vLLM's token budget) falls behind.
+        A prefilled group whose live members are even stays even while all are scheduled.
+        """
+        held = []
+        for group_id, members in self._members.items():
+            group = self.groups[group_id]
+            if group.in_step or group_id in self.gathering:
+                continue
+            ahead = ahead_of_group([None if r.is_finished() else r.num_output_tokens for r in members])
+            held += [members[w] for w in ahead if members[w].status == RequestStatus.RUNNING]
+            group.in_step = group.prefilled and not ahead
         return held
 
     # -- budget and lifetime -------------------------------------------------
 
     def _allocate_with_budget(self, request: Request, *args: Any, **kwargs: Any):
-        """vLLM's ``allocate_slots``; a member's first call takes its whole budget."""
-        if request.request_id not in self.group_of:
+        """vLLM's ``allocate_slots``; a member's first call takes its whole budget (later calls find it there)."""
+        request_id = request.request_id
+        if request_id not in self._unbudgeted:
             return self._allocate_slots(request, *args, **kwargs)
         bound = self._allocate_sig.bind(request, *args, **kwargs)
         a = bound.arguments
@@ -262,7 +278,10 @@ class HogwildScheduler(Scheduler):
                 + a.get("num_external_computed_tokens", 0) + a["num_new_tokens"])
         budget = request.num_prompt_tokens + request.max_tokens
         a["num_lookahead_tokens"] = max(a.get("num_lookahead_tokens", 0), budget - have)
-        return self._allocate_slots(*bound.args, **bound.kwargs)
+        blocks = self._allocate_slots(*bound.args, **bound.kwargs)
+        if blocks is not None:
+            self._unbudgeted.discard(request_id)
+        return blocks
 
     def _free_blocks(self, request: Request) -> None:
         group = self.group_of.get(request.request_id)
@@ -270,6 +289,7 @@ class HogwildScheduler(Scheduler):
             return super()._free_blocks(request)
         worker = group.index_of(request.request_id)
         group.finished.add(worker)
+        self._unbudgeted.discard(request.request_id)
         self._observe(group, worker, request)
         self._texts.pop(request.request_id, None)
         if group.tracker is not None:
@@ -287,6 +307,7 @@ class HogwildScheduler(Scheduler):
             del self.group_of[member_id]
         self.groups.pop(group.group_id, None)
         self.gathering.pop(group.group_id, None)
+        self._members.pop(group.group_id, None)
         if group.shape_sent:
             self._ended.append(group.group_id)
         super()._free_blocks(request)

@@ -21,7 +21,11 @@
   included, against one Hogwild group (contiguous layout) making the same.
 - ``overhead``: scheduler time per engine step (``schedule`` plus
   ``update_from_output``) with G Hogwild groups of N workers and P plain
-  requests, against the same load as stock ``n=N`` requests.
+  requests in a Hogwild engine, against the same load as stock ``n=N``
+  requests in a stock engine (vLLM's own scheduler, no plugin switch), for
+  each G of ``--groups``; every sequence runs at once (``max_num_seqs`` is
+  set to fit them), rounds alternate the two engines. ``--model tiny`` uses a
+  tiny random model: the scheduler's work does not depend on the model.
 - ``answer``: time to answer on generated tasks with exactly checkable
   answers: each task is a list of independent additions whose results are to
   be summed. For 1, 2 and 4 collaborating workers (the ``collab`` protocol,
@@ -42,18 +46,20 @@ import statistics
 import time
 
 
-def _engine(model: str | None, max_model_len: int, **kw):
+def _engine(model: str | None, max_model_len: int, hogwild: bool = True, **kw):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the scheduler's stats are read in-process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from vllm import LLM
 
     from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.tools.tiny_model import build_tiny_llama
 
     # A prompt is prefilled in one step: vLLM 0.32 on CPU fails a seeded request whose prefill is
-    # chunked (it rewinds the request's CPU generator, which has no offset), stock or Hogwild.
+    # chunked in a stock engine (it rewinds the request's CPU generator, which has no offset).
     kw.setdefault("max_num_batched_tokens", max(max_model_len, 4096))
-    return LLM(model=model or str(prepare()), dtype="float32", enforce_eager=True, seed=0,
-               max_model_len=max_model_len, additional_config={"hogwild": {}}, **kw)
+    model = str(build_tiny_llama()) if model == "tiny" else model or str(prepare())
+    return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, max_model_len=max_model_len,
+               additional_config={"hogwild": {}} if hogwild else {}, **kw)
 
 
 def _scheduler(llm):
@@ -152,44 +158,82 @@ def recompute(llm, args) -> dict:
 
 
 def overhead(llm, args) -> dict:
+    """Each side in its own process (two engines in one process share vLLM's global parallel state, and
+    shutting one down breaks the other): for each round, a stock engine's run, then a Hogwild engine's."""
+    import subprocess
+    import sys
+
+    results = []
+    for _ in range(args.rounds):
+        for kind in ("stock", "hogwild"):
+            argv = [sys.executable, "-m", "vllm_hogwild.tools.bench", "overhead-side", "--kind", kind,
+                    "--groups", *map(str, args.groups), "--workers", str(args.workers), "--plain", str(args.plain),
+                    "--prompt-len", str(args.prompt_len), "--max-tokens", str(args.max_tokens)]
+            if args.model:
+                argv += ["--model", args.model]
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+            rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"kind"')]
+            if run.returncode != 0 or len(rows) != len(args.groups):
+                raise RuntimeError(f"overhead {kind} run failed:\n{run.stdout[-2000:]}{run.stderr[-3000:]}")
+            for row in rows:
+                print(json.dumps(row), flush=True)
+            results += rows
+    results.sort(key=lambda r: (r["groups"], r["kind"] != "stock"))
+    per_step = {}
+    for groups in args.groups:
+        for kind in ("stock", "hogwild"):
+            per_step[f"{kind} {groups}"] = statistics.median(
+                r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in results
+                if r["kind"] == kind and r["groups"] == groups)
+    ratios = {g: per_step[f"hogwild {g}"] / per_step[f"stock {g}"] for g in args.groups}
+    return {"benchmark": "overhead", "results": results, "ms_per_step": per_step, "ratio": ratios}
+
+
+def overhead_side(args) -> None:
+    """One engine (``--kind stock``: no plugin switch, vLLM's own scheduler) through every point; a JSON row each."""
     from vllm import SamplingParams
 
-    scheduler = _scheduler(llm)
-    spent = {"schedule": 0.0, "update": 0.0, "steps": 0}
-    originals = (scheduler.schedule, scheduler.update_from_output)
-
-    def timed(fn, key: str):
-        def wrapper(*a, **kw):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **kw)
-            finally:
-                spent[key] += time.perf_counter() - t
-                spent["steps"] += key == "schedule"
-        return wrapper
-
-    scheduler.schedule, scheduler.update_from_output = timed(originals[0], "schedule"), timed(originals[1], "update")
-    results = []
-    try:
-        for kind in ("stock", "hogwild", "stock", "hogwild"):
-            hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
-            prompts = [_prompt(args.prompt_len, 50_000 + i) for i in range(args.groups + args.plain)]
-            params = [_params(args.workers, args.max_tokens, i, hogwild) for i in range(args.groups)]
-            params += [SamplingParams(max_tokens=args.max_tokens, seed=i, ignore_eos=True) for i in range(args.plain)]
-            spent.update(schedule=0.0, update=0.0, steps=0)
+    total = max(args.groups) * args.workers + args.plain
+    llm = _engine(args.model, 4096, hogwild=args.kind == "hogwild", max_num_seqs=total,
+                  max_num_batched_tokens=max(4096, total * args.prompt_len))
+    hogwild = {"layout": "contiguous"} if args.kind == "hogwild" else None
+    for k, groups in enumerate(args.groups):
+        prompts = [_prompt(args.prompt_len, 50_000 * (k + 1) + i) for i in range(groups + args.plain)]
+        params = [_params(args.workers, args.max_tokens, i, hogwild) for i in range(groups)]
+        params += [SamplingParams(max_tokens=args.max_tokens, seed=i, ignore_eos=True) for i in range(args.plain)]
+        with _timing(_scheduler(llm)) as spent:
             wall, _ = _timed(llm, prompts, params)
-            row = {"kind": kind, "groups": args.groups, "workers": args.workers, "plain": args.plain,
-                   "steps": spent["steps"], "schedule_ms_per_step": 1e3 * spent["schedule"] / spent["steps"],
-                   "update_ms_per_step": 1e3 * spent["update"] / spent["steps"], "wall_s": wall}
-            results.append(row)
-            print(json.dumps(row), flush=True)
-    finally:
-        scheduler.schedule, scheduler.update_from_output = originals
-    by_kind = {k: [r for r in results if r["kind"] == k] for k in ("stock", "hogwild")}
-    per_step = {k: statistics.median(r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in rs)
-                for k, rs in by_kind.items()}
-    return {"benchmark": "overhead", "results": results, "ms_per_step": per_step,
-            "ratio": per_step["hogwild"] / per_step["stock"]}
+        print(json.dumps({"kind": args.kind, "groups": groups, "workers": args.workers, "plain": args.plain,
+                          "sequences": groups * args.workers + args.plain, "steps": spent["steps"],
+                          "schedule_ms_per_step": 1e3 * spent["schedule"] / spent["steps"],
+                          "update_ms_per_step": 1e3 * spent["update"] / spent["steps"], "wall_s": wall}), flush=True)
+
+
+class _timing:
+    """Time a scheduler's ``schedule`` and ``update_from_output`` (this instance) while in the block."""
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler, self.spent = scheduler, {"schedule": 0.0, "update": 0.0, "steps": 0}
+
+    def __enter__(self) -> dict:
+        s, spent = self.scheduler, self.spent
+        self.originals = (s.schedule, s.update_from_output)
+
+        def timed(fn, key: str):
+            def wrapper(*a, **kw):
+                t = time.perf_counter()
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    spent[key] += time.perf_counter() - t
+                    spent["steps"] += key == "schedule"
+            return wrapper
+
+        s.schedule, s.update_from_output = timed(self.originals[0], "schedule"), timed(self.originals[1], "update")
+        return spent
+
+    def __exit__(self, *exc) -> None:
+        self.scheduler.schedule, self.scheduler.update_from_output = self.originals
 
 
 # -- time to answer ------------------------------------------------------------
@@ -261,10 +305,10 @@ def markdown(report: dict) -> str:
         body = [f"| {r['workers']} | {r['prompt_len']} | {r['max_tokens']} | {r['every']} | {r['rounds']} | "
                 f"{r['hogwild_s']:.2f} | {r['recompute_s']:.2f} | {r['hogwild_speedup']:.2f}x |" for r in rows]
     elif kind == "overhead":
-        head = "| load | engine steps | schedule ms/step | update ms/step | wall s |"
-        body = [f"| {r['kind']}: {r['groups']} x n={r['workers']} + {r['plain']} plain | {r['steps']} | "
-                f"{r['schedule_ms_per_step']:.2f} | {r['update_ms_per_step']:.2f} | {r['wall_s']:.1f} |"
-                for r in rows]
+        head = "| engine: load | sequences | engine steps | schedule ms/step | update ms/step | total ms/step | wall s |"
+        body = [f"| {r['kind']}: {r['groups']} x n={r['workers']} + {r['plain']} plain | {r['sequences']} | "
+                f"{r['steps']} | {r['schedule_ms_per_step']:.2f} | {r['update_ms_per_step']:.2f} | "
+                f"{r['schedule_ms_per_step'] + r['update_ms_per_step']:.2f} | {r['wall_s']:.1f} |" for r in rows]
     else:
         head = "| workers | budget per worker | tasks | accuracy | answered | mean sequential steps | wall s |"
         body = [f"| {r['workers']} | {r['budget']} | {r['tasks']} | {r['accuracy']:.2f} | {r['answered']:.2f} | "
@@ -297,17 +341,18 @@ def plot(report: dict, path: str) -> None:
         ax.set(xlabel="recompute every K tokens", ylabel="recompute time / Hogwild time",
                title="Shared cache vs re-prefilling co-workers' text")
     elif kind == "overhead":
-        kinds = [f"{r['kind']} #{i // 2 + 1}" for i, r in enumerate(rows)]
-        ax.bar(kinds, [r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in rows])
-        ax.set(ylabel="scheduler ms per engine step", title="Scheduler overhead")
+        for k in ("stock", "hogwild"):
+            pts = [r for r in rows if r["kind"] == k]
+            ax.plot([r["sequences"] for r in pts], [r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in pts],
+                    "o", label=k)
+        ax.set(xlabel="sequences running", ylabel="scheduler ms per engine step", title="Scheduler time per step")
     else:
         for n in sorted({r["workers"] for r in rows}):
             pts = sorted((r for r in rows if r["workers"] == n), key=lambda r: r["mean_sequential_steps"])
             ax.plot([r["mean_sequential_steps"] for r in pts], [r["accuracy"] for r in pts], "o-",
                     label=f"{n} worker{'s' if n > 1 else ''}")
         ax.set(xlabel="sequential decode steps", ylabel="accuracy", title="Time to answer", ylim=(-0.05, 1.05))
-    if kind != "overhead":
-        ax.legend()
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -327,12 +372,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--prompt-lens", type=int, nargs="+", default=[1000])
     r.add_argument("--max-tokens", type=int, default=64)
     r.add_argument("--every", type=int, nargs="+", default=[1, 16, 64])
-    o = sub.add_parser("overhead", help="scheduler time per step, Hogwild groups vs stock n=N")
-    o.add_argument("--groups", type=int, default=64)
+    o = sub.add_parser("overhead", help="scheduler time per step, Hogwild groups vs stock n=N (a stock engine)")
+    o.add_argument("--groups", type=int, nargs="+", default=[64, 256])
     o.add_argument("--workers", type=int, default=4)
     o.add_argument("--plain", type=int, default=64)
     o.add_argument("--prompt-len", type=int, default=32)
-    o.add_argument("--max-tokens", type=int, default=16)
+    o.add_argument("--max-tokens", type=int, default=32)
+    o.add_argument("--rounds", type=int, default=2)
+    side = sub.add_parser("overhead-side", help=argparse.SUPPRESS)  # one engine of `overhead`, in its own process
+    side.add_argument("--kind", choices=("stock", "hogwild"), required=True)
+    side.add_argument("--groups", type=int, nargs="+", required=True)
+    side.add_argument("--workers", type=int, required=True)
+    side.add_argument("--plain", type=int, required=True)
+    side.add_argument("--prompt-len", type=int, required=True)
+    side.add_argument("--max-tokens", type=int, required=True)
+    side.add_argument("--model", default=None)
     a = sub.add_parser("answer", help="accuracy vs sequential decode steps for 1, 2 and 4 workers")
     a.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     a.add_argument("--budgets", type=int, nargs="+", default=[96, 192])
@@ -340,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--parts", type=int, default=4)
     a.add_argument("--seed", type=int, default=0)
     for p in (d, r, o, a):
-        p.add_argument("--model", default=None, help="HF folder (default: the embedded SmolLM2-135M-Instruct)")
+        p.add_argument("--model", default=None,
+                       help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct")
         p.add_argument("--json", default=None, help="write the report here")
         p.add_argument("--plot", default=None, help="write a PNG plot here")
     return parser
@@ -348,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.command == "overhead-side":
+        return overhead_side(args)
     report = run(args)
     print(markdown(report))
     if args.json:
@@ -359,8 +416,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    if llm is None:
-        length = 4096  # overhead, answer
+    if llm is None and args.command != "overhead":  # overhead runs its engines in processes of their own
+        length = 4096  # answer
         if args.command in ("decode", "recompute"):
             length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
         llm = _engine(args.model, length)
