@@ -255,7 +255,7 @@ def main() -> int:  # noqa: C901 - one linear script
         out = wide[:, : m.num_q_heads * m.head_dim].view(t + EXTRA_ROWS, m.num_q_heads, m.head_dim)
         sync()
         t0 = time.perf_counter()
-        plan = sa.plan(rows_q, m.block_size, spec, num_tokens=t + EXTRA_ROWS, device=device, triton=True)
+        plan = sa.plan(rows_q, m.block_size, spec, sa.PlanKind.TRITON, num_tokens=t + EXTRA_ROWS, device=device)
         sync()
         plan_ms = (time.perf_counter() - t0) * 1e3
         # Specialization: model shape, dtype and cache layout; every later step of the same must not compile.

@@ -113,10 +113,17 @@ def oracle(c: Case, group, views, rows, query) -> torch.Tensor:
 PATHS = ("batched", "buckets", "compiled")
 
 
+def kind_of(path: str, rows, block_size: int) -> sa.PlanKind:
+    """``batched``: the PyTorch path's choice (batched decode when it pays); ``buckets``: block buckets
+    always; ``compiled``: the CPU op."""
+    if path == "batched":
+        return sa.kind_for("torch", rows, block_size)
+    return sa.PlanKind.BUCKETS if path == "buckets" else sa.PlanKind.CPU_OP
+
+
 def ours(c: Case, group, rows, query, path: str = "batched") -> torch.Tensor:
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-    plan = sa.plan(rows, c.block_size, spec, num_tokens=query.shape[0],
-                   batched_decode=path == "batched", compiled=path == "compiled")
+    plan = sa.plan(rows, c.block_size, spec, kind_of(path, rows, c.block_size), num_tokens=query.shape[0])
     return sa.run(plan, query, group.kv)
 
 
@@ -256,8 +263,7 @@ def test_untouched_rows_keep_their_output() -> None:
     q = torch.cat([query, extra])
     for path in PATHS:
         out = torch.full_like(q, 7.0)
-        plan = sa.plan(rows, c.block_size, spec, num_tokens=q.shape[0],
-                       batched_decode=path == "batched", compiled=path == "compiled")
+        plan = sa.plan(rows, c.block_size, spec, kind_of(path, rows, c.block_size), num_tokens=q.shape[0])
         sa.run(plan, q, group.kv, out=out)
         assert torch.equal(out[query.shape[0]:], torch.full_like(extra, 7.0))
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import Sequence
 
 import torch
@@ -91,9 +92,36 @@ class _DecodeCSR:
     piece_hi: torch.Tensor  # [Q] one past the last
 
 
+class PlanKind(Enum):
+    """Which path runs a plan; each names the payload it carries."""
+
+    BUCKETS = "buckets"  # PyTorch block buckets (any rows, any cache)
+    DENSE_DECODE = "dense-decode"  # PyTorch batched decode (single-token rows, small views)
+    CPU_OP = "cpu-op"  # the compiled CPU op (single-token rows, vLLM's CPU cache)
+    TRITON = "triton"  # the Triton kernel over block buckets (any rows, any cache)
+
+
+def kind_for(path: str, rows: Sequence[QueryRow], block_size: int) -> PlanKind:
+    """The plan an attention path (:mod:`vllm_hogwild.attention.paths`) uses for this step's rows."""
+    single = bool(rows) and all(r.num_query_tokens == 1 for r in rows)
+    if path == "triton":
+        return PlanKind.TRITON
+    if path == "cpu-op" and single:
+        return PlanKind.CPU_OP
+    if path in ("torch", "cpu-op") and single and _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES:
+        return PlanKind.DENSE_DECODE
+    return PlanKind.BUCKETS
+
+
 @dataclass
 class SegmentAttentionPlan:
-    """Per-step tensors shared by every layer. P: (token, segment) pairs."""
+    """Per-step tensors shared by every layer. P: (token, segment) pairs.
+
+    ``kind`` says which payload is set: ``buckets`` (``BUCKETS``, ``TRITON``),
+    ``decode`` (``DENSE_DECODE``) or ``csr`` (``CPU_OP``).
+    """
+
+    kind: PlanKind
 
     num_tokens: int  # T: rows of the query tensor this plan may touch
     out_tokens: torch.Tensor  # [T_out] query tokens that get an output
@@ -102,36 +130,32 @@ class SegmentAttentionPlan:
     pair_sin: torch.Tensor  # [P, rotary_dim / 2]
     buckets: list[_Bucket]
     rope: RopeSpec
-    decode: _DecodeBatch | None = None  # set when every row is one token: then buckets is empty
-    csr: _DecodeCSR | None = None  # set for the compiled CPU op
-    triton: bool = False  # run the buckets with the Triton kernel (vllm_hogwild.attention.triton_attention)
+    decode: _DecodeBatch | None = None  # DENSE_DECODE
+    csr: _DecodeCSR | None = None  # CPU_OP
 
 
 def plan(
     rows: Sequence[QueryRow],
     block_size: int,
     rope: RopeSpec,
+    kind: PlanKind = PlanKind.BUCKETS,
     num_tokens: int | None = None,
     device: torch.device | str = "cpu",
-    batched_decode: bool = True,
-    compiled: bool = False,
-    triton: bool = False,
 ) -> SegmentAttentionPlan:
-    """Build the step's index tensors; ``num_tokens``: rows of the query tensor (default: what the rows use).
+    """Build the step's index tensors for ``kind``; ``num_tokens``: rows of the query tensor (default: what the rows use).
 
-    When every row is one query token (decode) and ``batched_decode`` is set,
-    the plan takes the batched decode path; otherwise the block-bucket path,
-    which also serves multi-token rows. ``compiled`` plans single-token rows
-    for the compiled CPU op (:mod:`vllm_hogwild.attention.cpu_ops`; ``run`` then needs
-    vLLM's CPU cache layout). ``triton`` plans block buckets for the Triton
-    kernel (:mod:`vllm_hogwild.attention.triton_attention`; ``run`` then reads any
-    cache layout through its strides).
+    ``DENSE_DECODE`` and ``CPU_OP`` take single-token rows only
+    (:func:`kind_for` chooses); ``CPU_OP`` plans for the compiled CPU op
+    (:mod:`vllm_hogwild.attention.cpu_ops`; ``run`` then needs vLLM's CPU cache
+    layout); ``TRITON`` plans block buckets for the Triton kernel
+    (:mod:`vllm_hogwild.attention.triton_attention`; ``run`` then reads any cache
+    layout through its strides).
     """
-    if compiled and rows and all(r.num_query_tokens == 1 for r in rows):
+    if kind in (PlanKind.DENSE_DECODE, PlanKind.CPU_OP) and not all(r.num_query_tokens == 1 for r in rows):
+        raise ValueError(f"a {kind.value} plan takes single-token rows only")
+    if kind is PlanKind.CPU_OP:
         return _plan_csr(rows, block_size, rope, num_tokens)
-    if batched_decode and not triton and rows and all(r.num_query_tokens == 1 for r in rows) and (
-        _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES
-    ):
+    if kind is PlanKind.DENSE_DECODE:
         return _plan_decode(rows, block_size, rope, num_tokens, device)
     entries = [_row_entries(row, block_size) for row in rows]
     pair_token = _cat([e[0] for e in entries])
@@ -149,6 +173,7 @@ def plan(
                       len(pair_token), num_tokens)
     to = lambda t: t.to(device)  # noqa: E731
     return SegmentAttentionPlan(
+        kind=kind,
         num_tokens=num_tokens,
         out_tokens=to(out_tokens),
         pair_token=to(pair_token),
@@ -156,7 +181,6 @@ def plan(
         pair_sin=to(sin),
         buckets=[_Bucket(*(to(getattr(b, f)) for f in _Bucket.__dataclass_fields__)) for b in buckets],
         rope=rope,
-        triton=triton,
     )
 
 
@@ -215,8 +239,9 @@ def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) 
     decode = _DecodeBatch(to(block_ids), to(pair_index), to(bias),
                           to(torch.tensor(row_select)), to(torch.tensor(row_token)))
     return SegmentAttentionPlan(
-        num_tokens=num_tokens, out_tokens=decode.row_token, pair_token=to(torch.tensor(pair_token)),
-        pair_cos=to(cos), pair_sin=to(sin), buckets=[], rope=rope, decode=decode,
+        kind=PlanKind.DENSE_DECODE, num_tokens=num_tokens, out_tokens=decode.row_token,
+        pair_token=to(torch.tensor(pair_token)), pair_cos=to(cos), pair_sin=to(sin), buckets=[], rope=rope,
+        decode=decode,
     )
 
 
@@ -240,8 +265,9 @@ def _plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None) -> SegmentA
     t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
     row_token = t([r.query_start for r in rows])
     csr = _DecodeCSR(row_token, t(row_pair_ptr), t(pair_piece_ptr), t(blocks), t(lo), t(hi))
-    return SegmentAttentionPlan(num_tokens=num_tokens, out_tokens=row_token, pair_token=t(pair_token),
-                                pair_cos=cos.contiguous(), pair_sin=sin.contiguous(), buckets=[], rope=rope, csr=csr)
+    return SegmentAttentionPlan(kind=PlanKind.CPU_OP, num_tokens=num_tokens, out_tokens=row_token,
+                                pair_token=t(pair_token), pair_cos=cos.contiguous(), pair_sin=sin.contiguous(),
+                                buckets=[], rope=rope, csr=csr)
 
 
 def _run_csr(p: SegmentAttentionPlan, query: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
@@ -304,14 +330,14 @@ def run(
     cdt = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
     if out is None:
         out = torch.zeros_like(query)
-    if p.csr is not None:
+    if p.kind is PlanKind.CPU_OP:
         _run_csr(p, query, kv, scale, out)
         return out
-    if p.triton:
+    if p.kind is PlanKind.TRITON:
         from vllm_hogwild.attention import triton_attention
 
         return triton_attention.run(p, query, kv, scale, out)
-    if p.decode is not None:
+    if p.kind is PlanKind.DENSE_DECODE:
         _run_decode(p, query.to(cdt), kv, scale, out)
         return out
     if not p.buckets:

@@ -1,7 +1,7 @@
 """Segment attention in Triton: the block-bucket plan, one program per (physical KV block, KV head).
 
 Same plan and contract as the PyTorch block-bucket path of
-:mod:`vllm_hogwild.attention.segment_attention` (``plan(..., triton=True)`` selects it):
+:mod:`vllm_hogwild.attention.segment_attention` (``plan(..., PlanKind.TRITON)`` selects it):
 
 - **a block is loaded once for all its readers.** A program loads one K/V
   block of one KV head, then serves every reader the plan lists for that

@@ -131,9 +131,10 @@ class HogwildBuilderMixin:
             return metadata
         # No cascade (shared-prefix) attention over rows whose native context was cut short.
         metadata = super().build(0, without_native_context(common_attn_metadata, rows), fast_build)
-        plan = sa.plan(list(rows.values()), self.hogwild_block_size, self.hogwild_rope,
-                       num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
-                       compiled=self.hogwild_path == "cpu-op", triton=self.hogwild_path == "triton")
+        query_rows = list(rows.values())
+        plan = sa.plan(query_rows, self.hogwild_block_size, self.hogwild_rope,
+                       sa.kind_for(self.hogwild_path, query_rows, self.hogwild_block_size),
+                       num_tokens=common_attn_metadata.num_actual_tokens, device=self.device)
         metadata.hogwild = HogwildStep(plan, self.hogwild_k_transposed)
         return metadata
 

@@ -448,6 +448,8 @@ def _build_table() -> tuple[TouchPoint, ...]:
                                                  "prompt_token_ids"), sc)
     t += _points(RE, "Request", ATTRIBUTE, ("num_tokens", "num_output_tokens"), sc)
     t += [P(RE, "Request.is_finished", METHOD, sc, params=("self",))]
+    t += _points(RE, "Request", INIT_ATTRIBUTE, ("status",), sc + "._lock_step_holds")
+    t += [P(RE, "RequestStatus.RUNNING", CONSTANT, sc + "._lock_step_holds")]
     DT = "vllm.v1.engine.detokenizer"
     t += [
         P("vllm.tokenizers", "cached_tokenizer_from_config", FUNCTION, sc + "._tokenizer", keywords=("model_config",)),
