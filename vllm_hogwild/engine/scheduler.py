@@ -64,8 +64,9 @@ class HogwildScheduler(Scheduler):
         self._ended: list[str] = []  # groups whose shape the workers hold, ended since the last wire
         self._hogwild_tokenizer = None
         self._unbudgeted: set[str] = set()  # members queued whose first allocation (their whole budget) is to come
-        self._allocate_slots = self.kv_cache_manager.allocate_slots
+        self._allocate_slots = self.kv_cache_manager.allocate_slots  # what the wrapper calls while installed
         self._allocate_sig = inspect.signature(self._allocate_slots)
+        self._allocate_wrapped = False
         address = ((self.vllm_config.additional_config or {}).get(RUNTIME_KEY) or {}).get("stats")
         self._stats_sender = StatsSender(address, self.vllm_config.parallel_config.data_parallel_rank) \
             if address and self.log_stats else None
@@ -102,10 +103,7 @@ class HogwildScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any):
         held_plain = self._admit_groups()
-        # A member's first allocation takes its whole budget (this instance's allocate_slots wrapped
-        # only while such a member waits: vLLM calls it for every running request every step).
-        self.kv_cache_manager.allocate_slots = (
-            self._allocate_with_budget if self._unbudgeted else self._allocate_slots)
+        self._wrap_allocate(bool(self._unbudgeted))
         held = self._lock_step_holds()
         if held:
             self.running = [r for r in self.running if r not in held]
@@ -266,6 +264,25 @@ class HogwildScheduler(Scheduler):
         return held
 
     # -- budget and lifetime -------------------------------------------------
+
+    def _wrap_allocate(self, on: bool) -> None:
+        """A member's first allocation takes its whole budget: this instance's ``allocate_slots`` is wrapped
+        only while such a member waits (vLLM calls it for every running request every step). Wrapping
+        takes whatever the instance has then, and unwrapping puts it back, so nothing set on the
+        instance meanwhile by anyone else is lost."""
+        if on == self._allocate_wrapped:
+            return
+        manager = self.kv_cache_manager
+        if on:
+            self._allocate_prev = manager.__dict__.get("allocate_slots")  # None: the class's method
+            self._allocate_slots = manager.allocate_slots
+            manager.allocate_slots = self._allocate_with_budget
+        elif manager.__dict__.get("allocate_slots") == self._allocate_with_budget:
+            if self._allocate_prev is None:
+                del manager.allocate_slots
+            else:
+                manager.allocate_slots = self._allocate_prev
+        self._allocate_wrapped = on
 
     def _allocate_with_budget(self, request: Request, *args: Any, **kwargs: Any):
         """vLLM's ``allocate_slots``; a member's first call takes its whole budget (later calls find it there)."""
