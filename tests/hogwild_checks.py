@@ -47,7 +47,8 @@ def header_ranges(tokenizer, prompt: list[int]) -> tuple[int, dict[str, tuple[in
 
 def collab_errors(oracle, tokenizer, prompt: list[int], tokens: list[list[int]], logprobs: list[list[float]],
                   step_end: str, finisher_worker: int | None = None,
-                  finisher_tokens: range = range(0)) -> tuple[float, float, list[list[int]]]:
+                  finisher_tokens: range = range(0),
+                  accept_steps: list[list[int]] | None = None) -> tuple[float, float, list[list[int]]]:
     """``(error, error without the headers, step ends)`` of a collab group's logprobs against the dense oracle.
 
     Step ends come from the text; text the engine placed (``finisher_tokens`` of the finisher's
@@ -59,6 +60,6 @@ def collab_errors(oracle, tokenizer, prompt: list[int], tokens: list[list[int]],
             for w, t in enumerate(tokens)]
     prompt_end, headers = header_ranges(tokenizer, prompt)
     expected = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends, prompt_end=prompt_end,
-                               headers=headers)
-    wrong = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends)
+                               headers=headers, accept_steps=accept_steps)
+    wrong = oracle.logprobs(prompt, tokens, layout="combined", step_ends=ends, accept_steps=accept_steps)
     return max_err(logprobs, expected), max_err(logprobs, wrong), ends

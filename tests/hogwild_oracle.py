@@ -10,7 +10,9 @@ unfinished steps, after each of them (the pivot) and before the own step.
 Written from DESIGN.md's definition only (it imports nothing from the plugin):
 N lanes share the prompt; in lock-step, at step k every live worker feeds its
 token k, whose K/V is computed in its writer's own context at stored position
-``prompt_len + k`` and written before any attention of that layer. Worker w's
+``prompt_len + k`` and written before any attention of that layer (with
+speculative decoding, the tokens a worker feeds in one step are given by the
+steps at which its tokens were accepted, see ``accept_steps``). Worker w's
 query then attends its view ``[prompt][every other worker's fed tokens, in
 worker order][its own fed tokens]``, with every key rotated at its VIEW
 position (the same as re-rotating the stored key) and the query at the view's
@@ -58,15 +60,28 @@ class DenseHogwild:
         step_ends: list[list[int]] | None = None,
         prompt_end: int | None = None,
         headers: dict[str, tuple[int, int]] | None = None,
+        accept_steps: list[list[int]] | None = None,
+        visibility: str = "accepted",
     ) -> list[list[float]]:
         """Each worker's log-probability of each of its output tokens.
 
         ``combined`` and ``interleaved`` need ``step_ends[w]``: the indices of
         worker w's output tokens that end a step.
+
+        ``accept_steps[w][i]``: the engine step at which worker w's output token i
+        was accepted (speculative decoding accepts several per step; default: token
+        i at step i, one per step). At step s a worker feeds its tokens i whose
+        successor was accepted at s (one row each, causal among them), and reads
+        each co-worker's tokens that were accepted before s and fed by s.
+        ``visibility="same_step"`` is a control that also shows co-workers' tokens
+        accepted at s (drafts being verified): it must not match the engine.
         """
         m = self.model.model
         n_workers, p = len(outputs), len(prompt)
         layers = m.layers
+        steps = accept_steps or [list(range(len(o))) for o in outputs]
+        assert [len(a) for a in steps] == [len(o) for o in outputs], "one accept step per output token"
+        assert all(a == sorted(a) for a in steps), "accept steps never decrease"
         # Prefill: one causal pass over the prompt, shared by every lane.
         h = m.embed_tokens(torch.tensor(prompt))
         keys = [[None] * n_workers for _ in layers]  # raw keys per layer, lane
@@ -85,48 +100,61 @@ class DenseHogwild:
         history: list[tuple[int, int, int]] = []
         starts = [p] * n_workers  # where each lane's part outside the history starts
         pending = [[p + i + 1 for i in ends] for ends in (step_ends or [[] for _ in outputs])]
-        # Decode in lock-step: at step k every worker with a token k+1 feeds token k.
-        for k in range(max(len(o) for o in outputs) - 1):
-            feeding = [w for w, o in enumerate(outputs) if k < len(o) - 1]
+
+        def visible(c: int, s: int) -> int:
+            """Lane c's tokens others read at step s: accepted before s (or at s: the control), fed by s."""
+            a = steps[c]
+            seen = (lambda j: a[j] <= s) if visibility == "same_step" else (lambda j: a[j] < s)
+            return p + sum(1 for j in range(len(a) - 1) if seen(j) and a[j + 1] <= s)
+
+        for s in sorted({x for a in steps for x in a[1:]}):
+            rows = {w: [i for i in range(len(o) - 1) if steps[w][i + 1] == s] for w, o in enumerate(outputs)}
+            rows = {w: r for w, r in rows.items() if r}
+            length = [visible(c, s) for c in range(n_workers)]
             for w, o in enumerate(outputs):  # steps join, in worker order, once written and followed
-                length = p + min(k + 1, len(o) - 1)
-                stopped = k >= len(o) - 1
+                stopped = steps[w][-1] < s
                 # A step ending at e joins once the token at e is fed; a stopped lane's rest joins too.
-                ends = [e for e in pending[w] if e < length] + ([length] if stopped else [])
+                ends = [e for e in pending[w] if e < length[w]] + ([length[w]] if stopped else [])
                 for e in ends:
                     if e > starts[w]:
                         history.append((w, starts[w], e))
                         starts[w] = e
-                pending[w] = [e for e in pending[w] if e >= length] if not stopped else []
-            hs = {w: m.embed_tokens(torch.tensor([outputs[w][k]]))[0] for w in feeding}
+                pending[w] = [e for e in pending[w] if e >= length[w]] if not stopped else []
+            hs = {w: m.embed_tokens(torch.tensor([outputs[w][i] for i in r])) for w, r in rows.items()}
             for li, layer in enumerate(layers):
                 qs = {}
-                for w in feeding:  # every new K/V lands before any attention
-                    q, kk, vv = self._qkv(layer, layer.input_layernorm(hs[w])[None])
+                for w, r in rows.items():  # every new K/V lands before any attention
+                    fed = p + r[0]
+                    assert keys[li][w].shape[0] == fed, "a lane feeds its tokens in order"
+                    q, kk, vv = self._qkv(layer, layer.input_layernorm(hs[w]))
                     keys[li][w] = torch.cat([keys[li][w], kk])
                     vals[li][w] = torch.cat([vals[li][w], vv])
-                    qs[w] = q[0]
-                for w in feeding:
-                    spans = self._view(w, k, p, outputs, layout, history, starts,
-                                       p if prompt_end is None else prompt_end, headers or {})
-                    ks = torch.cat([keys[li][lane][a:b] for lane, a, b in spans])
-                    vs = torch.cat([vals[li][lane][a:b] for lane, a, b in spans])
-                    out = layer.self_attn.o_proj(self._attend(qs[w], ks, vs, ks.shape[0] - 1))
-                    hs[w] = hs[w] + out
-                    hs[w] = hs[w] + layer.mlp(layer.post_attention_layernorm(hs[w][None]))[0]
-            for w in feeding:
-                result[w].append(self._logprobs(hs[w])[outputs[w][k + 1]].item())
+                    qs[w] = q
+                for w, r in rows.items():
+                    outs = []
+                    for row, i in enumerate(r):
+                        lens = list(length)
+                        lens[w] = p + i + 1  # its own tokens up to this row's
+                        spans = self._view(w, lens, layout, history, starts,
+                                           p if prompt_end is None else prompt_end, headers or {})
+                        ks = torch.cat([keys[li][lane][a:b] for lane, a, b in spans])
+                        vs = torch.cat([vals[li][lane][a:b] for lane, a, b in spans])
+                        outs.append(self._attend(qs[w][row], ks, vs, ks.shape[0] - 1))
+                    hs[w] = hs[w] + layer.self_attn.o_proj(torch.stack(outs))
+                    hs[w] = hs[w] + layer.mlp(layer.post_attention_layernorm(hs[w]))
+            for w, r in rows.items():
+                for row, i in enumerate(r):
+                    result[w].append(self._logprobs(hs[w][row])[outputs[w][i + 1]].item())
         return result
 
     @staticmethod
-    def _view(w, k, p, outputs, layout, history, starts, prompt_end, headers) -> list[tuple[int, int, int]]:
-        """Worker w's view at decode step k as (lane, start, end) spans in view order."""
-        length = [p + min(k + 1, len(o) - 1) for o in outputs]
-        others = [o for o in range(len(outputs)) if o != w]
+    def _view(w, length, layout, history, starts, prompt_end, headers) -> list[tuple[int, int, int]]:
+        """Worker w's view as (lane, start, end) spans in view order; ``length[c]``: lane c's tokens read."""
+        others = [o for o in range(len(length)) if o != w]
         if layout == "isolated":
             return [(w, 0, length[w])]
         if layout == "contiguous":
-            return [(w, 0, p)] + [(o, p, length[o]) for o in others] + [(w, p, length[w])]
+            return [(w, 0, prompt_end)] + [(o, prompt_end, length[o]) for o in others] + [(w, prompt_end, length[w])]
         live = [(o, starts[o], length[o]) for o in others if length[o] > starts[o]] if layout == "combined" else []
 
         def header(name: str) -> list[tuple[int, int, int]]:

@@ -19,10 +19,14 @@ vLLM target                                                   hook
 ``AsyncLLM.generate``                                         the check before a stream starts
 ``InputProcessor.process_inputs``                             the last check; the spec for the engine core
 ``StatLoggerManager.__init__``                                the Hogwild metrics (:mod:`vllm_hogwild.serving.metrics`)
+``OutputProcessor.add_request``,                              each output token's accept step
+``OutputProcessor.process_outputs``,                          (:mod:`vllm_hogwild.serving.accept_steps`)
+``RequestState._new_completion_output``
 ============================================================  ===============================================
 
-The worker-side hooks (the model runner's ``_prepare_inputs`` and
-``_dummy_run``) are installed per runner instance by
+The worker-side hooks (the model runner's ``_prepare_inputs``, ``_dummy_run``,
+``propose_draft_token_ids`` and, with speculative decoding, its sampler's
+``apply_logits_processors``) are installed per runner instance by
 :mod:`vllm_hogwild.engine.runner_hook`. ``patches/`` holds, for each hook, the
 upstream change that would make it unnecessary.
 """
@@ -44,10 +48,11 @@ def install() -> None:
     from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.engine.input_processor import InputProcessor
+    from vllm.v1.engine.output_processor import OutputProcessor, RequestState
     from vllm.v1.metrics.loggers import StatLoggerManager
 
     from vllm_hogwild.engine import switch
-    from vllm_hogwild.serving import cli, metrics, requests
+    from vllm_hogwild.serving import accept_steps, cli, metrics, requests
 
     for owner, name, hook in [
         (EngineArgs, "create_engine_config", switch.create_engine_config),
@@ -60,6 +65,9 @@ def install() -> None:
         (AsyncLLM, "generate", requests.generate),
         (InputProcessor, "process_inputs", requests.process_inputs),
         (StatLoggerManager, "__init__", metrics.hook_stat_logger_manager_init),
+        (OutputProcessor, "add_request", accept_steps.add_request),
+        (OutputProcessor, "process_outputs", accept_steps.process_outputs),
+        (RequestState, "_new_completion_output", accept_steps.new_completion_output),
     ]:
         _wrap(owner, name, hook)
     _installed = True

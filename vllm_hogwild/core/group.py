@@ -59,6 +59,8 @@ class Group:
     in_step: bool = False  # prefilled, and every live member has fed as many tokens as the others
     counters: GroupCounters | None = None
     _history_by_lane: list[int] = field(default_factory=list)  # generated tokens of each lane in the history
+    # steps in which each member accepted tokens (one or more): lock-step counts these, not tokens
+    sampled_steps: list[int] = field(default_factory=list)
 
     @classmethod
     def create(cls, group_id: str, spec: RequestSpec, max_tokens: int, prompt_len: int, arrival: float,
@@ -68,7 +70,8 @@ class Group:
                    if options.layout in STEP_LAYOUTS else None)
         driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
         return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
-                   member_ids=[None] * n, counters=GroupCounters(n), _history_by_lane=[0] * n)
+                   member_ids=[None] * n, counters=GroupCounters(n), _history_by_lane=[0] * n,
+                   sampled_steps=[0] * n)
 
     @property
     def num_workers(self) -> int:
@@ -93,9 +96,11 @@ class Group:
                           (None,) * 4 if tail is None else tail.separators(),
                           tuple(tuple(b) for b in block_ids))
 
-    def step(self, lane_lens: Sequence[int], decoding: Sequence[int]) -> GroupStep:
+    def step(self, lane_lens: Sequence[int], decoding: Sequence[int], drafts: Sequence[int] = ()) -> GroupStep:
         """This step's wire for the group: lanes' lengths, decoding members, and the steps that join now.
 
+        ``lane_lens``: each lane's accepted tokens (what co-workers may read); ``drafts``: the draft
+        tokens each lane feeds after them this step (speculative decoding; empty: none).
         Also counts what each decoding member reads from co-workers. O(N + joined).
         """
         joined = self.tracker.join(lane_lens) if self.tracker is not None else []
@@ -103,7 +108,7 @@ class Group:
             self._history_by_lane[span.lane] += span.num_tokens
         self._count_reads(lane_lens, decoding)
         return GroupStep(self.group_id, tuple(lane_lens), tuple(decoding),
-                         tuple((s.lane, s.start, s.end) for s in joined))
+                         tuple((s.lane, s.start, s.end) for s in joined), tuple(drafts) if any(drafts) else ())
 
     def _count_reads(self, lane_lens: Sequence[int], decoding: Sequence[int]) -> None:
         """Co-worker tokens in each decoding member's view (the prompt is nobody's)."""

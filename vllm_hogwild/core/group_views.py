@@ -39,15 +39,22 @@ class GroupViews:
             self.history.append(Span(lane, start, end))
             self.step_starts[lane] = end
         shape = self.shape
-        views = build_views(shape.layout, shape.prompt_len, step.lane_lens, readers=step.decoding,
-                            history=self.history, step_starts=self.step_starts, separators=self.separators,
-                            prompt_end=shape.prompt_end)
+        if any(step.drafts):  # each reader's own span runs on over its drafts; nobody else sees them
+            views = [self._views([n + (d if lane == w else 0) for lane, (n, d) in
+                                  enumerate(zip(step.lane_lens, step.drafts))], [w])[0] for w in step.decoding]
+        else:
+            views = self._views(step.lane_lens, step.decoding)
         out = {}
         for w, view in zip(step.decoding, views):
             segments = segments_of(view, shape.block_ids)
             if segments is not None:
                 out[w] = segments
         return out
+
+    def _views(self, lane_lens, readers):
+        shape = self.shape
+        return build_views(shape.layout, shape.prompt_len, lane_lens, readers=readers, history=self.history,
+                           step_starts=self.step_starts, separators=self.separators, prompt_end=shape.prompt_end)
 
 
 @dataclass

@@ -264,10 +264,17 @@ def _collab_defaults(opts: RequestOptions, values: Mapping[str, tuple[str, Any]]
     return replace(opts, **fill)
 
 
-def blocks_for_group(prompt_len: int, max_tokens: int, num_workers: int, block_size: int) -> int:
-    """KV blocks a group can ever hold: the prompt's full blocks once, each lane's rest privately."""
+def spec_slack(vllm_config) -> int:
+    """Slots a lane may need past its budget with speculative decoding: drafts verified after its last
+    token may be, and the drafter's look-ahead (0 without speculation)."""
+    return (getattr(vllm_config, "num_speculative_tokens", 0) or 0) + (getattr(vllm_config, "num_lookahead_tokens", 0) or 0)
+
+
+def blocks_for_group(prompt_len: int, max_tokens: int, num_workers: int, block_size: int, slack: int = 0) -> int:
+    """KV blocks a group can ever hold: the prompt's full blocks once, each lane's rest privately
+    (``slack``: slots past the budget, :func:`spec_slack`)."""
     shared = prompt_len // block_size
-    per_lane = -(-(prompt_len + max_tokens) // block_size) - shared
+    per_lane = -(-(prompt_len + max_tokens + slack) // block_size) - shared
     return shared + num_workers * per_lane
 
 
@@ -279,6 +286,7 @@ def check_request(
     max_model_len: int,
     block_size: int,
     num_kv_blocks: int | None,
+    slack: int = 0,
 ) -> int:
     """Validate a Hogwild request against the engine; return its per-worker ``max_tokens``.
 
@@ -301,7 +309,7 @@ def check_request(
             f"{prompt_len + num_workers * max_tokens} tokens exceeds the context window ({max_model_len})",
         )
     if num_kv_blocks:
-        need = blocks_for_group(prompt_len, max_tokens, num_workers, block_size)
+        need = blocks_for_group(prompt_len, max_tokens, num_workers, block_size, slack)
         if need > num_kv_blocks:
             raise HogwildOptionError(
                 "max_tokens",

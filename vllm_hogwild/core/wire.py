@@ -43,9 +43,14 @@ class GroupStep:
     """One step of one group: enough to rebuild every decoding member's view."""
 
     group_id: str
-    lane_lens: tuple[int, ...]  # tokens of each lane whose K/V is written once this step's writes land
+    # tokens of each lane that co-workers may read this step: its accepted tokens whose K/V is written
+    # once this step's writes land (never this step's drafts)
+    lane_lens: tuple[int, ...]
     decoding: tuple[int, ...]  # workers whose rows read their view this step
     joined: tuple[tuple[int, int, int], ...] = ()  # (lane, start, end): steps that joined the history, in order
+    # speculative decoding: draft tokens each lane feeds this step after ``lane_lens`` (empty: none). Only
+    # the lane's own rows read them (causally); they are not accepted yet.
+    drafts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,12 @@ tokens). The token is then an ordinary token of the lane: fed next step, its K/V
 computed once by its writer, seen in the worker's text. vLLM reports
 log-probabilities from the logits before any processor, so a forced token's
 logprob is still the model's own.
+
+With speculative decoding vLLM takes no custom logits processor; the runner
+hook then runs the same function (:func:`apply_forced`) at the end of the
+sampler's own ``apply_logits_processors``, which vLLM calls for the bonus rows
+(one per request, in batch order). A member whose next token may be forced
+verifies no drafts (the scheduler drops them), so its bonus row is its only row.
 """
 
 from __future__ import annotations
@@ -35,14 +41,19 @@ class ForcedTokens(LogitsProcessor):
         pass  # rows come with each step, from the scheduler
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        rows = runner_hook.take_forced()
-        if not rows:
-            return logits
-        index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
-        tokens = torch.tensor(list(rows.values()), dtype=torch.long, device=logits.device)
-        greedy = tokens == ARGMAX
-        if bool(greedy.any()):
-            tokens = torch.where(greedy, logits[index].argmax(dim=-1), tokens)
-        logits[index] = float("-inf")
-        logits[index, tokens] = 0.0
+        return apply_forced(logits)
+
+
+def apply_forced(logits: torch.Tensor) -> torch.Tensor:
+    """Leave one finite logit in each row the step forces (rows: one per request, in batch order)."""
+    rows = runner_hook.take_forced()
+    if not rows:
         return logits
+    index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
+    tokens = torch.tensor(list(rows.values()), dtype=torch.long, device=logits.device)
+    greedy = tokens == ARGMAX
+    if bool(greedy.any()):
+        tokens = torch.where(greedy, logits[index].argmax(dim=-1), tokens)
+    logits[index] = float("-inf")
+    logits[index, tokens] = 0.0
+    return logits

@@ -9,8 +9,8 @@ decoding member's segments, and publishes them with the batch's final row
 order; every metadata builder of the step reads them (:func:`current`) when it
 builds the step's attention metadata. Every real
 step publishes afresh; a dummy run (profiling, CUDA graph capture, an idle
-data-parallel rank) clears the publication first (the same hook wraps
-``_dummy_run``), and a publication that does not match the batch being built
+data-parallel rank) and a draft model's proposal clear the publication first
+(the same hook wraps ``_dummy_run`` and ``propose_draft_token_ids``), and a publication that does not match the batch being built
 is an error, never silently ignored.
 
 The same hook hands the tokens the scheduler forces this step (step prefixes
@@ -30,6 +30,7 @@ from vllm_hogwild.core.wire import STEP_ATTR
 
 HOOKED_METHOD = "_prepare_inputs"
 DUMMY_RUN_METHOD = "_dummy_run"
+DRAFT_METHOD = "propose_draft_token_ids"  # speculative decoding's proposer (a draft model runs its layers)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,32 @@ def install_runner_hook(runner: Any) -> None:
         return dummy_run(*args, **kwargs)
 
     setattr(runner, DUMMY_RUN_METHOD, dummy_run_without_views)
+
+    propose = getattr(runner, DRAFT_METHOD, None)
+    if propose is not None:
+        def propose_without_views(*args, **kwargs):
+            # A draft model drafts from its lane alone (plain attention): its batch is not the step's,
+            # and drafts only need to be likely; the target's verification reads the views.
+            publish(None)
+            return propose(*args, **kwargs)
+
+        setattr(runner, DRAFT_METHOD, propose_without_views)
+
+    if getattr(runner, "speculative_config", None) is not None:
+        install_sampler_forcing(runner.sampler)
+
+
+def install_sampler_forcing(sampler: Any) -> None:
+    """Speculative decoding: forced tokens at the end of the sampler's ``apply_logits_processors``
+    (vLLM takes no custom logits processor then; it calls this for the bonus rows only)."""
+    from vllm_hogwild.engine.forcing import apply_forced
+
+    original = sampler.apply_logits_processors
+
+    def apply_logits_processors(logits, *args, **kwargs):
+        return apply_forced(original(logits, *args, **kwargs))
+
+    sampler.apply_logits_processors = apply_logits_processors
 
 
 def set_aside_discarded_generators(runner: Any, set_aside: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ from vllm.v1.request import Request, RequestStatus
 from vllm_hogwild.attention.paths import RUNTIME_KEY
 from vllm_hogwild.core.admission import Decision, Fairness, ahead_of_group, fits
 from vllm_hogwild.core.group import Group, parse_member
-from vllm_hogwild.core.options import EngineOptions, blocks_for_group, spec_of
+from vllm_hogwild.core.options import EngineOptions, blocks_for_group, spec_of, spec_slack
 from vllm_hogwild.core.stats import GroupEnd, HogwildStats
 from vllm_hogwild.core.wire import STEP_ATTR, StepWire
 from vllm_hogwild.engine.detok import TextStream
@@ -67,6 +67,7 @@ class HogwildScheduler(Scheduler):
         self._allocate_slots = self.kv_cache_manager.allocate_slots  # what the wrapper calls while installed
         self._allocate_sig = inspect.signature(self._allocate_slots)
         self._allocate_wrapped = False
+        self._slack = spec_slack(self.vllm_config)  # speculative decoding: slots past a lane's budget
         address = ((self.vllm_config.additional_config or {}).get(RUNTIME_KEY) or {}).get("stats")
         self._stats_sender = StatsSender(address, self.vllm_config.parallel_config.data_parallel_rank) \
             if address and self.log_stats else None
@@ -104,6 +105,8 @@ class HogwildScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any):
         held_plain = self._admit_groups()
         self._wrap_allocate(bool(self._unbudgeted))
+        if self.num_spec_tokens:
+            self._drop_drafts_where_text_is_placed()
         held = self._lock_step_holds()
         if held:
             self.running = [r for r in self.running if r not in held]
@@ -132,6 +135,7 @@ class HogwildScheduler(Scheduler):
     def _wire(self, output) -> StepWire:
         """This step's wire: new shapes, each group's step, forced tokens, ended groups. O(N) per group."""
         scheduled = output.num_scheduled_tokens
+        drafts = output.scheduled_spec_decode_tokens
         shapes, steps, forced = [], [], {}
         seen: set[str] = set()
         for req_id in scheduled:
@@ -141,7 +145,7 @@ class HogwildScheduler(Scheduler):
             seen.add(group.group_id)
             members = self._members[group.group_id]
             if group.driver.places_tokens:  # a member's first sample may be placed too: before the prefill check
-                self._place_tokens(group, members, scheduled, forced)
+                self._place_tokens(group, members, scheduled, forced, drafts)
             if not group.prefilled:
                 self._count_prefill(group, members, scheduled)
                 if any(r.num_computed_tokens < group.prompt_len for r in members):
@@ -156,21 +160,32 @@ class HogwildScheduler(Scheduler):
             if not group.shape_sent:
                 shapes.append(group.shape([self.kv_cache_manager.get_block_ids(m)[0] for m in group.member_ids]))
                 group.shape_sent = True
-            steps.append(group.step([r.num_computed_tokens for r in members], decoding))
+            if drafts:  # co-workers read accepted tokens only: a lane's drafts are its own rows' alone
+                num_drafts = [len(drafts.get(r.request_id, ())) for r in members]
+                steps.append(group.step([r.num_computed_tokens - d for r, d in zip(members, num_drafts)],
+                                        decoding, num_drafts))
+            else:
+                steps.append(group.step([r.num_computed_tokens for r in members], decoding))
         ended = ()
         if self._ended and output.total_num_scheduled_tokens:  # a step without tokens never reaches the workers
             ended, self._ended = tuple(self._ended), []
         return StepWire(tuple(shapes), tuple(steps), ended, forced)
 
     def _place_tokens(self, group: Group, members: list[Request], scheduled: dict[str, int],
-                      forced: dict[str, int]) -> None:
-        """The token each member that samples this step must produce, where the protocol places text."""
+                      forced: dict[str, int], drafts: dict[str, Any]) -> None:
+        """The token each member that samples this step must produce, where the protocol places text.
+
+        A member verifying drafts this step (its queue filled after scheduling: the finisher started)
+        gets its token next step: a forced token applies to a request's bonus row only. Its accepted
+        run is then cut after its first token (:meth:`_update_request_with_output`).
+        """
         driver = group.driver
         finisher = driver.maybe_start_finisher([None if r.is_finished() else r.num_output_tokens for r in members])
         if finisher is not None:  # everyone else ends now: its rest joins the history the finisher reads
             self._stop(group, members, keep=finisher)
         for w, r in enumerate(members):
-            if r.request_id in scheduled and r.num_computed_tokens >= r.num_tokens:  # it samples this step
+            if (r.request_id in scheduled and r.num_computed_tokens >= r.num_tokens  # it samples this step
+                    and not drafts.get(r.request_id)):
                 token = driver.forced(w, r.num_output_tokens)
                 if token is not None:
                     forced[r.request_id] = token
@@ -202,6 +217,54 @@ class HogwildScheduler(Scheduler):
             if group.driver.answered:  # a worker wrote the answer: everyone samples its end next
                 self._stop(group, self._members[group.group_id])
         return outputs
+
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int], *args: Any, **kwargs: Any):
+        """vLLM's, plus per member: count the step, and with speculative decoding keep an accepted run
+        only up to where the engine must place text (a step ends and its next prefix is queued, an
+        answer, the finisher's room): the rest is dropped as if rejected, so forced tokens follow
+        exactly the token that called for them, as without speculation."""
+        group = self.group_of.get(request.request_id)
+        if group is None:
+            return super()._update_request_with_output(request, new_token_ids, *args, **kwargs)
+        worker = group.index_of(request.request_id)
+        group.sampled_steps[worker] += 1
+        if len(new_token_ids) == 1 or not group.driver.places_tokens:
+            new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids, *args, **kwargs)
+        else:
+            kept = 0
+            for token in new_token_ids:
+                _, stopped = super()._update_request_with_output(request, [token], *args, **kwargs)
+                kept += 1
+                if stopped:
+                    break
+                self._observe(group, worker, request)
+                if self._places_text(group, worker, request):
+                    break
+            if kept < len(new_token_ids):
+                if not stopped:  # what is dropped was computed as drafts: roll back as vLLM does for rejections
+                    request.num_computed_tokens -= len(new_token_ids) - kept
+                del new_token_ids[kept:]
+        if stopped:  # tokens accepted after the stop were computed but are not the lane's
+            request.num_computed_tokens = min(request.num_computed_tokens, request.num_tokens - 1)
+        return new_token_ids, stopped
+
+    def _places_text(self, group: Group, worker: int, request: Request) -> bool:
+        """Whether the engine may place ``worker``'s next token (so it must not run on drafts)."""
+        driver = group.driver
+        if driver.queues[worker] or driver.answered or driver.finisher is not None:
+            return True
+        return bool(driver.reserve) and driver.max_tokens - request.num_output_tokens <= driver.reserve
+
+    def _drop_drafts_where_text_is_placed(self) -> None:
+        """Members whose next token the engine may place verify no drafts (forced tokens apply to a
+        request's first sampled row only)."""
+        for group_id, members in self._members.items():
+            group = self.groups[group_id]
+            if not group.driver.places_tokens or group_id in self.gathering:
+                continue
+            for w, request in enumerate(members):
+                if request is not None and request.spec_token_ids and self._places_text(group, w, request):
+                    request.spec_token_ids = []
 
     def _observe(self, group: Group, worker: int, request: Request) -> None:
         """Show the driver the text of every token ``worker`` sampled since last time."""
@@ -241,8 +304,8 @@ class HogwildScheduler(Scheduler):
         queued = [r for r in self.waiting if r.request_id in self.group_of]
         bs = self.block_size
         # Queued members have not allocated their budget yet: count it as taken.
-        promised = sum(-(-(r.num_prompt_tokens + r.max_tokens) // bs) for r in queued)
-        return fits(blocks_for_group(group.prompt_len, group.max_tokens, group.num_workers, bs), promised,
+        promised = sum(-(-(r.num_prompt_tokens + r.max_tokens + self._slack) // bs) for r in queued)
+        return fits(blocks_for_group(group.prompt_len, group.max_tokens, group.num_workers, bs, self._slack), promised,
                     self.kv_cache_manager.watermark_blocks, self.kv_cache_manager.block_pool.get_num_free_blocks(),
                     len(self.running) + len(queued), group.num_workers, self.max_num_active_reqs)
 
@@ -258,7 +321,7 @@ class HogwildScheduler(Scheduler):
             group = self.groups[group_id]
             if group.in_step or group_id in self.gathering:
                 continue
-            ahead = ahead_of_group([None if r.is_finished() else r.num_output_tokens for r in members])
+            ahead = ahead_of_group([None if r.is_finished() else n for r, n in zip(members, group.sampled_steps)])
             held += [members[w] for w in ahead if members[w].status == RequestStatus.RUNNING]
             group.in_step = group.prefilled and not ahead
         return held
@@ -293,7 +356,7 @@ class HogwildScheduler(Scheduler):
         a = bound.arguments
         have = (request.num_computed_tokens + a.get("num_new_computed_tokens", 0)
                 + a.get("num_external_computed_tokens", 0) + a["num_new_tokens"])
-        budget = request.num_prompt_tokens + request.max_tokens
+        budget = request.num_prompt_tokens + request.max_tokens + self._slack
         a["num_lookahead_tokens"] = max(a.get("num_lookahead_tokens", 0), budget - have)
         blocks = self._allocate_slots(*bound.args, **bound.kwargs)
         if blocks is not None:

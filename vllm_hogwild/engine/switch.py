@@ -85,7 +85,9 @@ def select_classes(engine_args, platform=None) -> None:
     from vllm_hogwild.engine.forcing import LOGITS_PROCESSOR
 
     processors = list(engine_args.logits_processors or [])
-    if LOGITS_PROCESSOR not in processors:
+    # vLLM takes no custom logits processor with speculative decoding: the runner hook forces tokens
+    # in the sampler then (vllm_hogwild.engine.forcing).
+    if LOGITS_PROCESSOR not in processors and not engine_args.speculative_config:
         engine_args.logits_processors = [*processors, LOGITS_PROCESSOR]  # tokens the engine places
 
 
@@ -113,6 +115,11 @@ def check_model(model_config) -> None:
         raise HogwildOptionError("sliding_window", "models with sliding-window or non-attention layers are not supported")
 
 
+# Proposers whose drafts depend on the lane's own tokens only (an EAGLE head or MTP would read the target's
+# hidden states of rows that read co-workers; not built, so refused).
+SPECULATIVE_METHODS = ("ngram", "draft_model")
+
+
 def check_engine(config, platform=None) -> None:
     """Refuse engine settings Hogwild cannot run with (raises naming the flag)."""
     if platform is None:
@@ -126,5 +133,8 @@ def check_engine(config, platform=None) -> None:
         raise HogwildOptionError(
             "dtype", f"{config.model_config.dtype} on CUDA: FlashAttention, which Hogwild drives there, takes "
             "float16 or bfloat16 (use --dtype bfloat16); float32 runs on the CPU")
-    if config.speculative_config is not None:
-        raise HogwildOptionError("speculative_config", "speculative decoding with Hogwild is not supported yet")
+    spec = config.speculative_config
+    if spec is not None and spec.method not in SPECULATIVE_METHODS:
+        raise HogwildOptionError(
+            "speculative_config", f"method {spec.method!r} is not supported with Hogwild; it runs with "
+            f"{' or '.join(SPECULATIVE_METHODS)} (docs/user_guide.md, speculative decoding)")

@@ -34,6 +34,7 @@ from typing import Any, Mapping
 from vllm_hogwild.core.collab import extend_prompt, extended_len, with_preamble
 from vllm_hogwild.core.options import (
     FLAT_PREFIX,
+    spec_slack,
     REFUSED_KEY,
     REQUEST_KEY,
     SPEC_KEY,
@@ -118,7 +119,7 @@ def check_sizes(config, options: RequestOptions, num_workers: int, prompt_len: i
             EngineOptions.from_additional_config(config.additional_config),
             num_workers=num_workers, prompt_len=prompt_len, max_tokens=max_tokens,
             max_model_len=config.model_config.max_model_len, block_size=config.cache_config.block_size,
-            num_kv_blocks=config.cache_config.num_gpu_blocks,
+            num_kv_blocks=config.cache_config.num_gpu_blocks, slack=spec_slack(config),
         )
     except HogwildOptionError as err:
         raise request_error(err) from None
