@@ -16,6 +16,8 @@ vLLM target                                                   hook
                                                               :mod:`vllm_hogwild.serving.responses`)
 ``OpenAIServingChat.render_chat_request``,                    the collab preamble in chat
 ``OfflineInferenceMixin._add_chat_requests``
+``OpenAIServingCompletion.request_output_to_completion_response``,  each choice's accept steps, when asked
+``OpenAIServingChat.chat_completion_full_generator``               (:mod:`vllm_hogwild.serving.responses`)
 ``AsyncLLM.generate``                                         the check before a stream starts
 ``InputProcessor.process_inputs``                             the last check; the spec for the engine core
 ``StatLoggerManager.__init__``                                the Hogwild metrics (:mod:`vllm_hogwild.serving.metrics`)
@@ -61,6 +63,8 @@ def install() -> None:
         (OpenAIServingCompletion, "create_completion", requests.create_response),
         (OpenAIServingChat, "create_chat_completion", requests.create_response),
         (OpenAIServingChat, "render_chat_request", requests.render_chat_request),
+        (OpenAIServingCompletion, "request_output_to_completion_response", requests.completion_response),
+        (OpenAIServingChat, "chat_completion_full_generator", requests.chat_full_response),
         (OfflineInferenceMixin, "_add_chat_requests", requests.add_chat_requests),
         (AsyncLLM, "generate", requests.generate),
         (InputProcessor, "process_inputs", requests.process_inputs),

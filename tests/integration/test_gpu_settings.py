@@ -128,3 +128,19 @@ def test_start_up_checks_refuse_what_hogwild_would_not_drive() -> None:
         with pytest.raises(HogwildOptionError) as info:
             check_engine_layers(impls, groups, kernel_blocks, 32)
         assert info.value.parameter == field
+
+
+@pytest.mark.parametrize("method,refused", [("ngram", False), ("draft_model", False), ("eagle", True),
+                                            ("eagle3", True), ("mtp", True), ("medusa", True), ("suffix", True)])
+def test_speculative_methods_other_than_ngram_and_draft_model_are_refused(method, refused) -> None:
+    from vllm_hogwild.engine import switch as hooks
+
+    config = SimpleNamespace(cache_config=SimpleNamespace(cache_dtype="auto"),
+                             speculative_config=SimpleNamespace(method=method),
+                             model_config=SimpleNamespace(dtype=torch.bfloat16))
+    if refused:
+        with pytest.raises(HogwildOptionError, match=method) as info:
+            hooks.check_engine(config, FakeCuda)
+        assert info.value.parameter == "speculative_config"
+    else:
+        hooks.check_engine(config, FakeCuda)

@@ -115,3 +115,25 @@ def test_incremental_views_equal_views_built_from_scratch(layout, seed) -> None:
         assert got == expected, (layout, seed, k)
     registry.apply(StepWire(ended=("g",)))
     assert registry.groups == {}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "combined"])
+def test_drafts_extend_only_their_own_lane(layout: str) -> None:
+    """Speculative decoding: a lane's drafts are read by its own rows only, after its accepted tokens;
+    every co-worker reads the lane up to its accepted length, as if there were no drafts."""
+    options = {"layout": layout, **({"step_end": "!"} if layout == "combined" else {})}
+    group, plain = make_group(3, **options), make_group(3, **options)
+    table = blocks(3)
+    lens, drafts = [P + 4, P + 2, P + 3], [3, 0, 2]
+    step = group.step(lens, [0, 1, 2], drafts)
+    assert step.drafts == (3, 0, 2) and step.lane_lens == tuple(lens)
+    with_drafts = GroupViews(group.shape(table)).apply(step)
+    without = GroupViews(plain.shape(table)).apply(plain.step(lens, [0, 1, 2]))
+    for w in range(3):
+        own = table[w]
+        got, base = with_drafts[w], without[w]
+        # the reader's own last segment runs on over its drafts; everything before it is unchanged
+        assert [(s.block_ids, s.start) for s in got] == [(s.block_ids, s.start) for s in base]
+        assert got[-1].block_ids == own and got[-1].end == base[-1].end + drafts[w]
+        assert [(s.end, s.delta) for s in got[:-1]] == [(s.end, s.delta) for s in base[:-1]]
+    assert plain.step(lens, [0, 1, 2]).drafts == ()  # no drafts, nothing on the wire

@@ -127,3 +127,16 @@ def test_request_spec_round_trips_through_the_engine_cores_wire() -> None:
                  RequestSpec(parse_request({"hogwild_protocol": "collab", "hogwild_task": "code"}), 4, tail)):
         wire = msgpack.unpackb(msgpack.packb(spec.to_wire()))
         assert RequestSpec.from_wire(wire) == spec
+
+
+def test_accept_steps_is_a_boolean_option() -> None:
+    from vllm_hogwild.core.errors import HogwildOptionError
+    from vllm_hogwild.core.options import parse_request
+
+    assert parse_request({"hogwild_accept_steps": True}).accept_steps is True
+    assert parse_request({"hogwild": {}}).accept_steps is False
+    assert parse_request({"hogwild_accept_steps": 1}).accept_steps is True  # a JSON true through vllm_xargs
+    for bad in (2, "true", None, [True], 1.0):
+        with pytest.raises(HogwildOptionError) as info:
+            parse_request({"hogwild": {"accept_steps": bad}})
+        assert info.value.parameter == "hogwild.accept_steps"

@@ -108,6 +108,7 @@ class RequestOptions:
     task: str = "math"  # collab: the preamble's template and the default answer pattern
     person: str = "second"  # collab: the preamble speaks to the workers ("You are ...") or as them ("We are ...")
     finisher: int = 0  # collab: greedy tokens of the finisher (0: none)
+    accept_steps: bool = False  # the server adds each choice's accept steps (speculative decoding)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,6 +197,12 @@ def _int_in(low: int, high: int, what: str):
     return check
 
 
+def _bool(field: str, value: Any) -> None:
+    # vLLM's server parses vllm_xargs values as str | int | float: a JSON true arrives as 1
+    if not (isinstance(value, bool) or (_is_int(value) and value in (0, 1))):
+        raise HogwildOptionError(field, "true or false")
+
+
 def _pattern(dot_all: bool, min_groups: int):
     def check(field: str, value: Any) -> None:
         compile_pattern(field, value, dot_all=dot_all, min_groups=min_groups)
@@ -212,6 +219,7 @@ _CHECKS = {
     "task": _one_of(TASKS, "task"),
     "person": _one_of(PERSONS, "person"),
     "finisher": _int_in(0, MAX_FINISHER, "greedy tokens; 0: none"),
+    "accept_steps": _bool,
 }
 
 
@@ -239,7 +247,7 @@ def parse_request(extra_args: Mapping[str, Any], client_patterns: bool = True) -
             raise HogwildOptionError(field, "this server takes only the built-in patterns "
                                             "(--hogwild-client-patterns off); leave it out")
         _CHECKS[name](field, value)
-    opts = RequestOptions(**{k: v for k, (_, v) in values.items()})
+    opts = RequestOptions(**{k: bool(v) if k == "accept_steps" else v for k, (_, v) in values.items()})
     if opts.protocol == "collab":
         opts = _collab_defaults(opts, values)
     if "step_end" in values and opts.layout not in STEP_LAYOUTS:

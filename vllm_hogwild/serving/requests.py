@@ -136,7 +136,47 @@ async def create_response(original, serving, request, *args, **kwargs):
         found = parsed(serving.engine_client.vllm_config, request.vllm_xargs)
         request.vllm_xargs = kept(request.vllm_xargs, found)  # the server's own request: later hooks reuse it
         options = found.options
+        if options.accept_steps and getattr(request, "stream", False):
+            field = "hogwild.accept_steps" if "accept_steps" in (request.vllm_xargs.get("hogwild") or {}) \
+                else "hogwild_accept_steps"
+            raise request_error(HogwildOptionError(
+                field, "accept steps come with whole responses (stream false); a streamed choice's tokens "
+                "arrive as they are accepted"))
     return with_answer(options, await original(serving, request, *args, **kwargs))
+
+
+def completion_response(original, serving, final_res_batch, request, *args, **kwargs):
+    """``/v1/completions``, a whole response: each choice's accept steps when the request asked."""
+    from vllm_hogwild.serving.responses import with_accept_steps
+
+    response = original(serving, final_res_batch, request, *args, **kwargs)
+    if _asked_accept_steps(request):
+        with_accept_steps(response, [o for res in final_res_batch for o in res.outputs], by_index=False)
+    return response
+
+
+async def chat_full_response(original, serving, request, result_generator, *args, **kwargs):
+    """``/v1/chat/completions``, a whole response: each choice's accept steps when the request asked."""
+    from vllm_hogwild.serving.responses import with_accept_steps
+
+    if not _asked_accept_steps(request):
+        return await original(serving, request, result_generator, *args, **kwargs)
+    last = []
+
+    async def recorded():
+        async for res in result_generator:
+            last[:] = [res]
+            yield res
+
+    response = await original(serving, request, recorded(), *args, **kwargs)
+    if last:
+        with_accept_steps(response, list(last[0].outputs), by_index=True)
+    return response
+
+
+def _asked_accept_steps(request) -> bool:
+    found = (getattr(request, "vllm_xargs", None) or {}).get(PARSED_KEY)
+    return isinstance(found, Parsed) and found.options.accept_steps
 
 
 async def render_chat_request(original, serving, request, *args, **kwargs):

