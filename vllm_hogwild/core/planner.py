@@ -148,7 +148,8 @@ def route(w: Workload) -> Recommendation:
                        "workers share one KV cache and read each other's progress")
         if w.draft_model:
             reasons.append("a draft model is available: speculative decoding also shortens each worker's "
-                           "serial part, and the two gains multiply")
+                           "serial part, and the two gains multiply (speculative_config with method 'ngram' or "
+                           "'draft_model' beside the Hogwild switch; docs/user_guide.md, speculative decoding)")
             return Recommendation("hogwild+speculative", p.best_workers, p.speedup, tuple(reasons), p)
         return Recommendation("hogwild", p.best_workers, p.speedup, tuple(reasons), p)
     if w.answer == "single" and w.tokens <= 4000:

@@ -4,6 +4,7 @@
     python -m vllm_hogwild.tools.bench recompute [--workers 2 4] [--prompt-lens 1000] [--max-tokens 64] [--every 1 16 64]
     python -m vllm_hogwild.tools.bench overhead  [--groups 64] [--workers 4] [--plain 64] [--max-tokens 16]
     python -m vllm_hogwild.tools.bench answer    [--workers 1 2 4] [--budgets 96 192] [--tasks 8] [--parts 4]
+    python -m vllm_hogwild.tools.bench speculative [--workers 2] [--items 40] [--max-tokens 160] [--rounds 2]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
 
 - ``decode``: decode tokens/s of a Hogwild group of N workers vs stock ``n=N``
@@ -34,6 +35,16 @@
   reasoning model (``--model``) this is the paper-style curve; the embedded
   135M model mostly fails the arithmetic, so on it the curve shows the
   machinery, not the gain.
+- ``speculative``: Hogwild with n-gram speculative decoding on a workload
+  where n-gram lookup accepts well: every worker copies a numbered list from
+  the prompt and goes on with it. Four configurations on the same prompts:
+  stock ``n=N``, stock ``n=N`` with speculation, a Hogwild group, a Hogwild
+  group with speculation; two engines, one without and one with
+  ``speculative_config`` (plain requests in a Hogwild engine run exactly as in
+  stock vLLM). Per configuration: engine steps, tokens per step, wall time
+  (medians over rounds) and the acceptance rate; the speedup speculation gives
+  each side, and whether it carries over to Hogwild (the speedups multiply
+  when the two ratios agree).
 """
 
 from __future__ import annotations
@@ -82,6 +93,91 @@ def _params(n: int, max_tokens: int, seed: int, hogwild: dict | None):
 
     return SamplingParams(n=n, temperature=1.0, seed=seed, max_tokens=max_tokens, ignore_eos=True,
                           extra_args={"hogwild": hogwild} if hogwild is not None else None)
+
+
+# -- speculative --------------------------------------------------------------
+
+FRUITS = ("apple banana cherry date elderberry fig grape honeydew kiwi lemon mango nectarine orange papaya "
+          "quince raspberry strawberry tangerine ugli vanilla watermelon yam zucchini apricot blueberry "
+          "cantaloupe dragonfruit gooseberry guava jackfruit lime lychee mulberry olive peach pear plum "
+          "pomegranate starfruit tomato").split()
+
+
+def list_prompt(items: int, salt: int) -> str:
+    rng = random.Random(salt)
+    names = [rng.choice(FRUITS) + f" {rng.randint(10, 99)}" for _ in range(items)]
+    listing = "\n".join(f"{i + 1}. {name}" for i, name in enumerate(names))
+    return f"Here is a list.\n{listing}\n\nThe same list, copied exactly:\n1."
+
+
+def _count_steps(llm) -> list[int]:
+    """Engine steps that ran tokens, counted from now (the scheduler's ``schedule`` wrapped on the instance)."""
+    scheduler, counter = _scheduler(llm), [0]
+    original = scheduler.schedule
+
+    def schedule(*args, **kwargs):
+        output = original(*args, **kwargs)
+        counter[0] += bool(output.total_num_scheduled_tokens)
+        return output
+
+    scheduler.schedule = schedule
+    return counter
+
+
+def _spec_counts(llm) -> tuple[float, float]:
+    values = {m.name: m.value for m in llm.get_metrics() if m.name in (
+        "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")}
+    return (values.get("vllm:spec_decode_num_draft_tokens", 0) or 0,
+            values.get("vllm:spec_decode_num_accepted_tokens", 0) or 0)
+
+
+def speculative(llm, args) -> dict:
+    from vllm import SamplingParams
+
+    from vllm_hogwild.engine.scheduler import HogwildScheduler  # noqa: F401  (the plugin is installed)
+
+    n, rows = args.workers, []
+    length = max(2048, 16 * args.items + n * args.max_tokens + 64)
+    spec = {"method": "ngram", "num_speculative_tokens": args.num_spec, "prompt_lookup_min": 2,
+            "prompt_lookup_max": 5}
+    # The engine without speculation first: once the n-gram proposer has loaded numba, vLLM 0.32 cannot
+    # start another engine in the same process (its CPU kernel-override scan trips on llvmlite objects).
+    for speculation in (None, spec):
+        if llm is None:
+            llm = _engine(args.model, length, speculative_config=speculation, disable_log_stats=False,
+                          block_size=32)
+        steps = _count_steps(llm)
+        llm.generate([list_prompt(4, salt=-1)], SamplingParams(max_tokens=8), use_tqdm=False)  # warm-up
+        for kind in ("stock", "hogwild"):
+            walls, counts, tokens = [], [], []
+            drafted0, accepted0 = _spec_counts(llm)
+            for r in range(args.rounds):
+                params = SamplingParams(n=n, temperature=args.temperature, seed=r, max_tokens=args.max_tokens,
+                                        ignore_eos=True,
+                                        extra_args={"hogwild": {"layout": "contiguous"}} if kind == "hogwild" else None)
+                before = steps[0]
+                wall, (out,) = _timed(llm, [list_prompt(args.items, salt=r)], params)
+                walls.append(wall)
+                counts.append(steps[0] - before)
+                tokens.append(sum(len(c.token_ids) for c in out.outputs))
+            drafted, accepted = (a - b for a, b in zip(_spec_counts(llm), (drafted0, accepted0)))
+            row = {"config": kind + (" + n-gram" if speculation else ""), "workers": n,
+                   "max_tokens": args.max_tokens, "steps": statistics.median(counts),
+                   "tokens_per_step": sum(tokens) / sum(counts), "wall_s": statistics.median(walls),
+                   "acceptance": accepted / drafted if drafted else None}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        llm.llm_engine.engine_core.shutdown()
+        llm = None
+    by = {r["config"]: r for r in rows}
+    summary = {
+        "stock_speedup": by["stock"]["wall_s"] / by["stock + n-gram"]["wall_s"],
+        "hogwild_speedup": by["hogwild"]["wall_s"] / by["hogwild + n-gram"]["wall_s"],
+        "stock_steps_ratio": by["stock"]["steps"] / by["stock + n-gram"]["steps"],
+        "hogwild_steps_ratio": by["hogwild"]["steps"] / by["hogwild + n-gram"]["steps"],
+    }
+    print(json.dumps(summary), flush=True)
+    return {"benchmark": "speculative", "results": rows, "summary": summary}
 
 
 # -- decode -------------------------------------------------------------------
@@ -309,6 +405,15 @@ def markdown(report: dict) -> str:
         body = [f"| {r['kind']}: {r['groups']} x n={r['workers']} + {r['plain']} plain | {r['sequences']} | "
                 f"{r['steps']} | {r['schedule_ms_per_step']:.2f} | {r['update_ms_per_step']:.2f} | "
                 f"{r['schedule_ms_per_step'] + r['update_ms_per_step']:.2f} | {r['wall_s']:.1f} |" for r in rows]
+    elif kind == "speculative":
+        head = "| configuration | N | tokens per worker | engine steps | tokens per step | wall s | acceptance |"
+        body = [f"| {r['config']} | {r['workers']} | {r['max_tokens']} | {r['steps']:.0f} | {r['tokens_per_step']:.2f} | "
+                f"{r['wall_s']:.2f} | {'-' if r['acceptance'] is None else format(r['acceptance'], '.2f')} |"
+                for r in rows]
+        s = report["summary"]
+        body.append(f"| speculation speedup (wall; steps) | | | stock {s['stock_steps_ratio']:.2f}x, Hogwild "
+                    f"{s['hogwild_steps_ratio']:.2f}x | | stock {s['stock_speedup']:.2f}x, Hogwild "
+                    f"{s['hogwild_speedup']:.2f}x | |")
     else:
         head = "| workers | budget per worker | tasks | accuracy | answered | mean sequential steps | wall s |"
         body = [f"| {r['workers']} | {r['budget']} | {r['tasks']} | {r['accuracy']:.2f} | {r['answered']:.2f} | "
@@ -346,6 +451,9 @@ def plot(report: dict, path: str) -> None:
             ax.plot([r["sequences"] for r in pts], [r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in pts],
                     "o", label=k)
         ax.set(xlabel="sequences running", ylabel="scheduler ms per engine step", title="Scheduler time per step")
+    elif kind == "speculative":
+        ax.bar([r["config"] for r in rows], [r["tokens_per_step"] for r in rows], label="tokens per engine step")
+        ax.set(ylabel="tokens per engine step", title="Speculative decoding, stock and Hogwild")
     else:
         for n in sorted({r["workers"] for r in rows}):
             pts = sorted((r for r in rows if r["workers"] == n), key=lambda r: r["mean_sequential_steps"])
@@ -393,7 +501,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--tasks", type=int, default=8)
     a.add_argument("--parts", type=int, default=4)
     a.add_argument("--seed", type=int, default=0)
-    for p in (d, r, o, a):
+    s = sub.add_parser("speculative", help="stock and Hogwild, each with and without n-gram speculation")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--items", type=int, default=40)
+    s.add_argument("--max-tokens", type=int, default=160)
+    s.add_argument("--rounds", type=int, default=2)
+    s.add_argument("--num-spec", type=int, default=4)
+    s.add_argument("--temperature", type=float, default=0.1)
+    for p in (d, r, o, a, s):
         p.add_argument("--model", default=None,
                        help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct")
         p.add_argument("--json", default=None, help="write the report here")
@@ -416,12 +531,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    if llm is None and args.command != "overhead":  # overhead runs its engines in processes of their own
+    if llm is None and args.command not in ("overhead", "speculative"):  # these start engines of their own
         length = 4096  # answer
         if args.command in ("decode", "recompute"):
             length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
         llm = _engine(args.model, length)
-    return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer}[args.command](llm, args)
+    return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,
+            "speculative": speculative}[args.command](llm, args)
 
 
 if __name__ == "__main__":
