@@ -59,3 +59,26 @@ def test_answer_suite_scores_groups(llm, tmp_path) -> None:
                   tmp_path)
     for r in report["results"]:
         assert 0 <= r["accuracy"] <= r["answered"] <= 1 and 0 < r["mean_sequential_steps"] <= 48
+
+
+def test_speculative_compares_four_configurations_in_one_run(tmp_path) -> None:
+    """In a process of its own: once the n-gram proposer ran, vLLM 0.32 cannot start another engine there."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "spec.json"
+    proc = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", "speculative", "--model", "tiny",
+                           "--items", "6", "--max-tokens", "16", "--rounds", "1", "--json", str(out)],
+                          env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [r["config"] for r in report["results"]] == [
+        "stock", "hogwild", "stock n=1 greedy", "stock + n-gram", "hogwild + n-gram", "stock n=1 greedy + n-gram"]
+    for row in report["results"]:
+        assert row["tokens_per_step"] >= row["workers"] - 1e-9  # at least one token per sequence and step
+        assert (row["acceptance"] is None) == ("n-gram" not in row["config"])
+    assert set(report["summary"]) == {"greedy_speedup", "stock_speedup", "hogwild_speedup", "stock_steps_ratio",
+                                      "hogwild_steps_ratio"}
+    assert "| speculation speedup" in bench.markdown(report)
