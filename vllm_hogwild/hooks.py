@@ -26,10 +26,10 @@ vLLM target                                                   hook
 ``RequestState._new_completion_output``
 ============================================================  ===============================================
 
-The worker-side hooks (the model runner's ``_prepare_inputs``, ``_dummy_run``,
-``propose_draft_token_ids`` and, with speculative decoding, its sampler's
-``apply_logits_processors``) are installed per runner instance by
-:mod:`vllm_hogwild.engine.runner_hook`. ``patches/`` holds, for each hook, the
+The worker-side hooks (the model runner's ``_prepare_inputs``, ``_dummy_run`` and
+``propose_draft_token_ids``) are installed per runner instance by
+:mod:`vllm_hogwild.engine.runner_hook`; with speculative decoding the worker wraps its
+sampler's ``apply_logits_processors`` (:func:`vllm_hogwild.engine.forcing.install_sampler_forcing`). ``patches/`` holds, for each hook, the
 upstream change that would make it unnecessary.
 """
 

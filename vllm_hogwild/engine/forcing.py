@@ -12,9 +12,9 @@ computed once by its writer, seen in the worker's text. vLLM reports
 log-probabilities from the logits before any processor, so a forced token's
 logprob is still the model's own.
 
-With speculative decoding vLLM takes no custom logits processor; the runner
-hook then runs the same function (:func:`apply_forced`) at the end of the
-sampler's own ``apply_logits_processors``, which vLLM calls for the bonus rows
+With speculative decoding vLLM takes no custom logits processor; the worker
+then runs the same function (:func:`apply_forced`) at the end of the sampler's
+own ``apply_logits_processors`` (:func:`install_sampler_forcing`), which vLLM calls for the bonus rows
 (one per request, in batch order). A member whose next token may be forced
 verifies no drafts (the scheduler drops them), so its bonus row is its only row.
 """
@@ -57,3 +57,14 @@ def apply_forced(logits: torch.Tensor) -> torch.Tensor:
     logits[index] = float("-inf")
     logits[index, tokens] = 0.0
     return logits
+
+
+def install_sampler_forcing(sampler) -> None:
+    """Speculative decoding: forced tokens at the end of the sampler's ``apply_logits_processors``
+    (vLLM takes no custom logits processor then; it calls this for the bonus rows only)."""
+    original = sampler.apply_logits_processors
+
+    def apply_logits_processors(logits, *args, **kwargs):
+        return apply_forced(original(logits, *args, **kwargs))
+
+    sampler.apply_logits_processors = apply_logits_processors

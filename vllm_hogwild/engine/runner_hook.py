@@ -109,22 +109,6 @@ def install_runner_hook(runner: Any) -> None:
 
         setattr(runner, DRAFT_METHOD, propose_without_views)
 
-    if getattr(runner, "speculative_config", None) is not None:
-        install_sampler_forcing(runner.sampler)
-
-
-def install_sampler_forcing(sampler: Any) -> None:
-    """Speculative decoding: forced tokens at the end of the sampler's ``apply_logits_processors``
-    (vLLM takes no custom logits processor then; it calls this for the bonus rows only)."""
-    from vllm_hogwild.engine.forcing import apply_forced
-
-    original = sampler.apply_logits_processors
-
-    def apply_logits_processors(logits, *args, **kwargs):
-        return apply_forced(original(logits, *args, **kwargs))
-
-    sampler.apply_logits_processors = apply_logits_processors
-
 
 def set_aside_discarded_generators(runner: Any, set_aside: dict[str, Any]) -> None:
     """Keep the seeded generators of this step's discarded rows out of its sampling.

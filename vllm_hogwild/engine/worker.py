@@ -21,6 +21,7 @@ from vllm_hogwild.attention.paths import path_of
 from vllm_hogwild.engine.backend import CPU_BACKEND_PATH, HogwildImplMixin
 from vllm_hogwild.engine.backend_override import override_backend
 from vllm_hogwild.core.errors import HogwildOptionError
+from vllm_hogwild.engine.forcing import install_sampler_forcing
 from vllm_hogwild.engine.runner_hook import install_runner_hook
 from vllm_hogwild.core.log import get_logger
 
@@ -69,6 +70,8 @@ class HogwildWorkerMixin:
     def init_device(self) -> None:
         super().init_device()
         install_runner_hook(self.model_runner)
+        if getattr(self.model_runner, "speculative_config", None) is not None:
+            install_sampler_forcing(self.model_runner.sampler)  # no logits processors with speculation
 
     def initialize_from_config(self, kv_cache_config) -> None:
         super().initialize_from_config(kv_cache_config)

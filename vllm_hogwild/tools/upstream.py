@@ -312,12 +312,13 @@ def _build_table() -> tuple[TouchPoint, ...]:
           "with plain attention)", params=("self", "scheduler_output", "sampled_token_ids")),
         P(MR, "GPUModelRunner", SOURCE, rh + ": the runner drafts through the instance's method",
           text="self.propose_draft_token_ids("),
-        P(MR, "GPUModelRunner.sampler", INIT_ATTRIBUTE, rh + ".install_sampler_forcing"),
+        P(MR, "GPUModelRunner.sampler", INIT_ATTRIBUTE, "engine/forcing.install_sampler_forcing"),
         P(MR, "GPUModelRunner.speculative_config", INIT_ATTRIBUTE, rh),
-        P("vllm.v1.sample.sampler", "Sampler.apply_logits_processors", METHOD, rh + ".install_sampler_forcing "
-          "(forced tokens with speculative decoding)", params=("self", "logits", "sampling_metadata")),
-        P("vllm.v1.sample.rejection_sampler", "RejectionSampler", SOURCE, rh + ": bonus rows go through the "
-          "runner's sampler", text="bonus_sampler_output = self.sampler("),
+        P("vllm.v1.sample.sampler", "Sampler.apply_logits_processors", METHOD, "engine/forcing."
+          "install_sampler_forcing (forced tokens with speculative decoding)",
+          params=("self", "logits", "sampling_metadata")),
+        P("vllm.v1.sample.rejection_sampler", "RejectionSampler", SOURCE, "engine/forcing.install_sampler_forcing: "
+          "bonus rows go through the runner's sampler", text="bonus_sampler_output = self.sampler("),
         P(MR, "GPUModelRunner.input_batch", INIT_ATTRIBUTE, rh),
         P(MR, "GPUModelRunner.discard_request_mask", INIT_ATTRIBUTE, rh + ".set_aside_discarded_generators"),
         P(MR, "GPUModelRunner._kernel_block_sizes", ATTRIBUTE, "engine/worker.py (start-up check)"),
