@@ -107,3 +107,16 @@ def test_a_prefix_being_placed_gives_way_to_the_finisher_when_both_do_not_fit() 
 def test_no_finisher_on_budgets_too_short_for_it() -> None:
     d = driver(2, 40, protocol="collab", finisher=16)
     assert d.reserve == 0 and d.maybe_start_finisher([30, 30]) is None
+
+
+def test_may_place_when_queued_answered_or_at_the_finishers_room() -> None:
+    """Speculative decoding runs on drafts only where the engine will not place the next token."""
+    d = driver(2, 200, layout="combined", protocol="collab", finisher=4, redundancy_every=0)
+    assert d.may_place(0, 0) and d.may_place(1, 0)  # step 1's prefix is queued
+    d.queues[0].clear()
+    assert not d.may_place(0, 10)
+    assert d.may_place(0, 200 - d.reserve) and not d.may_place(0, 200 - d.reserve - 1)  # the finisher's room
+    d.answered = True
+    assert d.may_place(0, 10)
+    plain = driver(2, 200)  # raw: nothing is ever placed
+    assert not any(plain.may_place(w, n) for w in range(2) for n in (0, 150, 199))

@@ -98,6 +98,13 @@ class ProtocolDriver:
             self.checked_at[worker] = seen
         self.queues[worker].extend(prefix)
 
+    def may_place(self, worker: int, num_output_tokens: int) -> bool:
+        """Whether the engine may place ``worker``'s next token: something is queued, the group stops,
+        or the finisher's room is reached (speculative decoding: such a worker must not run on drafts)."""
+        if self.queues[worker] or self.answered or self.finisher is not None:
+            return True
+        return bool(self.reserve) and self.max_tokens - num_output_tokens <= self.reserve
+
     def forced(self, worker: int, num_output_tokens: int) -> int | None:
         """The token ``worker`` must sample as its output token ``num_output_tokens`` (None: its own choice)."""
         queue = self.queues[worker]

@@ -238,7 +238,7 @@ class HogwildScheduler(Scheduler):
                 if stopped:
                     break
                 self._observe(group, worker, request)
-                if self._places_text(group, worker, request):
+                if group.driver.may_place(worker, request.num_output_tokens):
                     break
             if kept < len(new_token_ids):
                 if not stopped:  # what is dropped was computed as drafts: roll back as vLLM does for rejections
@@ -248,13 +248,6 @@ class HogwildScheduler(Scheduler):
             request.num_computed_tokens = min(request.num_computed_tokens, request.num_tokens - 1)
         return new_token_ids, stopped
 
-    def _places_text(self, group: Group, worker: int, request: Request) -> bool:
-        """Whether the engine may place ``worker``'s next token (so it must not run on drafts)."""
-        driver = group.driver
-        if driver.queues[worker] or driver.answered or driver.finisher is not None:
-            return True
-        return bool(driver.reserve) and driver.max_tokens - request.num_output_tokens <= driver.reserve
-
     def _drop_drafts_where_text_is_placed(self) -> None:
         """Members whose next token the engine may place verify no drafts (forced tokens apply to a
         request's first sampled row only)."""
@@ -263,7 +256,7 @@ class HogwildScheduler(Scheduler):
             if not group.driver.places_tokens or group_id in self.gathering:
                 continue
             for w, request in enumerate(members):
-                if request is not None and request.spec_token_ids and self._places_text(group, w, request):
+                if request is not None and request.spec_token_ids and group.driver.may_place(w, request.num_output_tokens):
                     request.spec_token_ids = []
 
     def _observe(self, group: Group, worker: int, request: Request) -> None:

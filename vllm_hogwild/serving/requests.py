@@ -34,7 +34,6 @@ from typing import Any, Mapping
 from vllm_hogwild.core.collab import extend_prompt, extended_len, with_preamble
 from vllm_hogwild.core.options import (
     FLAT_PREFIX,
-    spec_slack,
     REFUSED_KEY,
     REQUEST_KEY,
     SPEC_KEY,
@@ -46,6 +45,7 @@ from vllm_hogwild.core.options import (
     parse_request,
     request_field,
     requested,
+    spec_slack,
 )
 
 PARSED_KEY = "_hogwild_parsed"  # extra_args entry: the request's options, parsed by an earlier hook
