@@ -8,7 +8,7 @@ each does lives beside the code it drives:
 ============================================================  ===============================================
 vLLM target                                                   hook
 ============================================================  ===============================================
-``EngineArgs.create_engine_config``                           the switch (:mod:`vllm_hogwild.engine.switch`)
+``EngineArgs.create_engine_config``                           the switch (:mod:`vllm_hogwild.switch`)
 ``EngineArgs.add_cli_args``, ``EngineArgs.from_cli_args``     ``--plugin hogwild``, ``--hogwild-*``
                                                               (:mod:`vllm_hogwild.serving.cli`)
 ``OpenAIServingCompletion.create_completion``,                the Hogwild fields checked first; the answer
@@ -28,8 +28,8 @@ vLLM target                                                   hook
 
 The worker-side hooks (the model runner's ``_prepare_inputs``, ``_dummy_run`` and
 ``propose_draft_token_ids``) are installed per runner instance by
-:mod:`vllm_hogwild.engine.runner_hook`; with speculative decoding the worker wraps its
-sampler's ``apply_logits_processors`` (:func:`vllm_hogwild.engine.forcing.install_sampler_forcing`). ``patches/`` holds, for each hook, the
+:mod:`vllm_hogwild.runner.runner_hook`; with speculative decoding the worker wraps its
+sampler's ``apply_logits_processors`` (:func:`vllm_hogwild.runner.forcing.install_sampler_forcing`). ``patches/`` holds, for each hook, the
 upstream change that would make it unnecessary.
 """
 
@@ -53,7 +53,7 @@ def install() -> None:
     from vllm.v1.engine.output_processor import OutputProcessor, RequestState
     from vllm.v1.metrics.loggers import StatLoggerManager
 
-    from vllm_hogwild.engine import switch
+    from vllm_hogwild import switch
     from vllm_hogwild.serving import accept_steps, cli, metrics, requests
 
     for owner, name, hook in [

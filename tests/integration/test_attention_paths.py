@@ -70,7 +70,7 @@ def test_a_path_that_cannot_run_here_is_refused_naming_the_variable(tiny_model, 
 def test_an_attention_backend_without_hogwild_rows_is_refused_at_start(tiny_model, monkeypatch) -> None:
     """The worker's layers run vLLM's own CPU_ATTN (as if the override had not taken): the engine refuses to
     start, naming attention_backend, instead of serving groups as independent samples."""
-    from vllm_hogwild.engine import worker
+    from vllm_hogwild.runner import worker
 
     def stock_backend(backend, class_path) -> None:
         from vllm.v1.attention.backends.registry import register_backend

@@ -20,7 +20,7 @@ def _tokenizer():
 def _stream(tok, prompt: str):
     from vllm import SamplingParams
 
-    from vllm_hogwild.engine.detok import TextStream
+    from vllm_hogwild.scheduler.detok import TextStream
 
     request = SimpleNamespace(request_id="0_r", sampling_params=SamplingParams(),
                               prompt_token_ids=tok.encode(prompt, add_special_tokens=False))

@@ -37,7 +37,7 @@ def _engine_args(**kw):
 
 
 def test_on_cuda_the_switch_keeps_graphs_and_chooses_flash_attention(monkeypatch) -> None:
-    from vllm_hogwild.engine import switch as hooks
+    from vllm_hogwild import switch as hooks
 
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     monkeypatch.delenv("VLLM_HOGWILD_ATTENTION", raising=False)
@@ -55,7 +55,7 @@ def test_on_cuda_the_switch_keeps_graphs_and_chooses_flash_attention(monkeypatch
 
 @pytest.mark.parametrize("backend", ["FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"])
 def test_on_cuda_another_backend_is_refused_naming_it(backend) -> None:
-    from vllm_hogwild.engine import switch as hooks
+    from vllm_hogwild import switch as hooks
 
     with pytest.raises(HogwildOptionError, match=backend) as info:
         hooks.select_classes(_engine_args(attention_backend=backend), FakeCuda)
@@ -65,7 +65,7 @@ def test_on_cuda_another_backend_is_refused_naming_it(backend) -> None:
 
 @pytest.mark.parametrize("dtype,refused", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)])
 def test_on_cuda_float32_is_refused_naming_dtype(dtype, refused) -> None:
-    from vllm_hogwild.engine import switch as hooks
+    from vllm_hogwild import switch as hooks
 
     config = SimpleNamespace(cache_config=SimpleNamespace(cache_dtype="auto"), speculative_config=None,
                              model_config=SimpleNamespace(dtype=dtype))
@@ -82,7 +82,7 @@ def _resolved_cudagraph_mode(hogwild: bool):
     from vllm.config import CompilationConfig
     from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
-    from vllm_hogwild.engine.backend_cuda import HogwildFlashAttentionMetadataBuilder
+    from vllm_hogwild.runner.backend_cuda import HogwildFlashAttentionMetadataBuilder
 
     compilation = CompilationConfig(mode=CompilationMode.VLLM_COMPILE, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
     compilation.set_splitting_ops_for_v1(all2all_backend="naive", data_parallel_size=1)  # as VllmConfig does
@@ -111,9 +111,9 @@ def _impl(cls):
 def test_start_up_checks_refuse_what_hogwild_would_not_drive() -> None:
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
 
-    from vllm_hogwild.engine.backend import HogwildCPUAttentionImpl
-    from vllm_hogwild.engine.backend_cuda import HogwildFlashAttentionImpl
-    from vllm_hogwild.engine.worker import check_engine_layers
+    from vllm_hogwild.runner.backend import HogwildCPUAttentionImpl
+    from vllm_hogwild.runner.backend_cuda import HogwildFlashAttentionImpl
+    from vllm_hogwild.runner.worker import check_engine_layers
 
     ours = {"model.layers.0.self_attn.attn": _impl(HogwildCPUAttentionImpl),
             "model.layers.1.self_attn.attn": _impl(HogwildFlashAttentionImpl)}
@@ -133,7 +133,7 @@ def test_start_up_checks_refuse_what_hogwild_would_not_drive() -> None:
 @pytest.mark.parametrize("method,refused", [("ngram", False), ("draft_model", False), ("eagle", True),
                                             ("eagle3", True), ("mtp", True), ("medusa", True), ("suffix", True)])
 def test_speculative_methods_other_than_ngram_and_draft_model_are_refused(method, refused) -> None:
-    from vllm_hogwild.engine import switch as hooks
+    from vllm_hogwild import switch as hooks
 
     config = SimpleNamespace(cache_config=SimpleNamespace(cache_dtype="auto"),
                              speculative_config=SimpleNamespace(method=method),

@@ -71,7 +71,7 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     for field in ("scheduler_cls", "worker_cls", "additional_config", "async_scheduling"):
         assert field in EngineArgs.__dataclass_fields__, field
     default_scheduler = getattr(hooks, "DEFAULT_SCHEDULER_CLS", None) or importlib.import_module(
-        "vllm_hogwild.engine.switch").DEFAULT_SCHEDULER_CLS  # moved from hooks to engine/switch
+        "vllm_hogwild.switch").DEFAULT_SCHEDULER_CLS  # moved from hooks to engine/switch
     assert default_scheduler[1] == f"{Scheduler.__module__}.{Scheduler.__name__}"
     # The backend override forgets vLLM's per-process backend choice; forced tokens use the
     # logits-processor interface.
@@ -297,7 +297,7 @@ def test_fields_the_plugin_writes_on_real_instances() -> None:
     args = EngineArgs(model="m")
     args.scheduler_cls, args.worker_cls, args.async_scheduling = "a.B", "c.D", False
     args.additional_config = {"hogwild": {}}
-    args.logits_processors = ["vllm_hogwild.engine.forcing:ForcedTokens"]
+    args.logits_processors = ["vllm_hogwild.runner.forcing:ForcedTokens"]
     assert (args.scheduler_cls, args.worker_cls, args.async_scheduling) == ("a.B", "c.D", False)
 
 
@@ -309,7 +309,7 @@ def test_runner_hook_reads_real_batch_objects() -> None:
     from vllm.v1.utils import CpuGpuBuffer
     from vllm.v1.worker.gpu_input_batch import InputBatch
 
-    from vllm_hogwild.engine import runner_hook
+    from vllm_hogwild.runner import runner_hook
 
     batch = InputBatch(max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=torch.device("cpu"),
                        vocab_size=32, block_sizes=[16], max_num_blocks_per_req=[4])

@@ -87,7 +87,7 @@ if MODE == "hogwild":
     from vllm.v1.core.sched.scheduler import Scheduler
 
     import vllm_hogwild.plugin
-    from vllm_hogwild.engine.scheduler import HogwildScheduler
+    from vllm_hogwild.scheduler.scheduler import HogwildScheduler
 
     vllm_hogwild.plugin.register()  # what vLLM does in every process it starts
 

@@ -58,7 +58,7 @@ def test_adding_the_flags_twice_is_harmless() -> None:
 @pytest.mark.vllm
 def test_snapshots_travel_on_the_plugins_own_channel_in_order() -> None:
     """The engine core pushes, the front end drains; with nobody reading, sends are dropped, never blocked."""
-    from vllm_hogwild.engine.stats_channel import StatsReceiver, StatsSender, new_address
+    from vllm_hogwild.core.stats_channel import StatsReceiver, StatsSender, new_address
 
     address = new_address()
     sender = StatsSender(address, engine_index=0)

@@ -1,7 +1,7 @@
 """Which implementation runs Hogwild rows: ``VLLM_HOGWILD_ATTENTION=cpu-op|torch|triton``, or the platform's default.
 
 Decided once, by the switch, in the process that builds the engine's config,
-and carried to every process in ``additional_config`` (:data:`RUNTIME_KEY`):
+and carried to every process in ``additional_config`` (:data:`vllm_hogwild.core.options.RUNTIME_KEY`):
 the workers run exactly this path or refuse to start, and ``/metrics`` labels
 it. No vLLM import.
 
@@ -25,10 +25,10 @@ from typing import Callable
 
 from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.core.log import get_logger
+from vllm_hogwild.core.options import runtime_of
 
 ENV = "VLLM_HOGWILD_ATTENTION"
 PATHS = ("cpu-op", "torch", "triton")
-RUNTIME_KEY = "hogwild_runtime"  # additional_config entry: decisions the switch made for every process
 
 logger = get_logger(__name__)
 
@@ -89,4 +89,4 @@ def resolve_here(platform: str) -> str:
 
 def path_of(additional_config) -> str | None:
     """The path the switch chose for this engine (``None``: Hogwild is off)."""
-    return ((additional_config or {}).get(RUNTIME_KEY) or {}).get("attention")
+    return runtime_of(additional_config).get("attention")

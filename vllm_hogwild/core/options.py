@@ -43,6 +43,7 @@ from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, PERSONS, TASKS
 
 ENGINE_KEY = "hogwild"  # in additional_config
 REFUSED_KEY = "hogwild_refused"  # in additional_config: switched on for a model Hogwild cannot serve
+RUNTIME_KEY = "hogwild_runtime"  # in additional_config: decisions the switch made for every process
 REQUEST_KEY = "hogwild"  # in SamplingParams.extra_args
 FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
@@ -156,6 +157,11 @@ class RequestSpec:
 
 
 SPEC_KEY = "_hogwild_spec"  # in SamplingParams.extra_args, set by the front end only (RequestSpec.to_wire)
+
+
+def runtime_of(additional_config: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """What the switch decided for every process of the engine (``{}``: Hogwild is off)."""
+    return (additional_config or {}).get(RUNTIME_KEY) or {}
 
 
 def spec_of(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:

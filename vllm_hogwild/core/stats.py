@@ -2,7 +2,7 @@
 
 The engine core keeps a :class:`HogwildStats`; each step's :meth:`HogwildStats.snapshot`
 (plain types only) travels to the front end over the plugin's own stats channel
-(:mod:`vllm_hogwild.engine.stats_channel`), where :mod:`vllm_hogwild.serving.metrics`
+(:mod:`vllm_hogwild.core.stats_channel`), where :mod:`vllm_hogwild.serving.metrics`
 turns it into Prometheus series.
 """
 

@@ -2,7 +2,7 @@
 
 The facts live in the engine core (the scheduler admits groups, counts their
 prefill and what each worker reads); ``/metrics`` is served by the front end.
-They travel on the plugin's own channel (:mod:`vllm_hogwild.engine.stats_channel`):
+They travel on the plugin's own channel (:mod:`vllm_hogwild.core.stats_channel`):
 the scheduler pushes a plain-data snapshot every step, and
 :class:`HogwildStatLogger`, which the plugin adds to the front end's stat
 loggers when Hogwild is on, pulls every waiting snapshot each time vLLM hands it
@@ -39,9 +39,9 @@ from typing import Any
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
-from vllm_hogwild.attention.paths import RUNTIME_KEY, path_of
-from vllm_hogwild.core.options import EngineOptions
-from vllm_hogwild.engine.stats_channel import StatsReceiver
+from vllm_hogwild.attention.paths import path_of
+from vllm_hogwild.core.options import EngineOptions, runtime_of
+from vllm_hogwild.core.stats_channel import StatsReceiver
 from vllm_hogwild.core.log import get_logger
 
 logger = get_logger(__name__)
@@ -119,7 +119,7 @@ class HogwildStatLogger(AggregateStatLoggerBase):
 
     @staticmethod
     def _open_channel(vllm_config):
-        address = ((vllm_config.additional_config or {}).get(RUNTIME_KEY) or {}).get("stats")
+        address = runtime_of(vllm_config.additional_config).get("stats")
         if not address:
             return None
         try:

@@ -135,7 +135,7 @@ def _spec_counts(llm) -> tuple[float, float]:
 def speculative(llm, args) -> dict:
     from vllm import SamplingParams
 
-    from vllm_hogwild.engine.scheduler import HogwildScheduler  # noqa: F401  (the plugin is installed)
+    from vllm_hogwild.scheduler.scheduler import HogwildScheduler  # noqa: F401  (the plugin is installed)
 
     n, rows = args.workers, []
     length = max(2048, 16 * args.items + n * args.max_tokens + 64)

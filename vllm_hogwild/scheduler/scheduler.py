@@ -20,9 +20,9 @@ where:
   block tables once. The workers build the views and segments.
 
 Here: reading vLLM's requests and KV cache for the core, detokenizing each
-sampled token incrementally (:mod:`vllm_hogwild.engine.detok`), keeping a
+sampled token incrementally (:mod:`vllm_hogwild.scheduler.detok`), keeping a
 finished member's blocks until its group ends, and sending the metrics on the
-plugin's own channel (:mod:`vllm_hogwild.engine.stats_channel`). Per step and
+plugin's own channel (:mod:`vllm_hogwild.core.stats_channel`). Per step and
 group the work is O(members + new tokens), never O(view length).
 """
 
@@ -36,14 +36,13 @@ from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from vllm_hogwild.attention.paths import RUNTIME_KEY
 from vllm_hogwild.core.admission import Decision, Fairness, ahead_of_group, fits
 from vllm_hogwild.core.group import Group, parse_member
-from vllm_hogwild.core.options import EngineOptions, blocks_for_group, spec_of, spec_slack
+from vllm_hogwild.core.options import EngineOptions, blocks_for_group, runtime_of, spec_of, spec_slack
 from vllm_hogwild.core.stats import GroupEnd, HogwildStats
 from vllm_hogwild.core.wire import STEP_ATTR, StepWire
-from vllm_hogwild.engine.detok import TextStream
-from vllm_hogwild.engine.stats_channel import StatsSender
+from vllm_hogwild.scheduler.detok import TextStream
+from vllm_hogwild.core.stats_channel import StatsSender
 from vllm_hogwild.core.log import get_logger
 
 logger = get_logger(__name__)
@@ -68,7 +67,7 @@ class HogwildScheduler(Scheduler):
         self._allocate_sig = inspect.signature(self._allocate_slots)
         self._allocate_wrapped = False
         self._slack = spec_slack(self.vllm_config)  # speculative decoding: slots past a lane's budget
-        address = ((self.vllm_config.additional_config or {}).get(RUNTIME_KEY) or {}).get("stats")
+        address = runtime_of(self.vllm_config.additional_config).get("stats")
         self._stats_sender = StatsSender(address, self.vllm_config.parallel_config.data_parallel_rank) \
             if address and self.log_stats else None
 

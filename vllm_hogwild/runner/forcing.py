@@ -3,7 +3,7 @@
 The scheduler decides, per step, which member must produce which token (a
 step prefix such as ``**Alice [2]:** ``, one token per step) and ships it on
 the ``SchedulerOutput``; the runner hook turns it into logits rows
-(:func:`vllm_hogwild.engine.runner_hook.take_forced`). This processor, which the
+(:func:`vllm_hogwild.runner.runner_hook.take_forced`). This processor, which the
 switch adds to the engine's ``logits_processors``, leaves one finite logit in
 each such row, so whatever the sampling parameters the row samples that
 token (or, for ``ARGMAX``, its most likely token: the finisher's greedy
@@ -25,9 +25,9 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
 from vllm_hogwild.core.wire import ARGMAX  # a forced "token": the row's most likely token
-from vllm_hogwild.engine import runner_hook
+from vllm_hogwild.runner import runner_hook
 
-LOGITS_PROCESSOR = "vllm_hogwild.engine.forcing:ForcedTokens"
+LOGITS_PROCESSOR = "vllm_hogwild.runner.forcing:ForcedTokens"
 
 
 class ForcedTokens(LogitsProcessor):

@@ -1,7 +1,7 @@
 """The CUDA Hogwild backend: vLLM's FlashAttention backend with the shared Hogwild logic.
 
 Everything but the native classes and the cache view is in
-:mod:`vllm_hogwild.engine.backend` and runs, checked, on the CPU. The FlashAttention
+:mod:`vllm_hogwild.runner.backend` and runs, checked, on the CPU. The FlashAttention
 cache is one tensor ``[num_blocks, kv_heads, block_size, 2 * head_dim]``, read
 as K and V ``[num_blocks, block_size, kv_heads, head_dim]`` views exactly as the
 backend itself splits it. Segment attention runs the Triton kernel
@@ -20,10 +20,10 @@ from vllm.v1.attention.backends.flash_attn import (
     FlashAttentionMetadataBuilder,
 )
 
-from vllm_hogwild.engine.backend import HogwildBuilderMixin, HogwildImplMixin, HogwildStep
+from vllm_hogwild.runner.backend import HogwildBuilderMixin, HogwildImplMixin, HogwildStep
 from vllm_hogwild.attention.kv_layout import PlainPagedKV
 
-CUDA_BACKEND_PATH = "vllm_hogwild.engine.backend_cuda.HogwildFlashAttentionBackend"
+CUDA_BACKEND_PATH = "vllm_hogwild.runner.backend_cuda.HogwildFlashAttentionBackend"
 
 
 class HogwildFlashAttentionMetadataBuilder(HogwildBuilderMixin, FlashAttentionMetadataBuilder):

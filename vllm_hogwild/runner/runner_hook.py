@@ -45,7 +45,7 @@ _forced_rows: dict[int, int] | None = None  # logits row -> forced token, for th
 
 
 def take_forced() -> dict[int, int] | None:
-    """The step's forced tokens by logits row, once (see :mod:`vllm_hogwild.engine.forcing`)."""
+    """The step's forced tokens by logits row, once (see :mod:`vllm_hogwild.runner.forcing`)."""
     global _forced_rows
     rows, _forced_rows = _forced_rows, None
     return rows

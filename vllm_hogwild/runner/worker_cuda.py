@@ -1,4 +1,4 @@
-"""The CUDA Hogwild worker: vLLM's GPU worker with :class:`~vllm_hogwild.engine.worker.HogwildWorkerMixin`.
+"""The CUDA Hogwild worker: vLLM's GPU worker with :class:`~vllm_hogwild.runner.worker.HogwildWorkerMixin`.
 
 Selected through ``worker_cls`` by the switch on CUDA platforms. Not run in CI
 (no GPU there); the shared logic runs on the CPU and ``benchmarks/device_check.sh``
@@ -10,8 +10,8 @@ from __future__ import annotations
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 from vllm.v1.worker.gpu_worker import Worker
 
-from vllm_hogwild.engine.backend_cuda import CUDA_BACKEND_PATH
-from vllm_hogwild.engine.worker import HogwildWorkerMixin
+from vllm_hogwild.runner.backend_cuda import CUDA_BACKEND_PATH
+from vllm_hogwild.runner.worker import HogwildWorkerMixin
 
 
 class HogwildGPUWorker(HogwildWorkerMixin, Worker):

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import os
 
-from vllm_hogwild.attention.paths import RUNTIME_KEY, resolve_here
-from vllm_hogwild.core.options import ENGINE_KEY, REFUSED_KEY, EngineOptions, HogwildOptionError
-from vllm_hogwild.engine.stats_channel import new_address
+from vllm_hogwild.attention.paths import resolve_here
+from vllm_hogwild.core.options import ENGINE_KEY, REFUSED_KEY, RUNTIME_KEY, EngineOptions, HogwildOptionError
+from vllm_hogwild.core.stats_channel import new_address
 from vllm_hogwild.core.log import get_logger
 
 logger = get_logger(__name__)
 
-SCHEDULER_CLS = "vllm_hogwild.engine.scheduler.HogwildScheduler"
-CPU_WORKER_CLS = "vllm_hogwild.engine.worker.HogwildCPUWorker"
-CUDA_WORKER_CLS = "vllm_hogwild.engine.worker_cuda.HogwildGPUWorker"
+SCHEDULER_CLS = "vllm_hogwild.scheduler.scheduler.HogwildScheduler"
+CPU_WORKER_CLS = "vllm_hogwild.runner.worker.HogwildCPUWorker"
+CUDA_WORKER_CLS = "vllm_hogwild.runner.worker_cuda.HogwildGPUWorker"
 DEFAULT_SCHEDULER_CLS = (None, "vllm.v1.core.sched.scheduler.Scheduler")
 
 
@@ -82,11 +82,11 @@ def select_classes(engine_args, platform=None) -> None:
     # Decisions every process of this engine follows: the attention path, the metrics channel.
     engine_args.additional_config = {**engine_args.additional_config,
                                      RUNTIME_KEY: {"attention": path, "stats": new_address()}}
-    from vllm_hogwild.engine.forcing import LOGITS_PROCESSOR
+    from vllm_hogwild.runner.forcing import LOGITS_PROCESSOR
 
     processors = list(engine_args.logits_processors or [])
     # vLLM takes no custom logits processor with speculative decoding: the runner hook forces tokens
-    # in the sampler then (vllm_hogwild.engine.forcing).
+    # in the sampler then (vllm_hogwild.runner.forcing).
     if LOGITS_PROCESSOR not in processors and not engine_args.speculative_config:
         engine_args.logits_processors = [*processors, LOGITS_PROCESSOR]  # tokens the engine places
 

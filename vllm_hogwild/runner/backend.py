@@ -14,7 +14,7 @@ A Hogwild backend is a platform's vLLM backend with two mixins put in front:
 
 What a platform adds is only the native classes and how its cache tensor is
 read (:meth:`HogwildImplMixin.hogwild_kv`): the CPU backend here, FlashAttention
-in :mod:`vllm_hogwild.engine.backend_cuda`. Which segment-attention path runs
+in :mod:`vllm_hogwild.runner.backend_cuda`. Which segment-attention path runs
 (compiled CPU op, PyTorch, Triton) was decided by the switch
 (:mod:`vllm_hogwild.attention.paths`). Rows of plain requests, and Hogwild rows
 whose view is their own lane alone, go through the native kernel untouched.
@@ -37,13 +37,13 @@ from vllm.v1.attention.backends.cpu_attn import (
 )
 
 from vllm_hogwild.attention import segment_attention as sa
-from vllm_hogwild.engine import runner_hook
+from vllm_hogwild.runner import runner_hook
 from vllm_hogwild.attention.paths import path_of
 from vllm_hogwild.attention.cpu_layout import probe_k_transposed
 from vllm_hogwild.attention.kv_layout import CpuPagedKV
 from vllm_hogwild.core.rope import RopeSpec
 
-CPU_BACKEND_PATH = "vllm_hogwild.engine.backend.HogwildCPUAttentionBackend"
+CPU_BACKEND_PATH = "vllm_hogwild.runner.backend.HogwildCPUAttentionBackend"
 
 
 @dataclass(frozen=True)

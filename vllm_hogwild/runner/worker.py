@@ -1,7 +1,7 @@
 """Hogwild workers: vLLM's workers plus the backend override, the runner hook and the start-up checks.
 
 Selected through ``worker_cls`` by the switch, so nothing here runs unless
-Hogwild is switched on. The CUDA worker lives in :mod:`vllm_hogwild.engine.worker_cuda`.
+Hogwild is switched on. The CUDA worker lives in :mod:`vllm_hogwild.runner.worker_cuda`.
 
 Once the model and its KV cache exist, :func:`check_engine_layers` makes sure
 every attention layer really runs a Hogwild implementation, over one KV-cache
@@ -18,11 +18,11 @@ from vllm.v1.attention.backends.registry import AttentionBackendEnum
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_hogwild.attention.paths import path_of
-from vllm_hogwild.engine.backend import CPU_BACKEND_PATH, HogwildImplMixin
-from vllm_hogwild.engine.backend_override import override_backend
+from vllm_hogwild.runner.backend import CPU_BACKEND_PATH, HogwildImplMixin
+from vllm_hogwild.runner.backend_override import override_backend
 from vllm_hogwild.core.errors import HogwildOptionError
-from vllm_hogwild.engine.forcing import install_sampler_forcing
-from vllm_hogwild.engine.runner_hook import install_runner_hook
+from vllm_hogwild.runner.forcing import install_sampler_forcing
+from vllm_hogwild.runner.runner_hook import install_runner_hook
 from vllm_hogwild.core.log import get_logger
 
 logger = get_logger(__name__)

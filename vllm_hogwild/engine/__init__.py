@@ -1,1 +1,0 @@
-"""The vLLM glue in the engine core and the workers: scheduler, workers, attention backends, runner hook."""

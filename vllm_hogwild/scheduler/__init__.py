@@ -1,0 +1,1 @@
+"""The engine-core process: the Hogwild scheduler and what it runs there."""
