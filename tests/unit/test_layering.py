@@ -1,0 +1,172 @@
+"""The package layering of docs/architecture.md, checked by import-linter's contracts (.importlinter).
+
+``test_contracts_kept`` runs ``lint-imports`` on the real tree and fails with its
+report when a contract is broken. The other tests prove the contracts can fail:
+the same ``.importlinter`` text, with the root package renamed, is pointed at a
+throwaway package laid out like ``vllm_hogwild`` (written to ``tmp_path``); the
+clean tree keeps every contract, and each variant adds one import that breaks a
+rule, which must be reported by the contract that states it, with its line.
+Imports inside functions count, as they do on the real tree.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / ".importlinter"
+TOY = "toy_hogwild"
+
+# Run import-linter's CLI with this interpreter (the venv's), wherever its script lies.
+LINT = [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()"]
+
+
+def lint(cwd: Path, config: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(cwd), NO_COLOR="1", COLUMNS="200")
+    return subprocess.run(
+        [*LINT, str(config), "--no-cache", "--no-logo"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_contracts_kept():
+    result = lint(ROOT, CONFIG)
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, f"import-linter: a layering contract is broken\n{report}"
+
+
+# A package laid out like vllm_hogwild; every import here is one the rules allow.
+CLEAN = {
+    "__init__.py": "",
+    "core/__init__.py": "",
+    "core/log.py": "import logging\n",
+    "core/options.py": "import torch\nfrom toy_hogwild.core.log import logging\n",
+    "attention/__init__.py": "",
+    "attention/paths.py": "import torch\nfrom toy_hogwild.core import options\n",
+    "runner/__init__.py": "",
+    "runner/forcing.py": "import vllm.v1\nfrom toy_hogwild.attention import paths\nfrom toy_hogwild.core import log\n",
+    "scheduler/__init__.py": "",
+    "scheduler/scheduler.py": "from vllm.v1.core.sched.scheduler import Scheduler\nfrom toy_hogwild.core import options\n",
+    "serving/__init__.py": "",
+    "serving/metrics.py": "import vllm\nfrom toy_hogwild.attention.paths import torch\nfrom toy_hogwild.core import log\n",
+    "switch.py": (
+        "from toy_hogwild.attention import paths\nfrom toy_hogwild.core import options\n"
+        "def processor():\n    from toy_hogwild.runner import forcing\n"
+    ),
+    "hooks.py": (
+        "from toy_hogwild import switch\nfrom toy_hogwild.scheduler import scheduler\n"
+        "from toy_hogwild.serving import metrics\nfrom toy_hogwild.runner import forcing\n"
+    ),
+    "plugin.py": "from toy_hogwild import hooks\n",
+    "tools/__init__.py": "",
+    "tools/bench.py": "import vllm\nfrom toy_hogwild import plugin, switch\nfrom toy_hogwild.scheduler import scheduler\n",
+}
+
+# (file, line added, the contract's name as .importlinter gives it, what the report names)
+VIOLATIONS = {
+    # The way attention/cpu_layout.py imports vLLM's ops: lazily, inside a function.
+    "attention-lazy-vllm": (
+        "attention/paths.py",
+        "def probe():\n    from vllm import _custom_ops as ops\n",
+        "core and attention import no vllm",
+        f"{TOY}.attention.paths -> vllm (l.4)",
+    ),
+    "core-vllm": ("core/log.py", "import vllm.config\n", "core and attention import no vllm", f"{TOY}.core.log -> vllm"),
+    "core-attention": (
+        "core/log.py",
+        "from toy_hogwild.attention import paths\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.core.log -> {TOY}.attention.paths",
+    ),
+    "attention-runner": (
+        "attention/paths.py",
+        "from toy_hogwild.runner import forcing\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.attention.paths -> {TOY}.runner.forcing",
+    ),
+    "scheduler-attention": (
+        "scheduler/scheduler.py",
+        "from toy_hogwild.attention import paths\n",
+        "The engine core (scheduler) imports nothing of the workers' attention",
+        f"{TOY}.scheduler.scheduler -> {TOY}.attention.paths",
+    ),
+    "scheduler-runner": (
+        "scheduler/scheduler.py",
+        "from toy_hogwild.runner import forcing\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.scheduler.scheduler -> {TOY}.runner.forcing",
+    ),
+    "scheduler-hooks": (
+        "scheduler/scheduler.py",
+        "def hooks():\n    import toy_hogwild.hooks\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.scheduler.scheduler -> {TOY}.hooks",
+    ),
+    "runner-serving": (
+        "runner/forcing.py",
+        "from toy_hogwild.serving import metrics\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.runner.forcing -> {TOY}.serving.metrics",
+    ),
+    "serving-scheduler": (
+        "serving/metrics.py",
+        "from toy_hogwild.scheduler import scheduler\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.serving.metrics -> {TOY}.scheduler.scheduler",
+    ),
+    "serving-tools": (
+        "serving/metrics.py",
+        "from toy_hogwild.tools import bench\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.serving.metrics -> {TOY}.tools.bench",
+    ),
+    "switch-serving": (
+        "switch.py",
+        "from toy_hogwild.serving import metrics\n",
+        "The switch imports neither the scheduler nor the front end",
+        f"{TOY}.switch -> {TOY}.serving.metrics",
+    ),
+    "new-top-level-module": (
+        "extra.py",
+        "",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.extra",
+    ),
+}
+
+
+def toy_tree(tmp_path: Path, extra: tuple[str, str] | None = None) -> Path:
+    files = dict(CLEAN)
+    if extra is not None:
+        name, text = extra
+        files[name] = files.get(name, "") + text
+    for name, text in files.items():
+        path = tmp_path / TOY / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    # The real contracts, the root package renamed (the external `vllm` stays).
+    config = tmp_path / ".importlinter"
+    config.write_text(CONFIG.read_text().replace("vllm_hogwild", TOY))
+    return config
+
+
+def test_toy_tree_keeps_the_contracts(tmp_path):
+    result = lint(tmp_path, toy_tree(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("case", sorted(VIOLATIONS))
+def test_contract_reports_the_violation(tmp_path, case):
+    name, line, contract, shown = VIOLATIONS[case]
+    result = lint(tmp_path, toy_tree(tmp_path, (name, line)))
+    report = result.stdout + result.stderr
+    assert result.returncode != 0, report
+    assert f"{contract} BROKEN" in report, report
+    assert shown in report, report
