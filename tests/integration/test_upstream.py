@@ -1,6 +1,6 @@
 """Every vLLM target the plugin hooks still has the shape it relies on; the upstream patches apply.
 
-The table of touch points (``vllm_hogwild/tools/upstream.py``) is checked here twice against the
+The table of touch points (``vllm_hogwild/tools/upstream/table.py``) is checked here twice against the
 installed vLLM: by its runtime checker (imports, live objects) and by its static checker (the same
 files read as sources, as it reads another release's), and both must find everything OK. The
 attributes the plugin sets on vLLM objects are set on real instances, and the ``SchedulerOutput``

@@ -18,6 +18,8 @@ import pytest
 
 from vllm_hogwild.tools import upstream as up
 from vllm_hogwild.tools.upstream import TouchPoint as P
+from vllm_hogwild.tools.upstream import cli as upstream_cli
+from vllm_hogwild.tools.upstream import fetch as upstream_fetch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -356,8 +358,7 @@ def test_msgspec_and_pydantic_classes(tmp_path) -> None:
 
 def test_cli_reports_each_point_and_fails_when_something_broke(tmp_path, capsys, monkeypatch) -> None:
     root = write_tree(tmp_path / "ok", BASE)
-    monkeypatch.setattr(up, "TOUCH_POINTS", tuple(POINTS))
-    monkeypatch.setattr(up, "check_static", lambda r, points=tuple(POINTS): up.StaticChecker(r).check(points))
+    monkeypatch.setattr(upstream_cli, "check_static", lambda r, points=tuple(POINTS): up.check_static(r, points))
     assert up.main(["--src", str(root)]) == 0
     out = capsys.readouterr().out
     assert f"{len(POINTS)} touch points: {len(POINTS)} OK, 0 CHANGED, 0 MISSING" in out
@@ -409,13 +410,13 @@ def test_extract_sources_keeps_only_the_python_files_of_vllm(tmp_path) -> None:
     assert up.extract_sources(wheel, dest) == 3
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
         "vllm/__init__.py", "vllm/_version.py", "vllm/v1/core/x.py"]
-    assert up._version_of(dest) == "9.9.9"
+    assert up.release_version(dest) == "9.9.9"
 
 
 def test_fetch_sources_uses_the_cache_without_the_network(tmp_path, monkeypatch) -> None:
     cached = write_tree(tmp_path / "vllm-1.2.3", {"vllm/__init__.py": "", "vllm/_version.py": "__version__ = '1.2.3'\n"})
     (cached / ".complete").write_text("{}\n")
-    monkeypatch.setattr(up, "find_wheel", lambda *a, **k: pytest.fail("no lookup for a cached release"))
+    monkeypatch.setattr(upstream_fetch, "find_wheel", lambda *a, **k: pytest.fail("no lookup for a cached release"))
     assert up.fetch_sources("1.2.3", tmp_path, log=lambda m: None) == cached
 
 
@@ -449,7 +450,7 @@ def _vllm_imports() -> set[tuple[str, str, str]]:
     """(file, module, name) of every ``from vllm... import name`` in the plugin (not this tool)."""
     found = set()
     for path in sorted((ROOT / "vllm_hogwild").rglob("*.py")):
-        if path.name == "upstream.py" and path.parent.name == "tools":
+        if (ROOT / "vllm_hogwild" / "tools" / "upstream") in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and not node.level and node.module and (
@@ -476,4 +477,4 @@ def test_every_vllm_name_the_plugin_imports_is_in_the_table() -> None:
         return False
 
     missing = sorted(f"{f}: from {m} import {n}" for f, m, n in imports if not covered(m, n))
-    assert not missing, "add these to vllm_hogwild/tools/upstream.py:\n" + "\n".join(missing)
+    assert not missing, "add these to vllm_hogwild/tools/upstream/table.py:\n" + "\n".join(missing)
