@@ -242,7 +242,7 @@ def main() -> int:  # noqa: C901 - one linear script
         else:  # the first half of every worker's text finished, in worker order; the rest unfinished
             half = [prompt + n // 2 for n in gen_lens]
             history = [Span(w, prompt, h) for w, h in enumerate(half)]
-            views = build_views("combined", prompt, group.lane_lens, history=history, step_starts=half)
+            views = build_views("combined", prompt, group.lane_lens, history=history, paragraph_starts=half)
         n_q = [min(r.query_tokens, v.own.num_tokens) for v in views]
         rows_q = group.rows(views, n_q)
         t = sum(n_q)

@@ -1,79 +1,124 @@
-"""Every runtime hook the plugin installs into vLLM, in one place, each applied once.
+"""Every runtime hook the plugin puts into vLLM, in one index; the class wraps are installed here, once.
 
-Installed by :func:`vllm_hogwild.plugin.register` in every vLLM process. Each
-hook calls straight through unless Hogwild is switched on for the engine or
-the request carries Hogwild options. The table below is the whole list; what
-each does lives beside the code it drives:
+:func:`install` runs from :func:`vllm_hogwild.plugin.register` in every vLLM
+process. Each hook calls straight through unless Hogwild is switched on for
+the engine or the request carries Hogwild options. :data:`HOOKS` is the whole
+list, of three kinds:
 
-============================================================  ===============================================
-vLLM target                                                   hook
-============================================================  ===============================================
-``EngineArgs.create_engine_config``                           the switch (:mod:`vllm_hogwild.switch`)
-``EngineArgs.add_cli_args``, ``EngineArgs.from_cli_args``     ``--plugin hogwild``, ``--hogwild-*``
-                                                              (:mod:`vllm_hogwild.serving.cli`)
-``OpenAIServingCompletion.create_completion``,                the Hogwild fields checked first; the answer
-``OpenAIServingChat.create_chat_completion``                  field (:mod:`vllm_hogwild.serving.requests`,
-                                                              :mod:`vllm_hogwild.serving.responses`)
-``OpenAIServingChat.render_chat_request``,                    the collab preamble in chat
-``OfflineInferenceMixin._add_chat_requests``
-``OpenAIServingCompletion.request_output_to_completion_response``,  each choice's accept steps, when asked
-``OpenAIServingChat.chat_completion_full_generator``               (:mod:`vllm_hogwild.serving.responses`)
-``AsyncLLM.generate``                                         the check before a stream starts
-``InputProcessor.process_inputs``                             the last check; the spec for the engine core
-``StatLoggerManager.__init__``                                the Hogwild metrics (:mod:`vllm_hogwild.serving.metrics`)
-``OutputProcessor.add_request``,                              each output token's accept step
-``OutputProcessor.process_outputs``,                          (:mod:`vllm_hogwild.serving.accept_steps`)
-``RequestState._new_completion_output``
-============================================================  ===============================================
+- ``class``: a method of a vLLM class, wrapped here in every process;
+- ``instance``: a method of one vLLM object, wrapped by the plugin's code that
+  owns that object (this engine's KV-cache manager, this worker's model runner
+  and sampler), never the class;
+- ``override``: a method the Hogwild scheduler subclass overrides (vLLM names
+  the class through its own ``scheduler_cls`` knob; private methods among them
+  may move in any release).
 
-The worker-side hooks (the model runner's ``_prepare_inputs``, ``_dummy_run`` and
-``propose_draft_token_ids``) are installed per runner instance by
-:mod:`vllm_hogwild.runner.runner_hook`; with speculative decoding the worker wraps its
-sampler's ``apply_logits_processors`` (:func:`vllm_hogwild.runner.forcing.install_sampler_forcing`). ``patches/`` holds, for each hook, the
-upstream change that would make it unnecessary.
+Each row names the upstream vLLM change in ``patches/`` that would make it
+unnecessary, or says why there is none. What each hook does lives beside the
+code it drives (``where``). ``tests/unit/test_hooks_index.py`` holds this index
+against the code; ``vllm_hogwild.tools.upstream`` checks every target against
+a vLLM release.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+from dataclasses import dataclass
 
 _installed = False
 
+NO_PATCH_ACCEPT_STEPS = ("none: a per-token accept-step field in vLLM's CompletionOutput is a public-API change "
+                         "to propose upstream, not a hook to retire")
+NO_PATCH_FLAGS = ("none: the flags are a convenience over vLLM's own --additional-config '{\"hogwild\": {...}}', "
+                  "which needs no hook")
+NO_PATCH_OVERRIDE = "none: subclassing through scheduler_cls is vLLM's own extension point"
+
+
+@dataclass(frozen=True)
+class Hook:
+    target: str  # "module:Class.method"
+    kind: str  # "class", "instance" or "override"
+    where: str  # the plugin module whose code it drives
+    patch: str  # the file in patches/ that would retire it, or "none: why"
+    hook: str = ""  # class wraps: "module:function" of the wrapper, called as wrapper(original, self, ...)
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        module, _, qualname = self.target.partition(":")
+        return module, qualname.rpartition(".")[0]
+
+    @property
+    def method(self) -> str:
+        return self.target.rpartition(".")[2]
+
+
+def _class(target: str, where: str, wrapper: str, patch: str) -> Hook:
+    return Hook(target, "class", where, patch, f"{where}:{wrapper}")
+
+_SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
+_RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
+
+HOOKS: tuple[Hook, ...] = (
+    # -- class wraps (installed below, in every process) --
+    _class("vllm.engine.arg_utils:EngineArgs.create_engine_config",
+           "vllm_hogwild.switch", "create_engine_config", "01-config-plugins.patch"),
+    _class("vllm.engine.arg_utils:EngineArgs.add_cli_args",
+           "vllm_hogwild.serving.cli", "hook_add_cli_args", NO_PATCH_FLAGS),
+    _class("vllm.engine.arg_utils:EngineArgs.from_cli_args",
+           "vllm_hogwild.serving.cli", "hook_from_cli_args", NO_PATCH_FLAGS),
+    _class("vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion.create_completion",
+           "vllm_hogwild.serving.requests", "create_response", "08-request-plugins.patch"),
+    _class("vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat.create_chat_completion",
+           "vllm_hogwild.serving.requests", "create_response", "08-request-plugins.patch"),
+    _class("vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat.render_chat_request",
+           "vllm_hogwild.serving.requests", "render_chat_request", "08-request-plugins.patch"),
+    _class("vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion.request_output_to_completion_response",
+           "vllm_hogwild.serving.requests", "completion_response", NO_PATCH_ACCEPT_STEPS),
+    _class("vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat.chat_completion_full_generator",
+           "vllm_hogwild.serving.requests", "chat_full_response", NO_PATCH_ACCEPT_STEPS),
+    _class("vllm.entrypoints.common.offline:OfflineInferenceMixin._add_chat_requests",
+           "vllm_hogwild.serving.requests", "add_chat_requests", "08-request-plugins.patch"),
+    _class("vllm.v1.engine.async_llm:AsyncLLM.generate",
+           "vllm_hogwild.serving.requests", "generate", "07-generate-preflight.patch"),
+    _class("vllm.v1.engine.input_processor:InputProcessor.process_inputs",
+           "vllm_hogwild.serving.requests", "process_inputs", "02-request-validators.patch"),
+    _class("vllm.v1.metrics.loggers:StatLoggerManager.__init__",
+           "vllm_hogwild.serving.metrics", "hook_stat_logger_manager_init", "06-scheduler-plugin-stats.patch"),
+    _class("vllm.v1.engine.output_processor:OutputProcessor.add_request",
+           "vllm_hogwild.serving.accept_steps", "add_request", NO_PATCH_ACCEPT_STEPS),
+    _class("vllm.v1.engine.output_processor:OutputProcessor.process_outputs",
+           "vllm_hogwild.serving.accept_steps", "process_outputs", NO_PATCH_ACCEPT_STEPS),
+    _class("vllm.v1.engine.output_processor:RequestState._new_completion_output",
+           "vllm_hogwild.serving.accept_steps", "new_completion_output", NO_PATCH_ACCEPT_STEPS),
+    # -- instance wraps (each by the code that owns the object) --
+    Hook("vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots", "instance", "vllm_hogwild.scheduler.kv",
+         "04-scheduler-lookahead.patch"),
+    Hook(f"{_RUNNER}._prepare_inputs", "instance", "vllm_hogwild.runner.runner_hook", "03-attention-step-extras.patch"),
+    Hook(f"{_RUNNER}._dummy_run", "instance", "vllm_hogwild.runner.runner_hook", "03-attention-step-extras.patch"),
+    Hook(f"{_RUNNER}.propose_draft_token_ids", "instance", "vllm_hogwild.runner.runner_hook",
+         "03-attention-step-extras.patch"),
+    Hook("vllm.v1.sample.sampler:Sampler.apply_logits_processors", "instance", "vllm_hogwild.runner.forcing",
+         "none: vLLM refuses custom logits processors with speculative decoding by design; forcing runs "
+         "as one where it applies, in the sampler"),
+    # -- overrides of the scheduler subclass --
+    *(Hook(f"{_SCHEDULER}.{name}", "override", "vllm_hogwild.scheduler.scheduler", NO_PATCH_OVERRIDE)
+      for name in ("add_request", "get_request_counts", "schedule", "update_from_output",
+                   "_update_request_with_output", "_free_blocks", "make_stats", "shutdown")),
+)
+
 
 def install() -> None:
+    """Wrap every ``class`` hook's target (once per process)."""
     global _installed
     if _installed:
         return
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.entrypoints.common.offline import OfflineInferenceMixin
-    from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
-    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
-    from vllm.v1.engine.async_llm import AsyncLLM
-    from vllm.v1.engine.input_processor import InputProcessor
-    from vllm.v1.engine.output_processor import OutputProcessor, RequestState
-    from vllm.v1.metrics.loggers import StatLoggerManager
-
-    from vllm_hogwild import switch
-    from vllm_hogwild.serving import accept_steps, cli, metrics, requests
-
-    for owner, name, hook in [
-        (EngineArgs, "create_engine_config", switch.create_engine_config),
-        (EngineArgs, "add_cli_args", cli.hook_add_cli_args),
-        (EngineArgs, "from_cli_args", cli.hook_from_cli_args),
-        (OpenAIServingCompletion, "create_completion", requests.create_response),
-        (OpenAIServingChat, "create_chat_completion", requests.create_response),
-        (OpenAIServingChat, "render_chat_request", requests.render_chat_request),
-        (OpenAIServingCompletion, "request_output_to_completion_response", requests.completion_response),
-        (OpenAIServingChat, "chat_completion_full_generator", requests.chat_full_response),
-        (OfflineInferenceMixin, "_add_chat_requests", requests.add_chat_requests),
-        (AsyncLLM, "generate", requests.generate),
-        (InputProcessor, "process_inputs", requests.process_inputs),
-        (StatLoggerManager, "__init__", metrics.hook_stat_logger_manager_init),
-        (OutputProcessor, "add_request", accept_steps.add_request),
-        (OutputProcessor, "process_outputs", accept_steps.process_outputs),
-        (RequestState, "_new_completion_output", accept_steps.new_completion_output),
-    ]:
-        _wrap(owner, name, hook)
+    for hook in HOOKS:
+        if hook.kind == "class":
+            module, qualname = hook.owner
+            owner = getattr(importlib.import_module(module), qualname)
+            where, _, name = hook.hook.partition(":")
+            _wrap(owner, hook.method, getattr(importlib.import_module(where), name))
     _installed = True
 
 

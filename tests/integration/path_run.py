@@ -48,7 +48,7 @@ def main() -> None:
             prompts.append({"prompt_token_ids": prompt_ids(40, seed=400 + i)})
             params.append(p)
         outputs = llm.generate(prompts, params, use_tqdm=False)
-        ended = list(scheduler_of(llm).stats.ended)[-len(prompts):]
+        ended = list(scheduler_of(llm).table.stats.ended)[-len(prompts):]
         path = path_of(llm.llm_engine.vllm_config.additional_config)
         tokenizer = llm.get_tokenizer()
     finally:

@@ -222,8 +222,8 @@ def test_blocks_come_back_after_rejections(ngram_runs, ngram_llm) -> None:
     runs, free_before = ngram_runs
     scheduler = scheduler_of(ngram_llm)
     assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == free_before
-    assert not scheduler.parked and not scheduler.groups
-    ended = list(scheduler.stats.ended)[-len(runs):]
+    assert not scheduler.parked and not scheduler.table.groups
+    ended = list(scheduler.table.stats.ended)[-len(runs):]
     # each lane holds its accepted tokens (its last one never fed), nothing of its rejected drafts
     assert sorted(e.lane_lens for e in ended) == sorted(
         [len(p) + len(c.token_ids) - 1 for c in out.outputs] for _, p, out in runs)
@@ -271,7 +271,7 @@ def collab_runs(ngram_llm):
 def test_collab_combined_matches_the_oracle_with_prefixes_and_the_finisher(collab_runs, oracle) -> None:
     """Placed tokens (step prefixes, the finisher) follow exactly the token that called for them when
     several are accepted at once: the scheduler keeps an accepted run only up to there."""
-    from vllm_hogwild.core.protocol import FINISHER_SUFFIX, step_prefix
+    from vllm_hogwild.core.protocol import FINISHER_SUFFIX, paragraph_prefix
 
     runs, tokenizer = collab_runs
     suffix = tokenizer.encode(FINISHER_SUFFIX["math"], add_special_tokens=False)
@@ -299,7 +299,7 @@ def test_collab_combined_matches_the_oracle_with_prefixes_and_the_finisher(colla
             for k, e in enumerate(ends[w], start=2):
                 if w == 0 and e + 1 >= at:
                     break
-                prefix = tokenizer.encode(step_prefix(w, k, 3), add_special_tokens=False)
+                prefix = tokenizer.encode(paragraph_prefix(w, k, 3), add_special_tokens=False)
                 placed = t[e + 1:e + 1 + len(prefix)]
                 if tokenizer.eos_token_id in placed:  # the group's end cut the prefix short
                     placed = placed[:placed.index(tokenizer.eos_token_id)]

@@ -49,9 +49,9 @@ def test_two_workers_match_the_oracle_on_the_default_model(llm, model_dir) -> No
     assert err <= TOLERANCE, f"max |logprob - oracle| = {err:.2e}"
     isolated = oracle.logprobs(prompt, tokens, layout="isolated")
     assert max(abs(a - b) for g, e in zip(got, isolated) for a, b in zip(g, e)) > 10 * TOLERANCE
-    ended = scheduler_of(llm).stats.ended[-1]
+    ended = scheduler_of(llm).table.stats.ended[-1]
     assert ended.lane_lens == [len(prompt) + 23] * 2
-    assert scheduler_of(llm).stats.num_member_preemptions == 0
+    assert scheduler_of(llm).table.stats.num_member_preemptions == 0
 
 
 QUESTION = "A shop sells pens at 3 dollars each and notebooks at 5 dollars each. Sam buys 4 pens and 2 notebooks. How many dollars does Sam pay?"
@@ -71,7 +71,7 @@ def test_collab_math_group_ends_with_a_final_answer(llm, n) -> None:
     outputs = sorted(out.outputs, key=lambda c: c.index)
     found = answer(out)
     assert found is not None, [c.text for c in outputs]
-    ended = scheduler_of(llm).stats.ended[-1]
+    ended = scheduler_of(llm).table.stats.ended[-1]
     assert found.source in ("worker", "finisher")
     if found.source == "finisher":
         assert ended.finisher == found.worker and "Time is up." in outputs[found.worker].text
@@ -90,4 +90,4 @@ def test_collab_math_group_ends_with_a_final_answer(llm, n) -> None:
     last = {s.worker: s for s in steps}
     assert engine == [(s.worker, s.joined_at - (s is last[s.worker])) for s in steps]
     assert len(steps) >= n
-    assert scheduler_of(llm).stats.num_member_preemptions == 0
+    assert scheduler_of(llm).table.stats.num_member_preemptions == 0

@@ -28,7 +28,7 @@ def _stream(tok, prompt: str):
 
 
 def test_a_character_split_across_tokens_arrives_whole_and_ends_a_step() -> None:
-    from vllm_hogwild.core.steps import StepTracker
+    from vllm_hogwild.core.paragraphs import ParagraphTracker
 
     tok = _tokenizer()
     ids = tok.encode("One 漢 two.", add_special_tokens=False)
@@ -40,7 +40,7 @@ def test_a_character_split_across_tokens_arrives_whole_and_ends_a_step() -> None
     split = [k for k, piece in enumerate(alone) if piece == "\ufffd"]
     assert [pieces[k] for k in split[:-1]] == [""] * (len(split) - 1)  # nothing until the character is complete
     # A step end on that character: seen at the token that completes it (never with tokens decoded alone).
-    whole, alone_tracker = StepTracker(1, 3, step_end="漢"), StepTracker(1, 3, step_end="漢")
+    whole, alone_tracker = ParagraphTracker(1, 3, paragraph_end="漢"), ParagraphTracker(1, 3, paragraph_end="漢")
     ends = [k for k, piece in enumerate(pieces) if whole.on_sampled(0, 3 + k, piece)]
     assert ends == [split[-1]]
     assert not any(alone_tracker.on_sampled(0, 3 + k, piece) for k, piece in enumerate(alone))

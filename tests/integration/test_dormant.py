@@ -112,7 +112,7 @@ def test_a_hogwild_engine_after_a_stock_engine_in_one_process(llm, tiny_model, s
         (out,) = hogwild.generate([{"prompt_token_ids": PROMPTS[0]}], hogwild_params(2, 16, seed=4), use_tqdm=False)
         groups = [{"prompt_token_ids": prompt_ids(50, seed=60 + i)} for i in range(2)]
         beside = run_plain_cases(hogwild, groups, [hogwild_params(2, 24, seed=60), hogwild_params(3, 16, seed=61)])
-        assert scheduler_of(hogwild).stats.ended[-1].num_workers in (2, 3)  # the groups ran in those batches
+        assert scheduler_of(hogwild).table.stats.ended[-1].num_workers in (2, 3)  # the groups ran in those batches
     finally:
         shutdown(hogwild)
     ours = plain_outputs(beside)

@@ -89,7 +89,7 @@ def test_group_prefills_prompt_once_and_holds_expected_blocks(raw_runs, llm) -> 
     tokens: the partial tail block, or the last full block when the prompt
     ends on a block boundary.
     """
-    ended = list(scheduler_of(llm).stats.ended)[-len(CASES):]
+    ended = list(scheduler_of(llm).table.stats.ended)[-len(CASES):]
     assert sorted((e.num_workers, e.prompt_len) for e in ended) == sorted(CASES)
     for e in ended:
         hit = BLOCK_SIZE * ((e.prompt_len - 1) // BLOCK_SIZE)
@@ -99,7 +99,7 @@ def test_group_prefills_prompt_once_and_holds_expected_blocks(raw_runs, llm) -> 
         prompt_blocks = -(-e.prompt_len // BLOCK_SIZE)
         lane_blocks = sum(-(-(n - e.prompt_len) // BLOCK_SIZE) for n in e.lane_lens)
         assert e.num_blocks_held <= prompt_blocks + lane_blocks + e.num_workers
-    assert scheduler_of(llm).stats.num_member_preemptions == 0
+    assert scheduler_of(llm).table.stats.num_member_preemptions == 0
 
 
 def check_one_worker_equals_plain(llm, max_tokens: int) -> None:
@@ -169,7 +169,7 @@ def test_bad_requests_name_the_field_and_the_engine_goes_on(llm, n, hogwild, max
 
 # -- layouts with a shared history of finished steps ---------------------------
 
-STEP_END = "e"
+PARAGRAPH_END = "e"
 STEP_CASES = [("combined", 2, 45), ("combined", 3, 64), ("interleaved", 3, 45)]
 
 
@@ -180,23 +180,23 @@ def step_runs(llm):
     params = []
     for i, (layout, n, _) in enumerate(STEP_CASES):
         sp = hogwild_params(n, 40, seed=50 + i, layout=layout)
-        sp.extra_args["hogwild"]["step_end"] = STEP_END
+        sp.extra_args["hogwild"]["step_end"] = PARAGRAPH_END
         params.append(sp)
     outputs = llm.generate(prompts, params, use_tqdm=False)
-    assert scheduler_of(llm).stats.num_member_preemptions == 0
+    assert scheduler_of(llm).table.stats.num_member_preemptions == 0
     return [(p["prompt_token_ids"], out) for p, out in zip(prompts, outputs)], llm.get_tokenizer()
 
 
 @pytest.mark.parametrize("case", range(len(STEP_CASES)))
 def test_step_layouts_match_the_dense_oracle(step_runs, oracle, case: int) -> None:
-    """combined / interleaved: steps end where STEP_END matches the text (a frequent pattern on
+    """combined / interleaved: steps end where PARAGRAPH_END matches the text (a frequent pattern on
     the tiny random model, so the shared history changes nearly every step); the oracle gets
     the step ends found here from the output tokens, independently of the plugin's tracker."""
     results, tokenizer = step_runs
     layout, n, _ = STEP_CASES[case]
     prompt, out = results[case]
     tokens = [list(c.token_ids) for c in out.outputs]
-    ends = [step_ends_for(tokenizer, t, STEP_END) for t in tokens]
+    ends = [step_ends_for(tokenizer, t, PARAGRAPH_END) for t in tokens]
     assert all(len(e) >= 5 for e in ends), "the pattern should cut many steps"
     expected = oracle.logprobs(prompt, tokens, layout=layout, step_ends=ends)
     got = [sampled_logprobs(c) for c in out.outputs]
@@ -274,7 +274,7 @@ def collab_run(llm):
     params.extra_args["hogwild"] = {"protocol": "collab", "step_end": COLLAB_STEP_END, "redundancy_every": 40,
                                     "finisher": 6}
     (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
-    return prompt, out, llm.get_tokenizer(), scheduler_of(llm).stats.ended[-1]
+    return prompt, out, llm.get_tokenizer(), scheduler_of(llm).table.stats.ended[-1]
 
 
 def test_collab_prompt_holds_the_preamble_and_the_headers_once(collab_run) -> None:

@@ -43,7 +43,7 @@ def test_cpu_layout_probe_matches_the_kernel(dtype: torch.dtype, block_size: int
     from vllm import _custom_ops as ops
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-    from vllm_hogwild.attention.cpu_layout import probe_k_transposed
+    from vllm_hogwild.runner.cpu_layout import probe_k_transposed
     from vllm_hogwild.attention.kv_layout import CpuPagedKV
 
     head_dim, heads, num_blocks = 64, 3, 4

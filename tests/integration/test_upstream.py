@@ -247,8 +247,6 @@ def test_every_attribute_the_plugin_sets_is_taken_by_a_real_instance() -> None:
 
     assert {
         "vllm.v1.core.sched.output.SchedulerOutput",
-        "vllm.v1.attention.backends.cpu_attn.CPUAttentionMetadata",
-        "vllm.v1.attention.backends.flash_attn.FlashAttentionMetadata",
         "vllm.v1.worker.gpu_model_runner.GPUModelRunner",
         "vllm.v1.core.kv_cache_manager.KVCacheManager",
         "vllm.entrypoints.openai.chat_completion.protocol.ChatCompletionResponse",

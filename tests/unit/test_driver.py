@@ -1,90 +1,68 @@
-"""Protocol driving for one group (pure): placed prefixes, redundancy checks, answers, the finisher."""
+"""Protocol driving for one group (pure): placed prefixes, redundancy checks, answers, the finisher.
+
+The runs go through the group table, in the order the scheduler calls it.
+"""
 
 from __future__ import annotations
 
+from tests.unit.table_engine import FakeEngine, encode
 from vllm_hogwild.core.driver import ProtocolDriver
-from vllm_hogwild.core.options import parse_request
-from vllm_hogwild.core.protocol import FINISHER_SUFFIX, REDUNDANCY_CHECK, step_prefix
-from vllm_hogwild.core.steps import STEP_END, StepTracker
-from vllm_hogwild.core.wire import ARGMAX
+from vllm_hogwild.core.options import HISTORY_LAYOUTS, parse_request
+from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
+from vllm_hogwild.core.protocol import FINISHER_SUFFIX, REDUNDANCY_CHECK, paragraph_prefix
 
 P = 10
-EOS = 0
-
-
-def encode(text: str) -> list[int]:
-    return [ord(c) for c in text]
-
-
-def decode(ids) -> str:
-    return "".join(chr(i) for i in ids)
 
 
 def driver(n: int, max_tokens: int, **options) -> ProtocolDriver:
     opts = parse_request({f"hogwild_{k}": v for k, v in options.items()})
-    tracker = StepTracker(n, P, opts.step_end or STEP_END) if opts.layout in ("combined", "interleaved") else None
+    tracker = ParagraphTracker(n, P, opts.step_end or PARAGRAPH_END) if opts.layout in HISTORY_LAYOUTS else None
     return ProtocolDriver(opts, n, max_tokens, P, tracker, encode)
 
 
-def run(d: ProtocolDriver, samples: list[list[str]], steps: int) -> list[str]:
-    """Lock-step decode: each step every live worker places its forced token or samples its next character."""
-    n = d.num_workers
-    texts = [""] * n
-    eos_ids = [EOS] * n
-    stopped = [False] * n
-    for k in range(steps):
-        finisher = d.maybe_start_finisher([None if stopped[w] else len(texts[w]) for w in range(n)])
-        if finisher is not None:
-            d.stop([w for w in range(n) if not stopped[w]], eos_ids, keep=finisher)
-        for w in range(n):
-            if stopped[w] or len(texts[w]) >= d.max_tokens:
-                continue
-            forced = d.forced(w, len(texts[w]))
-            token = samples[w][k % len(samples[w])] if forced is None else ("$" if forced == ARGMAX else chr(forced))
-            if forced == EOS:
-                stopped[w] = True
-                continue
-            d.observe(w, len(texts[w]), token)
-            texts[w] += token
-        if d.answered:
-            d.stop([w for w in range(n) if not stopped[w]], eos_ids)
-    return texts
+def run(n: int, max_tokens: int, samples: list[str], steps: int, **options) -> tuple[ProtocolDriver, list[str]]:
+    """A group decoding in lock-step through the group table (tests/unit/table_engine.py stands in for vLLM):
+    each step every live worker samples its next character, or the token the engine places."""
+    engine = FakeEngine(prompt_len=P)
+    requests = engine.add_group("g", n, max_tokens, **options)
+    driver = engine.table.groups["g"].driver
+    texts = engine.run({r.request_id: s for r, s in zip(requests, samples)}, steps)
+    return driver, [texts[r.request_id] for r in requests]
 
 
 def test_every_step_starts_with_its_writers_prefix_and_placed_text_never_ends_a_step() -> None:
-    d = driver(2, 400, layout="combined", protocol="named", step_end="[!:]")  # ":" occurs in every prefix
-    texts = run(d, [list("ab!"), list("xyzw!")], 200)
+    d, texts = run(2, 400, ["ab!", "xyzw!"], 200, layout="combined", protocol="named",
+                   step_end="[!:]")  # ":" occurs in every prefix
     import re
 
     for w, name in enumerate(("Alice", "Bob")):
         numbers = [int(k) for k in re.findall(rf"\*\*{name} \[(\d+)\]:\*\* ", texts[w])]
         assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 5, texts[w]
-        assert texts[w].startswith(step_prefix(w, 1, 2)), texts[w]
-    for w in range(2):  # steps ended on the sampled '!' only, never on a prefix's ':'
-        ends = d.tracker._lanes[w].ends
+        assert texts[w].startswith(paragraph_prefix(w, 1, 2)), texts[w]
+    for w in range(2):  # paragraphs ended on the sampled '!' only, never on a prefix's ':'
+        ends = [span.end for span in d.tracker.history if span.lane == w]
         assert len(ends) >= 5 and all(texts[w][e - P - 1] == "!" for e in ends)
 
 
 def test_redundancy_checks_ride_on_a_prefix_every_k_group_tokens() -> None:
-    d = driver(2, 600, layout="combined", protocol="named", step_end="!", redundancy_every=100)
-    texts = run(d, [list("abcdefg!"), list("hijk!")], 500)
+    d, texts = run(2, 600, ["abcdefg!", "hijk!"], 500, layout="combined", protocol="named", step_end="!",
+                   redundancy_every=100)
     checks = sum(t.count(REDUNDANCY_CHECK) for t in texts)
     assert 3 <= checks <= sum(len(t) for t in texts) // 100 + 2, checks
-    assert not any(t.startswith(step_prefix(w, 1, 2, check=True)) for w, t in enumerate(texts))
+    assert not any(t.startswith(paragraph_prefix(w, 1, 2, check=True)) for w, t in enumerate(texts))
 
 
 def test_an_answer_ends_every_worker_one_token_later() -> None:
-    d = driver(3, 100, answer_pattern=r"A(\d)")
-    texts = run(d, [list("xxxxxxxxxxxxxxxxxxxx"), list("yyyyyA7yyyyyy"), list("zzzzzzzzzzzzz")], 40)
+    d, texts = run(3, 100, ["xxxxxxxxxxxxxxxxxxxx", "yyyyyA7yyyyyy", "zzzzzzzzzzzzz"], 40, answer_pattern=r"A(\d)")
     assert d.answered
     assert [len(t) for t in texts] == [7, 7, 7]  # the match completes at token 6; everyone ends after token 7
 
 
 def test_the_finisher_takes_the_last_tokens_of_the_budget() -> None:
     max_tokens, finisher = 120, 6
-    d = driver(3, max_tokens, protocol="collab", step_end="!", finisher=finisher)
+    d, texts = run(3, max_tokens, ["abcdefghijklmnopqrstuvwxyz!", "cde!", "fghi!"], max_tokens + 5,
+                   protocol="collab", step_end="!", finisher=finisher)
     suffix = FINISHER_SUFFIX["math"]
-    texts = run(d, [list("abcdefghijklmnopqrstuvwxyz!"), list("cde!"), list("fghi!")], max_tokens + 5)
     assert d.finisher == 0
     start = texts[0].index(suffix)
     assert texts[0][start + len(suffix):] == "$" * finisher and len(texts[0]) == max_tokens
@@ -96,8 +74,8 @@ def test_a_prefix_being_placed_gives_way_to_the_finisher_when_both_do_not_fit() 
     """Documented: the finisher starts once the room after the queued prefix is the reserve; a long prefix
     (the redundancy check) can make it start early, and the worker samples on after the finisher's tokens."""
     max_tokens, finisher = 120, 6
-    d = driver(2, max_tokens, protocol="collab", step_end="!", redundancy_every=10, finisher=finisher)
-    texts = run(d, [list("ab!"), list("cd!")], max_tokens + 5)
+    d, texts = run(2, max_tokens, ["ab!", "cd!"], max_tokens + 5, protocol="collab", step_end="!",
+                   redundancy_every=10, finisher=finisher)
     suffix = FINISHER_SUFFIX["math"]
     start = texts[0].index(suffix)
     assert d.finisher == 0 and texts[0][start + len(suffix):start + len(suffix) + finisher] == "$" * finisher

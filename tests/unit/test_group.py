@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from vllm_hogwild.core.group import Group
+from vllm_hogwild.core.group import Group, Worker
 from vllm_hogwild.core.group_views import GroupViews, ViewRegistry
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
 from vllm_hogwild.core.views import Separators, Span, build_views, segments_of
@@ -23,7 +23,8 @@ def encode(text: str) -> list[int]:
 def make_group(n: int, **options) -> Group:
     group = Group.create("g", RequestSpec(RequestOptions(**options), n), max_tokens=64, prompt_len=P,
                          arrival=0.0, arrival_time=0.0, encode=encode)
-    group.member_ids = [f"{w}_g" for w in range(n)]
+    for w in range(n):
+        group.workers[w] = Worker(group, w, f"{w}_g", request=None)
     return group
 
 
@@ -77,7 +78,7 @@ def test_combined_views_follow_the_steps_the_scheduler_sends() -> None:
     segs = views.apply(step)
     # Worker 1 reads: prompt, the history (worker 0's step), worker 0's live step, its own text.
     assert [(s.start, s.end) for s in segs[1]] == [(0, 5), (5, 7), (5, 7)]
-    assert views.history == [Span(0, 5, 6)] and views.step_starts == [6, 5]
+    assert views.history == [Span(0, 5, 6)] and views.paragraph_starts == [6, 5]
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "combined", "interleaved", "isolated"])
@@ -103,14 +104,14 @@ def test_incremental_views_equal_views_built_from_scratch(layout, seed) -> None:
         shapes = () if sent else (group.shape(table),)
         sent = True
         wire = pickle.loads(pickle.dumps(StepWire(shapes, (step,))))
-        got = registry.apply(wire)
+        got = registry.apply(wire).rows
         # From scratch: the tracker's whole history and step starts, every view rebuilt.
         kw = {}
         if group.tracker is not None:
-            kw = dict(history=list(group.tracker.history), step_starts=group.tracker.step_starts,
+            kw = dict(history=list(group.tracker.history), paragraph_starts=group.tracker.paragraph_starts,
                       separators=Separators())
         views = build_views(layout, P, lens, readers=decoding, **kw)
-        expected = {group.member_ids[w]: segs for w, view in zip(decoding, views)
+        expected = {group.request_ids[w]: segs for w, view in zip(decoding, views)
                     if (segs := segments_of(view, table)) is not None}
         assert got == expected, (layout, seed, k)
     registry.apply(StepWire(ended=("g",)))

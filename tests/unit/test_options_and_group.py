@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.core.group import parse_member
+from vllm_hogwild.core.group import parse_request_id
 from vllm_hogwild.core.options import (
     EngineOptions,
     HogwildOptionError,
@@ -73,13 +73,13 @@ def test_check_request_fields() -> None:
         check_request(opts, 4, max_tokens=200, **{**kw, "num_kv_blocks": 20})
 
 
-def test_member_ids_follow_vllm_fan_out() -> None:
-    assert parse_member("abc-123", 1) == ("abc-123", 0)
-    assert parse_member("0_abc-123", 2) == ("abc-123", 0)
-    assert parse_member("3_x_y", 4) == ("x_y", 3)
+def test_request_ids_follow_vllm_fan_out() -> None:
+    assert parse_request_id("abc-123", 1) == ("abc-123", 0)
+    assert parse_request_id("0_abc-123", 2) == ("abc-123", 0)
+    assert parse_request_id("3_x_y", 4) == ("x_y", 3)
     for bad in ("abc", "4_abc", "x_abc"):
         with pytest.raises(ValueError):
-            parse_member(bad, 4)
+            parse_request_id(bad, 4)
 
 
 def test_step_layouts_and_step_end_option() -> None:

@@ -10,7 +10,7 @@ import pytest
 from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.core.options import EngineOptions, parse_request
 from vllm_hogwild.core.patterns import LOOKBACK_CHARS, MAX_PATTERN_CHARS, WindowMatcher, compile_pattern
-from vllm_hogwild.core.steps import StepTracker
+from vllm_hogwild.core.paragraphs import ParagraphTracker
 
 HOSTILE = r"([\w ]+)+Z"  # exponential backtracking in Python's re on words and spaces without a Z
 
@@ -85,8 +85,8 @@ def test_a_match_longer_than_the_window_is_not_seen() -> None:
     assert matcher.feed(">")
 
 
-def test_step_tracker_keeps_a_bounded_window_and_still_ends_steps() -> None:
-    tracker = StepTracker(1, 5, step_end=HOSTILE)
+def test_paragraph_tracker_keeps_a_bounded_window_and_still_ends_paragraphs() -> None:
+    tracker = ParagraphTracker(1, 5, paragraph_end=HOSTILE)
     for i in range(3000):
         assert not tracker.on_sampled(0, 5 + i, "word ")
         assert len(tracker._lanes[0].text) <= LOOKBACK_CHARS + 1 + len("word ")
@@ -149,13 +149,13 @@ def test_operator_switch_allows_only_the_built_in_patterns() -> None:
 
 def test_built_in_patterns_compile_under_re2_and_keep_their_meaning() -> None:
     from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, final_answer
-    from vllm_hogwild.core.steps import STEP_END
+    from vllm_hogwild.core.paragraphs import PARAGRAPH_END
 
-    compile_pattern("step_end", STEP_END)
+    compile_pattern("step_end", PARAGRAPH_END)
     for task, pattern in DEFAULT_ANSWER_PATTERN.items():
         compile_pattern("answer_pattern", pattern, dot_all=True, min_groups=1)
     assert final_answer("so \\boxed{\\frac{1}{2}} done") == "\\frac{1}{2}"
     assert final_answer("```python\nprint(1)\nprint(2)\n```", "code") == "print(1)\nprint(2)"
     assert final_answer("x" + FINISHER_SUFFIX["general"] + " 42\n", "general") == "42"
     for text in ("Done.\n\n", "He said \u201cyes.\u201d\n\n", "**Case 1.**\n\n"):
-        assert re.search(STEP_END, text) and compile_pattern("step_end", STEP_END).search(text)
+        assert re.search(PARAGRAPH_END, text) and compile_pattern("step_end", PARAGRAPH_END).search(text)

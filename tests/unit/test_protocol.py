@@ -13,14 +13,14 @@ from vllm_hogwild.core.protocol import (
     final_answer,
     names,
     preamble,
-    step_prefix,
+    paragraph_prefix,
 )
 
 
 def test_names_and_prefixes() -> None:
     assert names(2) == ("Alice", "Bob") and len(set(NAMES)) == 8
-    assert step_prefix(1, 3, 2) == "**Bob [3]:** "
-    assert step_prefix(0, 1, 4, check=True).startswith("**Alice [1]:** (Am I repeating")
+    assert paragraph_prefix(1, 3, 2) == "**Bob [3]:** "
+    assert paragraph_prefix(0, 1, 4, check=True).startswith("**Alice [1]:** (Am I repeating")
     for bad in (0, 9):
         with pytest.raises(ValueError, match="^n: "):
             names(bad)

@@ -60,19 +60,19 @@ def config_of(c: Case) -> LlamaConfig:
 
 def random_combined(rng: random.Random, prompt_len: int, gen_lens: list[int]) -> dict:
     """Finished steps of every worker in a random finishing order, plus separators on lane 0's prompt."""
-    steps, step_starts = [], []
+    steps, paragraph_starts = [], []
     for w, n in enumerate(gen_lens):
         cuts = sorted(rng.sample(range(1, n), min(2, n - 1))) if n > 1 else []
         bounds = [0, *cuts]
         unfinished = rng.choice(bounds)  # steps before it are finished
-        step_starts.append(prompt_len + unfinished)
+        paragraph_starts.append(prompt_len + unfinished)
         ends = [*bounds[1:], n]
         steps += [Span(w, prompt_len + a, prompt_len + b) for a, b in zip(bounds, ends) if b <= unfinished]
     rng.shuffle(steps)
     seps = Separators()
     if prompt_len >= 12:
         seps = Separators(Span(0, 2, 5), Span(0, 5, 6), Span(0, 6, 9), Span(0, 9, 11))
-    return {"history": steps, "step_starts": step_starts, "separators": seps}
+    return {"history": steps, "paragraph_starts": paragraph_starts, "separators": seps}
 
 
 def setup(c: Case):

@@ -49,7 +49,7 @@ def expected_contiguous(prompt_len: int, lane_lens: list[int], w: int) -> list[T
 
 
 def expected_combined(
-    prompt_len: int, lane_lens: list[int], history: list[Span], step_starts: list[int],
+    prompt_len: int, lane_lens: list[int], history: list[Span], paragraph_starts: list[int],
     seps: Separators, w: int,
 ) -> list[Token]:
     """[prompt][history sep][history][others sep][other, pivot]*[own sep][own unfinished step]."""
@@ -62,13 +62,13 @@ def expected_combined(
         out += sep(seps.history)
         for span in history:
             out += toks(span.lane, span.start, span.end)
-    others = [o for o, n in enumerate(lane_lens) if o != w and n > step_starts[o]]
+    others = [o for o, n in enumerate(lane_lens) if o != w and n > paragraph_starts[o]]
     if others:
         out += sep(seps.others)
         for o in others:
-            out += toks(o, step_starts[o], lane_lens[o]) + sep(seps.pivot)
+            out += toks(o, paragraph_starts[o], lane_lens[o]) + sep(seps.pivot)
     out += sep(seps.own)
-    return out + toks(w, step_starts[w], lane_lens[w])
+    return out + toks(w, paragraph_starts[w], lane_lens[w])
 
 
 def own_text_is_possible(prompt_len: int, lane_lens: list[int], w: int) -> bool:
@@ -154,10 +154,10 @@ def combined_st(draw, with_separators: bool):
     prompt_len = draw(st.integers(0, 12))
     gens = draw(st.lists(st.integers(1, 9), min_size=1, max_size=8))
     lane_lens = [prompt_len + g for g in gens]
-    step_starts, history = [], []
+    paragraph_starts, history = [], []
     for w, n in enumerate(lane_lens):
         start = draw(st.integers(prompt_len, n - 1))
-        step_starts.append(start)
+        paragraph_starts.append(start)
         cuts = sorted(draw(st.sets(st.integers(prompt_len, start), max_size=4)) | {prompt_len, start})
         for a, b in zip(cuts, cuts[1:]):
             if draw(st.booleans()):  # finished and promoted (a subset: gaps allowed)
@@ -172,7 +172,7 @@ def combined_st(draw, with_separators: bool):
         used = [p for p in picked if p is not None]
         if len(used) == len(set(used)):
             seps = Separators(*picked)
-    return prompt_len, lane_lens, list(history), step_starts, seps
+    return prompt_len, lane_lens, list(history), paragraph_starts, seps
 
 
 # ---------------------------------------------------------------- contiguous
@@ -322,25 +322,25 @@ def test_isolated_properties(case) -> None:
 @SETTINGS
 @given(combined_st(with_separators=False))
 def test_combined_properties_without_separators(case) -> None:
-    prompt_len, lane_lens, history, step_starts, seps = case
-    kw = dict(history=history, step_starts=step_starts)
+    prompt_len, lane_lens, history, paragraph_starts, seps = case
+    kw = dict(history=history, paragraph_starts=paragraph_starts)
     views = combined_views(prompt_len, lane_lens, **kw)
     assert views == build_views("combined", prompt_len, lane_lens, **kw)
     for w, view in enumerate(views):
         check_view_invariants(view, w, lane_lens)
         tokens = view.tokens()
-        assert tokens == expected_combined(prompt_len, lane_lens, history, step_starts, seps, w)
+        assert tokens == expected_combined(prompt_len, lane_lens, history, paragraph_starts, seps, w)
         counts = Counter(tokens)
         assert max(counts.values()) == 1, [t for t, c in counts.items() if c > 1]
         # Own unfinished step is exactly the last span (it is never merged away).
-        assert view.own.start <= step_starts[w]
+        assert view.own.start <= paragraph_starts[w]
 
 
 @SETTINGS
 @given(combined_st(with_separators=True))
 def test_combined_properties_with_separators(case) -> None:
-    prompt_len, lane_lens, history, step_starts, seps = case
-    kw = dict(history=history, step_starts=step_starts, separators=seps)
+    prompt_len, lane_lens, history, paragraph_starts, seps = case
+    kw = dict(history=history, paragraph_starts=paragraph_starts, separators=seps)
     views = build_views("combined", prompt_len, lane_lens, **kw)
     sep_spans = {
         name: getattr(seps, name) for name in ("history", "others", "pivot", "own")
@@ -350,9 +350,9 @@ def test_combined_properties_with_separators(case) -> None:
     for w, view in enumerate(views):
         check_view_invariants(view, w, lane_lens)
         tokens = view.tokens()
-        assert tokens == expected_combined(prompt_len, lane_lens, history, step_starts, seps, w)
+        assert tokens == expected_combined(prompt_len, lane_lens, history, paragraph_starts, seps, w)
         counts = Counter(tokens)
-        n_others = sum(1 for o, n in enumerate(lane_lens) if o != w and n > step_starts[o])
+        n_others = sum(1 for o, n in enumerate(lane_lens) if o != w and n > paragraph_starts[o])
         # How many times each separator is used in this view.
         uses = {
             "history": 1 if history else 0,
@@ -479,17 +479,17 @@ def test_unknown_layout_is_refused() -> None:
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_lane_shorter_than_prompt_is_refused(layout: str) -> None:
-    kw = {"history": [], "step_starts": [4, 2]} if layout in ("combined", "interleaved") else {}
+    kw = {"history": [], "paragraph_starts": [4, 2]} if layout in ("combined", "interleaved") else {}
     with pytest.raises(ValueError, match="prompt"):
         build_views(layout, 4, [5, 2], **kw)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_bad_group_is_refused(layout: str) -> None:
-    kw = {"history": [], "step_starts": []} if layout in ("combined", "interleaved") else {}
+    kw = {"history": [], "paragraph_starts": []} if layout in ("combined", "interleaved") else {}
     with pytest.raises(ValueError):
         build_views(layout, 3, [], **kw)
-    kw = {"history": [], "step_starts": [0]} if layout in ("combined", "interleaved") else {}
+    kw = {"history": [], "paragraph_starts": [0]} if layout in ("combined", "interleaved") else {}
     with pytest.raises(ValueError):
         build_views(layout, -1, [3], **kw)
 
@@ -499,21 +499,21 @@ def test_bad_group_is_refused(layout: str) -> None:
 def test_headers_at_the_prompt_tail_appear_only_where_the_view_places_them(case, cut, interleaved) -> None:
     """The engine's layout for collab: headers stored after ``prompt_end``; the prompt part of a view
     stops there, and each header appears once per use (the reader's own-lane tail never directly)."""
-    prompt_len, lane_lens, history, step_starts, _ = case
+    prompt_len, lane_lens, history, paragraph_starts, _ = case
     end = min(cut, prompt_len)
     tail = list(range(end, prompt_len))
     names = ("history", "others", "pivot", "own")
     seps = Separators(**{name: Span(0, t, t + 1) for name, t in zip(names, tail)})
     layout = "interleaved" if interleaved else "combined"
-    views = build_views(layout, prompt_len, lane_lens, history=history, step_starts=step_starts,
+    views = build_views(layout, prompt_len, lane_lens, history=history, paragraph_starts=paragraph_starts,
                         separators=seps, prompt_end=end)
     for w, view in enumerate(views):
         check_view_invariants(view, w, lane_lens)
-        full = expected_combined(prompt_len, lane_lens, history, step_starts, seps, w)
+        full = expected_combined(prompt_len, lane_lens, history, paragraph_starts, seps, w)
         # The prompt part is [0, end): the stored tail shows up only as headers.
         expected = [t for i, t in enumerate(full) if not (i < prompt_len and end <= t[1] < prompt_len)]
         if interleaved:  # no co-worker's unfinished step, so neither its header nor its pivots
-            others = {(o, p) for o, n in enumerate(lane_lens) if o != w for p in range(step_starts[o], n)}
+            others = {(o, p) for o, n in enumerate(lane_lens) if o != w for p in range(paragraph_starts[o], n)}
             hidden = {(0, s.start) for s in (seps.others, seps.pivot) if s is not None}
             expected = [t for t in expected if t not in others and t not in hidden]
         assert view.tokens() == expected

@@ -8,7 +8,7 @@ Two layouts are read (never written, never changed):
   V block. V is ``[block_size, head_dim]``; K is ``[block_size, head_dim]`` or,
   on the kernels that want it (seen on AVX2 and AVX-512 "vec" builds),
   transposed ``[head_dim, block_size]``. Which one is probed at start-up
-  (:mod:`vllm_hogwild.attention.cpu_layout`), not assumed.
+  (:mod:`vllm_hogwild.runner.cpu_layout`), not assumed.
 - :class:`PlainPagedKV`: separate K and V caches ``[num_blocks, block_size,
   kv_heads, head_dim]`` (any strides), what the GPU backends use.
 

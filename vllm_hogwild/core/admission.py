@@ -1,7 +1,7 @@
 """When a complete Hogwild group may start, beside plain requests, and lock-step. Pure, no vLLM import.
 
-A group is admitted whole or not at all: only when every member fits for its
-whole budget (:func:`fits`); its members then start together and decode in
+A group is admitted whole or not at all: only when every worker fits for its
+whole budget (:func:`fits`); its workers then start together and decode in
 lock-step (:func:`ahead_of_group`).
 
 Arrival order with a bounded overtake (``max_plain_wait`` seconds, on
@@ -25,7 +25,7 @@ from typing import Sequence
 
 
 class Decision(Enum):
-    ADMIT = "admit"  # queue the group's members now
+    ADMIT = "admit"  # queue the group's workers now
     WAIT = "wait"  # not now; plain requests go on as usual
     HOLD_NEWER = "hold_newer"  # not now; plain requests that arrived after the group wait too
 
@@ -50,9 +50,9 @@ class Fairness:
 
 def fits(need_blocks: int, promised_blocks: int, watermark_blocks: int, free_blocks: int,
          num_active: int, num_workers: int, max_active: int) -> bool:
-    """Whether a whole group fits now: a slot for every member, and KV blocks for every member's whole budget.
+    """Whether a whole group fits now: a slot for every worker, and KV blocks for every worker's whole budget.
 
-    ``promised_blocks``: blocks of members already queued that have not allocated yet.
+    ``promised_blocks``: blocks of workers already queued that have not allocated yet.
     """
     return (num_active + num_workers <= max_active
             and need_blocks + promised_blocks + watermark_blocks <= free_blocks)
@@ -61,7 +61,7 @@ def fits(need_blocks: int, promised_blocks: int, watermark_blocks: int, free_blo
 def ahead_of_group(num_outputs: Sequence[int | None]) -> list[int]:
     """Lock-step: the live workers (``None``: stopped) that have more output tokens than the slowest live one.
 
-    They sit out a step, so that every worker feeds its k-th token in the same step (a member that
+    They sit out a step, so that every worker feeds its k-th token in the same step (a worker that
     finished its prefill waits for a sibling still prefilling).
     """
     live = [n for n in num_outputs if n is not None]

@@ -1,7 +1,7 @@
 """Protocol driving for one group: the tokens the engine places into lanes, and when the group stops. Pure.
 
 The scheduler shows the driver every sampled token's text (:meth:`ProtocolDriver.observe`,
-incrementally detokenized) and asks it, for each member that samples in a step,
+incrementally detokenized) and asks it, for each worker that samples in a step,
 which token to place (:meth:`ProtocolDriver.forced`). What it drives:
 
 - **step prefixes** (``named``, ``collab``): every step of a worker starts with
@@ -9,11 +9,11 @@ which token to place (:meth:`ProtocolDriver.forced`). What it drives:
   step 1 at the start), placed one token per step; every ``redundancy_every``
   tokens of the group, a worker's next prefix carries the redundancy check;
 - **answers** (``answer_pattern``): once any worker's text matches, every live
-  member samples its end of sequence next (:meth:`ProtocolDriver.stop`);
+  worker samples its end of sequence next (:meth:`ProtocolDriver.stop`);
 - **the finisher** (``collab``): the last ``len(suffix) + finisher`` tokens of
   the lowest live worker's budget go to the task's "time is up" suffix and then
   greedy tokens (:data:`~vllm_hogwild.core.wire.ARGMAX`), and every other live
-  member ends, so the finisher reads the whole shared transcript. The finisher
+  worker ends, so the finisher reads the whole shared transcript. The finisher
   starts when the worker's budget, after the step prefix it is placing, has no
   more than that room left; when the prefix and the suffix do not both fit, the
   prefix gives way (its placed part stays).
@@ -29,14 +29,14 @@ from typing import Callable, Sequence
 
 from vllm_hogwild.core.options import NAMED_PROTOCOLS, RequestOptions
 from vllm_hogwild.core.patterns import WindowMatcher
-from vllm_hogwild.core.protocol import FINISHER_SUFFIX, RedundancyChecks, answer_regex, step_prefix
-from vllm_hogwild.core.steps import StepTracker
+from vllm_hogwild.core.protocol import FINISHER_SUFFIX, RedundancyChecks, answer_regex, paragraph_prefix
+from vllm_hogwild.core.paragraphs import ParagraphTracker
 from vllm_hogwild.core.wire import ARGMAX
 
 
 class ProtocolDriver:
     def __init__(self, options: RequestOptions, num_workers: int, max_tokens: int, prompt_len: int,
-                 tracker: StepTracker | None, encode: Callable[[str], list[int]]) -> None:
+                 tracker: ParagraphTracker | None, encode: Callable[[str], list[int]]) -> None:
         self.options = options
         self.num_workers = num_workers
         self.max_tokens = max_tokens
@@ -58,7 +58,7 @@ class ProtocolDriver:
         self.suffix = encode(FINISHER_SUFFIX[options.task]) if options.finisher else []
         if self.named:
             for w in range(num_workers):
-                self.queues[w].extend(encode(step_prefix(w, 1, num_workers)))
+                self.queues[w].extend(encode(paragraph_prefix(w, 1, num_workers)))
 
     @property
     def observes_text(self) -> bool:
@@ -92,7 +92,7 @@ class ProtocolDriver:
         seen = sum(self.num_observed)
         number = self.step_numbers[worker] + 1
         check = RedundancyChecks(self.options.redundancy_every).due(self.checked_at[worker], seen)
-        prefix = self.encode(step_prefix(worker, number, self.num_workers, check))
+        prefix = self.encode(paragraph_prefix(worker, number, self.num_workers, check))
         self.step_numbers[worker] = number
         if check:
             self.checked_at[worker] = seen

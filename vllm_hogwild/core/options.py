@@ -11,7 +11,7 @@ OpenAI server's flat ``vllm_xargs`` spell the same option ``hogwild_<name>``)::
 
 ``layout`` is ``contiguous``, ``isolated``, ``combined`` or ``interleaved``;
 the last two cut each worker's text into steps (``step_end``, a regular
-expression, default :data:`vllm_hogwild.core.steps.STEP_END`). ``protocol`` is
+expression, default :data:`vllm_hogwild.core.paragraphs.PARAGRAPH_END`). ``protocol`` is
 ``raw`` (nothing injected), ``named`` (step layouts only: the engine starts
 every step of a worker with its name and step number, ``**Alice [2]:** ``) or
 ``collab``, the whole collaboration protocol: ``named`` plus a preamble that
@@ -48,7 +48,7 @@ REQUEST_KEY = "hogwild"  # in SamplingParams.extra_args
 FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
 REQUEST_LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
-STEP_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
+HISTORY_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
 PROTOCOLS = ("raw", "named", "collab")
 NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every step with the writer's name
 COLLAB_DEFAULTS = {"layout": "combined", "redundancy_every": 512, "finisher": 16}  # answer_pattern: the task's
@@ -103,7 +103,7 @@ class EngineOptions:
 class RequestOptions:
     layout: str = "contiguous"
     protocol: str = "raw"
-    step_end: str | None = None  # regex ending a step (combined, interleaved); None: steps.STEP_END
+    step_end: str | None = None  # regex ending a step (combined, interleaved); None: steps.PARAGRAPH_END
     answer_pattern: str | None = None  # regex (one group): the group stops once a worker writes a match
     redundancy_every: int = 0  # named, collab: a step prefix asks "am I repeating?" every K group tokens
     task: str = "math"  # collab: the preamble's template and the default answer pattern
@@ -256,17 +256,17 @@ def parse_request(extra_args: Mapping[str, Any], client_patterns: bool = True) -
     opts = RequestOptions(**{k: bool(v) if k == "accept_steps" else v for k, (_, v) in values.items()})
     if opts.protocol == "collab":
         opts = _collab_defaults(opts, values)
-    if "step_end" in values and opts.layout not in STEP_LAYOUTS:
-        raise HogwildOptionError(values["step_end"][0], f"steps exist only in the layouts {list(STEP_LAYOUTS)}")
+    if "step_end" in values and opts.layout not in HISTORY_LAYOUTS:
+        raise HogwildOptionError(values["step_end"][0], f"steps exist only in the layouts {list(HISTORY_LAYOUTS)}")
     if "redundancy_every" in values and opts.redundancy_every and opts.protocol not in NAMED_PROTOCOLS:
         raise HogwildOptionError(values["redundancy_every"][0],
                                  f"redundancy checks ride on step prefixes: protocol one of {list(NAMED_PROTOCOLS)}")
     for name in ("task", "person", "finisher"):
         if name in values and opts.protocol != "collab":
             raise HogwildOptionError(values[name][0], "an option of the collaboration protocol: protocol 'collab'")
-    if opts.protocol in NAMED_PROTOCOLS and opts.layout not in STEP_LAYOUTS:
+    if opts.protocol in NAMED_PROTOCOLS and opts.layout not in HISTORY_LAYOUTS:
         field = values["layout"][0] if "layout" in values else values["protocol"][0]
-        raise HogwildOptionError(field, f"protocol {opts.protocol!r} needs steps: layout one of {list(STEP_LAYOUTS)}")
+        raise HogwildOptionError(field, f"protocol {opts.protocol!r} needs steps: layout one of {list(HISTORY_LAYOUTS)}")
     return opts
 
 

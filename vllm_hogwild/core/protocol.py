@@ -91,7 +91,7 @@ def names(num_workers: int) -> tuple[str, ...]:
     return NAMES[:num_workers]
 
 
-def step_prefix(worker: int, step: int, num_workers: int, check: bool = False) -> str:
+def paragraph_prefix(worker: int, step: int, num_workers: int, check: bool = False) -> str:
     """``**Alice [3]:** `` (step counted from 1), with the redundancy check when ``check``."""
     name = names(num_workers)[worker]
     return f"**{name} [{step}]:** " + (REDUNDANCY_CHECK if check else "")

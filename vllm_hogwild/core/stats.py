@@ -23,8 +23,8 @@ class GroupEnd:
     num_prefill_saved: int  # prompt tokens computed once for the group instead of once per worker
     output_lens: list[int]  # tokens each worker generated
     coworker_reads: list[int]  # co-worker tokens each worker attended, summed over its steps
-    admission_wait_s: float | None  # first member's arrival to the group's admission (None: never admitted)
-    latency_s: float  # first member's arrival to the group's end
+    admission_wait_s: float | None  # first worker's arrival to the group's admission (None: never admitted)
+    latency_s: float  # first worker's arrival to the group's end
     history: list[tuple[int, int, int]] = field(default_factory=list)  # (lane, start, end) of steps, as joined
     finisher: int | None = None  # the worker the finisher ran on
 

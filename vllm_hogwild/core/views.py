@@ -171,22 +171,22 @@ def combined_views(
     prompt_len: int,
     lane_lens: Sequence[int],
     history: Sequence[Span],
-    step_starts: Sequence[int],
+    paragraph_starts: Sequence[int],
     separators: Separators = Separators(),
     prompt_end: int | None = None,
 ) -> list[View]:
     """``[prompt][history][others' unfinished steps + pivot][own unfinished step]``.
 
     ``history`` lists finished steps (spans of any lane) in the order they
-    finished; ``step_starts[w]`` is where worker ``w``'s unfinished step starts
-    in its lane (so ``[step_starts[w], lane_lens[w])`` is unfinished). A step's
+    finished; ``paragraph_starts[w]`` is where worker ``w``'s unfinished step starts
+    in its lane (so ``[paragraph_starts[w], lane_lens[w])`` is unfinished). A step's
     tokens move into ``history`` when it finishes: a change of views only.
 
     ``prompt_end`` (default ``prompt_len``): the prompt part of every view is
     ``[0, prompt_end)``; the stored prompt's tail after it holds the separators,
     which appear only where the view places it.
     """
-    return build_views("combined", prompt_len, lane_lens, history=history, step_starts=step_starts,
+    return build_views("combined", prompt_len, lane_lens, history=history, paragraph_starts=paragraph_starts,
                        separators=separators, prompt_end=prompt_end)
 
 
@@ -194,7 +194,7 @@ def interleaved_views(
     prompt_len: int,
     lane_lens: Sequence[int],
     history: Sequence[Span],
-    step_starts: Sequence[int],
+    paragraph_starts: Sequence[int],
     separators: Separators = Separators(),
     prompt_end: int | None = None,
 ) -> list[View]:
@@ -202,7 +202,7 @@ def interleaved_views(
 
     An ablation: co-workers are seen only through finished steps.
     """
-    return build_views("interleaved", prompt_len, lane_lens, history=history, step_starts=step_starts,
+    return build_views("interleaved", prompt_len, lane_lens, history=history, paragraph_starts=paragraph_starts,
                        separators=separators, prompt_end=prompt_end)
 
 
@@ -211,13 +211,13 @@ def _history_view(
     prompt_len: int,
     lane_lens: Sequence[int],
     history: Sequence[Span],
-    step_starts: Sequence[int],
+    paragraph_starts: Sequence[int],
     separators: Separators,
     live_others: bool,
     prompt_end: int,
 ) -> View:
     own_len = lane_lens[w]
-    if own_len == step_starts[w]:
+    if own_len == paragraph_starts[w]:
         # Nothing of its own outside the history: a worker that has fed no token yet (or has
         # stopped) reads its own lane as a plain sequence; it writes nothing after it.
         return View((Span(w, 0, own_len),))
@@ -225,24 +225,24 @@ def _history_view(
     if history:
         parts += _present(separators.history) + list(history)
     others = [
-        Span(o, step_starts[o], n)
+        Span(o, paragraph_starts[o], n)
         for o, n in enumerate(lane_lens)
-        if live_others and o != w and n > step_starts[o]
+        if live_others and o != w and n > paragraph_starts[o]
     ]
     if others:
         parts += _present(separators.others)
         for span in others:
             parts += [span, *_present(separators.pivot)]
     parts += _present(separators.own)
-    return _own_view(parts, Span(w, step_starts[w], own_len))
+    return _own_view(parts, Span(w, paragraph_starts[w], own_len))
 
 
 def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], readers: Sequence[int] | None = None,
-                history: Sequence[Span] = (), step_starts: Sequence[int] | None = None,
+                history: Sequence[Span] = (), paragraph_starts: Sequence[int] | None = None,
                 separators: Separators = Separators(), prompt_end: int | None = None) -> list[View]:
     """The views of ``readers`` (default: every worker, in worker order) for one of :data:`LAYOUTS`.
 
-    ``history``, ``step_starts``, ``separators`` and ``prompt_end``: the layouts
+    ``history``, ``paragraph_starts``, ``separators`` and ``prompt_end``: the layouts
     with a shared history (``combined``, ``interleaved``); see :func:`combined_views`.
     """
     _check_lanes(prompt_len, lane_lens)
@@ -252,12 +252,12 @@ def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], readers:
     if layout == "isolated":
         return [View((Span(w, 0, lane_lens[w]),)) for w in readers]
     if layout in ("combined", "interleaved"):
-        if step_starts is None or len(step_starts) != len(lane_lens):
+        if paragraph_starts is None or len(paragraph_starts) != len(lane_lens):
             raise ValueError("one step start per lane")
         prompt_end = prompt_len if prompt_end is None else prompt_end
         if not 0 <= prompt_end <= prompt_len:
             raise ValueError("the prompt part of a view ends within the prompt")
-        return [_history_view(w, prompt_len, lane_lens, history, step_starts, separators,
+        return [_history_view(w, prompt_len, lane_lens, history, paragraph_starts, separators,
                               layout == "combined", prompt_end) for w in readers]
     raise ValueError(f"layout: unknown layout {layout!r}; expected one of {LAYOUTS}")
 

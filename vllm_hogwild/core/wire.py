@@ -1,4 +1,4 @@
-"""What crosses from the engine core to the workers each step: one neutral module. Pure, no vLLM import.
+"""What crosses from the engine core to the worker processes each engine step: one neutral module. Pure, no vLLM import.
 
 The scheduler (engine core) attaches one :class:`StepWire` to vLLM's
 ``SchedulerOutput`` as :data:`STEP_ATTR`; vLLM's executor sends that object to
@@ -8,10 +8,10 @@ runner hook in each worker applies it. Neither side imports the other.
 Like vLLM's own ``NewRequestData`` / ``CachedRequestData``, the wire is
 incremental: a group's :class:`GroupShape` (its lanes' block tables, its
 layout, its prompt and section headers) travels once, in the first step that
-decodes any of its members; after that a :class:`GroupStep` carries only what
-changed: the lanes' lengths, the members that decode, and the finished steps
-that joined the shared history. That is O(N + joined steps) per group per
-step, whatever the length of the views. ``ended`` tells the workers which
+decodes any of its workers; after that a :class:`GroupStep` carries only what
+changed: the lanes' lengths, the workers that decode, and the finished paragraphs
+that joined the shared history. That is O(N + joined paragraphs) per group per
+step, whatever the length of the views. ``ended`` tells the worker processes which
 groups to forget.
 """
 
@@ -26,31 +26,50 @@ ARGMAX = -1  # a forced "token": the row's most likely token (greedy, whatever t
 
 @dataclass(frozen=True)
 class GroupShape:
-    """What does not change while a group decodes; sent once."""
+    """What does not change while a group decodes: sent once, and again when it resumes after a preemption."""
 
     group_id: str
-    member_ids: tuple[str, ...]  # request id of each worker, in worker order
+    request_ids: tuple[str, ...]  # request id of each worker, in worker order
     layout: str
     prompt_len: int  # tokens every lane starts with
     prompt_end: int  # the prompt part of every view ends here (before the collab section headers)
     # (start, end) of the section headers in lane 0's prompt: history, others, pivot, own (None: absent)
     separators: tuple[tuple[int, int] | None, ...]
-    block_ids: tuple[tuple[int, ...], ...]  # each lane's physical KV blocks, from position 0, whole budget
+    block_ids: tuple[tuple[int, ...], ...]  # each lane's physical KV blocks from position 0, as allocated so far
 
 
 @dataclass(frozen=True)
 class GroupStep:
-    """One step of one group: enough to rebuild every decoding member's view."""
+    """One step of one group: enough to rebuild every decoding worker's view."""
 
     group_id: str
     # tokens of each lane that co-workers may read this step: its accepted tokens whose K/V is written
     # once this step's writes land (never this step's drafts)
     lane_lens: tuple[int, ...]
     decoding: tuple[int, ...]  # workers whose rows read their view this step
-    joined: tuple[tuple[int, int, int], ...] = ()  # (lane, start, end): steps that joined the history, in order
+    joined: tuple[tuple[int, int, int], ...] = ()  # (lane, start, end): paragraphs that joined the history, in order
     # speculative decoding: draft tokens each lane feeds this step after ``lane_lens`` (empty: none). Only
     # the lane's own rows read them (causally); they are not accepted yet.
     drafts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """A past step of a group, as a re-fed token's view needs it (see :mod:`vllm_hogwild.core.replay`)."""
+
+    lane_lens: tuple[int, ...]  # what each lane's co-workers read then
+    num_history: int  # paragraphs in the shared history after that step's joins
+    paragraph_starts: tuple[int, ...]  # where each lane's part outside the history started then
+
+
+@dataclass(frozen=True)
+class GroupReplay:
+    """The positions each lane of a resumed group re-feeds this step, and the past steps they were fed at."""
+
+    group_id: str
+    steps: tuple[ReplayStep, ...]
+    # (lane, runs): each run (start, end, index into ``steps``, or -1: prompt positions, plain prefill)
+    lanes: tuple[tuple[int, tuple[tuple[int, int, int], ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -59,6 +78,9 @@ class StepWire:
     steps: tuple[GroupStep, ...] = ()
     ended: tuple[str, ...] = ()
     forced: Mapping[str, int] = field(default_factory=dict)  # request id -> the token it must sample (or ARGMAX)
+    # (group id, lane, block ids): blocks a lane was given since the last wire (lanes grow on demand)
+    new_blocks: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
+    replays: tuple[GroupReplay, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.shapes or self.steps or self.ended or self.forced)
+        return bool(self.shapes or self.steps or self.ended or self.forced or self.new_blocks or self.replays)

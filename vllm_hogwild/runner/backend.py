@@ -2,15 +2,17 @@
 
 A Hogwild backend is a platform's vLLM backend with two mixins put in front:
 
-- :class:`HogwildBuilderMixin` (metadata builder, once per step): takes the
-  step's views that the runner hook published, finds this batch's Hogwild
-  rows, builds the native metadata with those rows reduced to a context of
-  their own query tokens (so the native kernel never reads their whole lane:
-  no row is computed twice), and plans segment attention for them once; every
-  layer reuses the plan (:class:`HogwildStep`, the same type on every platform).
+- :class:`HogwildBuilderMixin` (metadata builder, once per step): reads the
+  step's views from the process's :class:`~vllm_hogwild.runner.context.StepContext`,
+  finds this batch's Hogwild rows, builds the native metadata with those rows
+  reduced to a context of their own query tokens (so the native kernel never
+  reads their whole lane: no row is computed twice), and plans segment attention
+  for them once, recording the plan in the context beside the metadata it belongs
+  to (:class:`HogwildStep`, the same type on every platform).
 - :class:`HogwildImplMixin` (every layer): runs the native kernel (which also
   writes the step's K/V), then overwrites the Hogwild rows with segment
-  attention over the cache read in place.
+  attention over the cache read in place, with the plan the context holds for
+  the metadata it was handed (none: a plain batch, or a draft model's).
 
 What a platform adds is only the native classes and how its cache tensor is
 read (:meth:`HogwildImplMixin.hogwild_kv`): the CPU backend here, FlashAttention
@@ -37,9 +39,9 @@ from vllm.v1.attention.backends.cpu_attn import (
 )
 
 from vllm_hogwild.attention import segment_attention as sa
-from vllm_hogwild.runner import runner_hook
 from vllm_hogwild.attention.paths import path_of
-from vllm_hogwild.attention.cpu_layout import probe_k_transposed
+from vllm_hogwild.runner.context import StepViews, get_step
+from vllm_hogwild.runner.cpu_layout import probe_k_transposed
 from vllm_hogwild.attention.kv_layout import CpuPagedKV
 from vllm_hogwild.core.rope import RopeSpec
 
@@ -48,7 +50,7 @@ CPU_BACKEND_PATH = "vllm_hogwild.runner.backend.HogwildCPUAttentionBackend"
 
 @dataclass(frozen=True)
 class HogwildStep:
-    """``metadata.hogwild`` on every platform: the step's plan and how to read this cache."""
+    """A builder's plan for one step's metadata, on every platform: the plan and how to read this cache."""
 
     plan: sa.SegmentAttentionPlan
     k_transposed: bool = False  # the CPU cache's K blocks (probed at start-up); unused elsewhere
@@ -58,25 +60,37 @@ class HogwildViewsMismatch(RuntimeError):
     """The published views do not belong to the batch being built (a bug, never silently ignored)."""
 
 
-def rows_for_step(step: runner_hook.StepViews | None, common) -> dict[int, sa.QueryRow]:
-    """The step's Hogwild rows in this batch, by batch row (empty when the step has none)."""
+def rows_for_step(step: StepViews | None, common) -> dict[int, list[sa.QueryRow]]:
+    """The step's Hogwild rows in this batch, by batch row (empty when the step has none).
+
+    A decoding worker's row reads one view (its query tokens: its last token and any drafts); a
+    resumed group's re-fed row is one single-token row per token, each with the view that token was
+    produced under.
+    """
     if step is None or not step.segments:
         return {}
+    rows_of, replays = step.segments.rows, step.segments.replays
     if (len(step.req_ids) != common.num_reqs or step.num_tokens != common.num_actual_tokens
-            or any(r not in step.req_ids for r in step.segments)):
+            or not step.segments.request_ids() <= set(step.req_ids)):
         raise HogwildViewsMismatch(
             f"Hogwild views for {len(step.req_ids)} requests / {step.num_tokens} tokens, batch of "
             f"{common.num_reqs} / {common.num_actual_tokens}")
     starts = common.query_start_loc_cpu.tolist()
     rows = {}
     for i, req_id in enumerate(step.req_ids):
-        segments = step.segments.get(req_id)
+        segments = rows_of.get(req_id)
         if segments is not None:
-            rows[i] = sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments)
+            rows[i] = [sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments)]
+        tokens = replays.get(req_id)
+        if tokens is not None:
+            if len(tokens) != starts[i + 1] - starts[i]:
+                raise HogwildViewsMismatch(f"{req_id} re-feeds {starts[i + 1] - starts[i]} tokens, its views "
+                                           f"cover {len(tokens)}")
+            rows[i] = [sa.QueryRow(starts[i] + k, 1, segments) for k, segments in enumerate(tokens)]
     return rows
 
 
-def without_native_context(common, rows: dict[int, sa.QueryRow]):
+def without_native_context(common, rows: dict[int, list[sa.QueryRow]]):
     """The batch as the native kernel sees it: each Hogwild row's context is its own query length.
 
     Their native output is overwritten by segment attention anyway; this keeps
@@ -84,7 +98,7 @@ def without_native_context(common, rows: dict[int, sa.QueryRow]):
     still written (slot mapping untouched). ``max_seq_len`` stays an upper bound.
     """
     index = torch.tensor(list(rows), dtype=torch.long)
-    lens = torch.tensor([r.num_query_tokens for r in rows.values()], dtype=common.seq_lens.dtype)
+    lens = torch.tensor([sum(q.num_query_tokens for q in r) for r in rows.values()], dtype=common.seq_lens.dtype)
     seq_lens = common.seq_lens.clone()
     seq_lens[index.to(seq_lens.device)] = lens.to(seq_lens.device)
     upper = common.seq_lens_cpu_upper_bound
@@ -124,18 +138,17 @@ class HogwildBuilderMixin:
         return False
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
-        rows = rows_for_step(runner_hook.current(), common_attn_metadata) if self.hogwild_path else {}
+        step = get_step()
+        rows = rows_for_step(step.views, common_attn_metadata) if self.hogwild_path else {}
         if not rows:
-            metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
-            metadata.hogwild = None
-            return metadata
+            return super().build(common_prefix_len, common_attn_metadata, fast_build)
         # No cascade (shared-prefix) attention over rows whose native context was cut short.
         metadata = super().build(0, without_native_context(common_attn_metadata, rows), fast_build)
-        query_rows = list(rows.values())
+        query_rows = [q for row in rows.values() for q in row]
         plan = sa.plan(query_rows, self.hogwild_block_size, self.hogwild_rope,
                        sa.kind_for(self.hogwild_path, query_rows, self.hogwild_block_size),
                        num_tokens=common_attn_metadata.num_actual_tokens, device=self.device)
-        metadata.hogwild = HogwildStep(plan, self.hogwild_k_transposed)
+        step.add_plan(metadata, HogwildStep(plan, self.hogwild_k_transposed))
         return metadata
 
 
@@ -148,7 +161,7 @@ class HogwildImplMixin:
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
         output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
-        step = getattr(attn_metadata, "hogwild", None)
+        step = get_step().plan_for(attn_metadata)
         if step is not None:
             n = attn_metadata.num_actual_tokens
             out = output[:n].view(n, self.num_heads, self.head_size)

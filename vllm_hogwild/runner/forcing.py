@@ -1,9 +1,9 @@
 """Tokens the engine places into a lane: a logits processor that makes a row sample a given token.
 
-The scheduler decides, per step, which member must produce which token (a
+The scheduler decides, per step, which worker must produce which token (a
 step prefix such as ``**Alice [2]:** ``, one token per step) and ships it on
 the ``SchedulerOutput``; the runner hook turns it into logits rows
-(:func:`vllm_hogwild.runner.runner_hook.take_forced`). This processor, which the
+(:meth:`vllm_hogwild.runner.context.StepContext.take_forced`). This processor, which the
 switch adds to the engine's ``logits_processors``, leaves one finite logit in
 each such row, so whatever the sampling parameters the row samples that
 token (or, for ``ARGMAX``, its most likely token: the finisher's greedy
@@ -15,7 +15,7 @@ logprob is still the model's own.
 With speculative decoding vLLM takes no custom logits processor; the worker
 then runs the same function (:func:`apply_forced`) at the end of the sampler's
 own ``apply_logits_processors`` (:func:`install_sampler_forcing`), which vLLM calls for the bonus rows
-(one per request, in batch order). A member whose next token may be forced
+(one per request, in batch order). A worker whose next token may be forced
 verifies no drafts (the scheduler drops them), so its bonus row is its only row.
 """
 
@@ -25,7 +25,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
 from vllm_hogwild.core.wire import ARGMAX  # a forced "token": the row's most likely token
-from vllm_hogwild.runner import runner_hook
+from vllm_hogwild.runner.context import get_step
 
 LOGITS_PROCESSOR = "vllm_hogwild.runner.forcing:ForcedTokens"
 
@@ -46,7 +46,7 @@ class ForcedTokens(LogitsProcessor):
 
 def apply_forced(logits: torch.Tensor) -> torch.Tensor:
     """Leave one finite logit in each row the step forces (rows: one per request, in batch order)."""
-    rows = runner_hook.take_forced()
+    rows = get_step().take_forced()
     if not rows:
         return logits
     index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)

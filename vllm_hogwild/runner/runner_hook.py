@@ -5,13 +5,14 @@ Worker process only. The scheduler attaches the step's wire
 runner hook (:func:`install_runner_hook`, wrapping ``_prepare_inputs`` of this
 worker's runner instance) applies it to this process's
 :class:`~vllm_hogwild.core.group_views.ViewRegistry`, which turns it into each
-decoding member's segments, and publishes them with the batch's final row
-order; every metadata builder of the step reads them (:func:`current`) when it
-builds the step's attention metadata. Every real
-step publishes afresh; a dummy run (profiling, CUDA graph capture, an idle
-data-parallel rank) and a draft model's proposal clear the publication first
-(the same hook wraps ``_dummy_run`` and ``propose_draft_token_ids``), and a publication that does not match the batch being built
-is an error, never silently ignored.
+decoding worker's segments, and sets them with the batch's final row order in
+the process's :class:`~vllm_hogwild.runner.context.StepContext`; every metadata
+builder of the step reads them when it builds the step's attention metadata.
+Every real step sets the context afresh; a dummy run (profiling, CUDA graph
+capture, an idle data-parallel rank) and a draft model's proposal clear it
+first (the same hook wraps ``_dummy_run`` and ``propose_draft_token_ids``), and
+views that do not match the batch being built are an error, never silently
+ignored.
 
 The same hook hands the tokens the scheduler forces this step (step prefixes
 it places into lanes) to the sampler's logits processor, by logits row, and
@@ -21,59 +22,30 @@ prefill chunk) out of this step's sampling (:func:`set_aside_discarded_generator
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from vllm_hogwild.core.group_views import ViewRegistry
-from vllm_hogwild.core.views import Segment
 from vllm_hogwild.core.wire import STEP_ATTR
+from vllm_hogwild.runner.context import StepViews, get_step
 
 HOOKED_METHOD = "_prepare_inputs"
 DUMMY_RUN_METHOD = "_dummy_run"
 DRAFT_METHOD = "propose_draft_token_ids"  # speculative decoding's proposer (a draft model runs its layers)
-
-
-@dataclass(frozen=True)
-class StepViews:
-    segments: dict[str, tuple[Segment, ...]]  # request id -> segments it reads
-    req_ids: tuple[str, ...]  # the batch's rows, in order
-    num_tokens: int  # the batch's scheduled tokens: a builder checks it is building this batch
-
-
-_current: StepViews | None = None
-_forced_rows: dict[int, int] | None = None  # logits row -> forced token, for this step's sampler
-
-
-def take_forced() -> dict[int, int] | None:
-    """The step's forced tokens by logits row, once (see :mod:`vllm_hogwild.runner.forcing`)."""
-    global _forced_rows
-    rows, _forced_rows = _forced_rows, None
-    return rows
-
-
-def current() -> StepViews | None:
-    """The step's publication; every builder of the step reads the same one."""
-    return _current
-
-
-def publish(step: StepViews | None) -> None:
-    global _current
-    _current = step
+WRAPPED_METHODS = (HOOKED_METHOD, DUMMY_RUN_METHOD, DRAFT_METHOD)  # of the runner instance
 
 
 def install_runner_hook(runner: Any) -> None:
-    """Wrap ``runner._prepare_inputs`` (this instance only, once)."""
+    """Wrap ``runner._prepare_inputs``, ``_dummy_run`` and ``propose_draft_token_ids`` (this instance only, once)."""
     original = getattr(runner, HOOKED_METHOD)
     if getattr(original, "_hogwild_hook", False):
         return
 
     set_aside: dict[str, Any] = {}  # request id -> its seeded generator, kept out of this step's sampling
     registry = ViewRegistry()  # this process's groups, kept from step to step
+    step = get_step()
 
     def prepare_inputs(scheduler_output, *args, **kwargs):
-        global _forced_rows
-        publish(None)  # never let a previous step's views outlive it
-        _forced_rows = None
+        step.reset()  # never let a previous step's views outlive it
         restore_generators(runner.input_batch, set_aside)
         result = original(scheduler_output, *args, **kwargs)
         set_aside_discarded_generators(runner, set_aside)
@@ -81,9 +53,10 @@ def install_runner_hook(runner: Any) -> None:
         segments = registry.apply(wire)
         # After the original: it may reorder the batch rows.
         req_ids = tuple(runner.input_batch.req_ids)
-        publish(StepViews(segments, req_ids, scheduler_output.total_num_scheduled_tokens))
+        forced = None
         if wire is not None and wire.forced:
-            _forced_rows = {row: wire.forced[r] for row, r in enumerate(req_ids) if r in wire.forced}
+            forced = {row: wire.forced[r] for row, r in enumerate(req_ids) if r in wire.forced}
+        step.set(StepViews(segments, req_ids, scheduler_output.total_num_scheduled_tokens), forced)
         return result
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
@@ -92,9 +65,7 @@ def install_runner_hook(runner: Any) -> None:
     dummy_run = getattr(runner, DUMMY_RUN_METHOD)
 
     def dummy_run_without_views(*args, **kwargs):
-        global _forced_rows
-        publish(None)  # a dummy batch is not the last real step's batch
-        _forced_rows = None
+        step.reset()  # a dummy batch is not the last real step's batch
         return dummy_run(*args, **kwargs)
 
     setattr(runner, DUMMY_RUN_METHOD, dummy_run_without_views)
@@ -104,7 +75,7 @@ def install_runner_hook(runner: Any) -> None:
         def propose_without_views(*args, **kwargs):
             # A draft model drafts from its lane alone (plain attention): its batch is not the step's,
             # and drafts only need to be likely; the target's verification reads the views.
-            publish(None)
+            step.clear_views()
             return propose(*args, **kwargs)
 
         setattr(runner, DRAFT_METHOD, propose_without_views)

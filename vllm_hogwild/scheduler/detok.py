@@ -1,4 +1,4 @@
-"""Each member's text, detokenized incrementally in the engine core, exactly as vLLM's front end does it.
+"""Each worker's text, detokenized incrementally in the engine core, exactly as vLLM's front end does it.
 
 The scheduler needs the text of every sampled token of a group that cuts
 steps or looks for answers. Decoding each token alone would be wrong for a
@@ -17,7 +17,7 @@ from vllm.v1.engine.detokenizer import IncrementalDetokenizer
 
 
 class TextStream:
-    """One member's text, token by token."""
+    """One worker's text, token by token."""
 
     def __init__(self, tokenizer, request) -> None:
         # vLLM's detokenizer reads these fields of an EngineCoreRequest; the scheduler's Request has them.

@@ -1,4 +1,4 @@
-"""Accept steps: the engine step at which each output token of a Hogwild member was accepted. Front-end.
+"""Accept steps: the engine step at which each output token of a Hogwild worker was accepted. Front-end.
 
 With speculative decoding a worker accepts one or more tokens per engine step,
 and what it reads depends on when each co-worker token was accepted (the rule
@@ -11,11 +11,11 @@ Numbering: the engine core sends each client one batch of outputs per step,
 stamped with the step's time (``EngineCoreOutputs.timestamp``; the API server
 may process a batch in chunks, which share it). Each output processor counts
 the distinct stamps it has seen, so numbers are comparable within an engine
-(every member of a group lives in one engine core); only their order means
+(every worker of a group lives in one engine core); only their order means
 anything. O(1) per token.
 
 Hooks (``vllm_hogwild.hooks``): ``OutputProcessor.add_request`` marks a
-Hogwild member's state, ``OutputProcessor.process_outputs`` numbers the step
+Hogwild worker's state, ``OutputProcessor.process_outputs`` numbers the step
 and records it per new token, ``RequestState._new_completion_output`` attaches
 the numbers (all of them, or the delta's in ``DELTA`` output mode).
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 from vllm_hogwild.core.options import spec_of
 
-ATTR = "hogwild_accept_steps"  # on vLLM's RequestState: the member's accept steps so far
+ATTR = "hogwild_accept_steps"  # on vLLM's RequestState: the worker's accept steps so far
 
 
 def add_request(original, self, request, *args: Any, **kwargs: Any):

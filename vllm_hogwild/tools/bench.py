@@ -199,7 +199,7 @@ def decode(llm, args) -> dict:
                     salt += 1
                     full, _ = _timed(llm, [_prompt(p, salt)], _params(n, args.max_tokens, salt, hogwild))
                     if kind == "hogwild":
-                        group = scheduler.stats.ended[-1]
+                        group = scheduler.table.stats.ended[-1]
                     salt += 1
                     first, _ = _timed(llm, [_prompt(p, salt)], _params(n, 1, salt, hogwild))
                     times[kind].append(full - first)

@@ -208,7 +208,7 @@ def request_check() -> list[TouchPoint]:
         *same_kind(SAMPLING_PARAMS, "SamplingParams", FIELD, ("max_tokens", "extra_args"),
                    REQUEST_CHECK + "; serving/requests.generate / add_chat_requests; scheduler/scheduler.py",
                    writes=True),
-        TouchPoint(SAMPLING_PARAMS, "SamplingParams.eos_token_id", ATTRIBUTE, "scheduler/scheduler._stop"),
+        TouchPoint(SAMPLING_PARAMS, "SamplingParams.eos_token_id", ATTRIBUTE, "scheduler/scheduler.add_request (each worker's end of sequence, for the table)"),
     ]
 
 
@@ -435,7 +435,6 @@ def _attention_backend(module: str, backend: str, builder: str, implementation: 
         TouchPoint(module, f"{implementation}.head_size", INIT_ATTRIBUTE, used_by),
         TouchPoint(module, f"{implementation}.scale", INIT_ATTRIBUTE, used_by),
         TouchPoint(module, f"{metadata}.num_actual_tokens", FIELD, used_by),
-        TouchPoint(module, metadata, SETTABLE, used_by + ": metadata.hogwild", params=("hogwild",)),
     ]
 
 
@@ -460,9 +459,9 @@ def attention_backends() -> list[TouchPoint]:
                                                                                   "head_dim"),
                    CPU_BACKEND + ": the cache layout probe"),
         TouchPoint(CPU_ATTENTION, "CPUAttentionBackendImpl", SOURCE,
-                   "attention/cpu_layout.py: the CPU cache's K|V split",
+                   "runner/cpu_layout.py: the CPU cache's K|V split",
                    text="key_cache, value_cache = kv_cache.chunk(2, dim=2)"),
-        TouchPoint("vllm._custom_ops", "cpu_attn_reshape_and_cache", FUNCTION, "attention/cpu_layout.py: the probe",
+        TouchPoint("vllm._custom_ops", "cpu_attn_reshape_and_cache", FUNCTION, "runner/cpu_layout.py: the probe",
                    params=("key", "value", "key_cache", "value_cache", "slot_mapping", "isa")),
         TouchPoint(FLASH_ATTENTION, "FlashAttentionImpl", SOURCE,
                    CUDA_BACKEND + ": FlashAttention's cache split, read the same way",
@@ -525,8 +524,9 @@ def forcing() -> list[TouchPoint]:
 def scheduler() -> list[TouchPoint]:
     """scheduler/scheduler.py: the Hogwild scheduler over vLLM's, its KV cache manager, queues and requests."""
     queue_methods = (("add_request", ("self", "request")), ("prepend_request", ("self", "request")),
-                     ("remove_request", ("self", "request")), ("__iter__", ("self",)))
-    lock_step = "scheduler/scheduler._lock_step_holds"
+                     ("remove_request", ("self", "request")), ("remove_requests", ("self", "requests")),
+                     ("__iter__", ("self",)))
+    lock_step = "scheduler/scheduler.schedule (lock-step holds of running workers)"
     return [
         TouchPoint(SCHEDULER, "Scheduler.__init__", METHOD, HOGWILD_SCHEDULER, params=("self", "vllm_config")),
         TouchPoint(SCHEDULER, "Scheduler.add_request", METHOD, HOGWILD_SCHEDULER, params=("self", "request")),
@@ -553,18 +553,17 @@ def scheduler() -> list[TouchPoint]:
                                                             "block_size", "log_stats", "num_spec_tokens"),
                    HOGWILD_SCHEDULER),
         TouchPoint(KV_CACHE_MANAGER, "KVCacheManager.allocate_slots", METHOD,
-                   "scheduler/scheduler._allocate_with_budget (binds by name)",
+                   "scheduler/kv.BudgetedAllocation.allocate_slots (binds by name)",
                    params=("self", "request", "num_new_tokens"),
                    keywords=("num_new_computed_tokens", "num_lookahead_tokens", "num_external_computed_tokens")),
         TouchPoint(KV_CACHE_MANAGER, "KVCacheManager", SETTABLE,
-                   HOGWILD_SCHEDULER + ": allocate_slots replaced on the instance", params=("allocate_slots",)),
+                   "scheduler/kv.py: allocate_slots replaced on the instance", params=("allocate_slots",)),
         TouchPoint(KV_CACHE_MANAGER, "KVCacheManager.get_block_ids", METHOD, HOGWILD_SCHEDULER,
                    params=("self", "request_id")),
         TouchPoint(KV_CACHE_MANAGER, "KVCacheManager.block_pool", INIT_ATTRIBUTE, HOGWILD_SCHEDULER),
         TouchPoint(KV_CACHE_MANAGER, "KVCacheManager.watermark_blocks", INIT_ATTRIBUTE, HOGWILD_SCHEDULER),
         TouchPoint("vllm.v1.core.block_pool", "BlockPool.get_num_free_blocks", METHOD, HOGWILD_SCHEDULER,
                    params=("self",)),
-        TouchPoint(REQUEST_QUEUE, "create_request_queue", FUNCTION, HOGWILD_SCHEDULER, params=("policy",)),
         *(TouchPoint(REQUEST_QUEUE, f"RequestQueue.{method}", METHOD, HOGWILD_SCHEDULER, params=params)
           for method, params in queue_methods),
         TouchPoint(REQUEST, "Request", CLASS, HOGWILD_SCHEDULER),

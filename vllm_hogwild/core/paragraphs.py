@@ -1,22 +1,23 @@
-"""Steps of a collaborating group: where each worker's step ends, and when it joins the shared history.
+"""Paragraphs of a collaborating group: where each worker's paragraph ends, and when it joins the shared history.
 
 Pure bookkeeping, no torch and no vLLM. Patterns are RE2's, matched over a
 bounded window of each lane's recent text (:mod:`vllm_hogwild.core.patterns`). Used
 by the ``combined`` and ``interleaved`` layouts (:func:`vllm_hogwild.core.views.combined_views`,
-:func:`vllm_hogwild.core.views.interleaved_views`).
+:func:`vllm_hogwild.core.views.interleaved_views`). Users and the paper call these
+"steps" (the option ``step_end``); in the code a step is always an engine step.
 
-- A worker's text is cut into *steps*. A step ends with the token that
+- A worker's text is cut into *paragraphs*. A paragraph ends with the token that
   completes a blank line following a finished sentence (the default
-  :data:`STEP_END`; any regular expression can be configured). A token that
-  completes the blank line and carries more text after it still ends the step:
-  steps end on token boundaries.
-- A finished step *joins the history* (for every worker, the writer included)
-  once the token that ended it has been fed, i.e. in the first group step that
-  feeds a token of the writer's next step: the reader's own text is always the
-  last span of its view, and the token being fed is a query. Steps that join in
-  the same group step join in worker order. Joining changes views only; no K/V
+  :data:`PARAGRAPH_END`; any regular expression can be configured, ``step_end``). A
+  token that completes the blank line and carries more text after it still ends the
+  paragraph: paragraphs end on token boundaries.
+- A finished paragraph *joins the history* (for every worker, the writer included)
+  once the token that ended it has been fed, i.e. in the first engine step that
+  feeds a token of the writer's next paragraph: the reader's own text is always the
+  last span of its view, and the token being fed is a query. Paragraphs that join in
+  the same engine step join in worker order. Joining changes views only; no K/V
   moves.
-- A worker that stops: its finished step, then its unfinished rest, join the
+- A worker that stops: its finished paragraph, then its unfinished rest, join the
   history once its last fed token is written.
 """
 
@@ -30,56 +31,56 @@ from vllm_hogwild.core.views import Span
 
 # A sentence end (optionally closed by quotes, brackets or markdown emphasis),
 # then a blank line.
-STEP_END = "[.!?][\"'\u201d\u2019)\\]*_]*[ \t]*\n[ \t]*\n"  # RE2 syntax; the quotes are the characters
+PARAGRAPH_END = "[.!?][\"'\u201d\u2019)\\]*_]*[ \t]*\n[ \t]*\n"  # RE2 syntax; the quotes are the characters
 
 
 @dataclass
 class _Lane:
-    step_start: int  # stored position where the oldest step not in the history starts
-    text: str = ""  # text sampled since the last step end: at most its last LOOKBACK_CHARS characters
+    paragraph_start: int  # stored position where the oldest paragraph not in the history starts
+    text: str = ""  # text sampled since the last paragraph end: at most its last LOOKBACK_CHARS characters
     cut: bool = False  # text lost its beginning: its first character is context only
-    ends: list[int] = field(default_factory=list)  # stored ends of finished steps not joined yet
+    ends: list[int] = field(default_factory=list)  # stored ends of finished paragraphs not joined yet
     stopped_at: int | None = None  # lane length when the worker stopped
 
 
 @dataclass
-class StepTracker:
-    """Steps of ``num_workers`` lanes that all start after ``prompt_len`` prompt tokens.
+class ParagraphTracker:
+    """Paragraphs of ``num_workers`` lanes that all start after ``prompt_len`` prompt tokens.
 
     Feed every sampled token with :meth:`on_sampled` (its stored position in
-    the lane and its text), call :meth:`join` once per group step with the
+    the lane and its text), call :meth:`join` once per engine step of the group with the
     lanes' lengths (tokens whose K/V is written once this step's writes land)
     before building views, and :meth:`stop` when a worker stops.
     """
 
     num_workers: int
     prompt_len: int
-    step_end: str = STEP_END
-    history: list[Span] = field(default_factory=list)  # finished steps, in the order they joined
+    paragraph_end: str = PARAGRAPH_END  # the option step_end
+    history: list[Span] = field(default_factory=list)  # finished paragraphs, in the order they joined
     _lanes: list[_Lane] = field(default_factory=list)
     _pattern: Any = None
 
     def __post_init__(self) -> None:
-        self._pattern = compile_pattern("step_end", self.step_end)
+        self._pattern = compile_pattern("step_end", self.paragraph_end)
         self._lanes = [_Lane(self.prompt_len) for _ in range(self.num_workers)]
 
     @property
-    def step_starts(self) -> list[int]:
+    def paragraph_starts(self) -> list[int]:
         """Where each worker's unfinished part (what is not in the history) starts."""
-        return [lane.step_start for lane in self._lanes]
+        return [lane.paragraph_start for lane in self._lanes]
 
     def on_sampled(self, worker: int, position: int, text: str, can_end: bool = True) -> bool:
-        """Record the token sampled for ``worker`` at stored ``position``; True if it ends a step.
+        """Record the token sampled for ``worker`` at stored ``position``; True if it ends a paragraph.
 
-        ``can_end=False`` for text the engine placed (a step prefix): it is part
-        of the step but never ends one.
+        ``can_end=False`` for text the engine placed (a paragraph prefix): it is
+        part of the paragraph but never ends one.
         """
         lane = self._lanes[worker]
         if lane.stopped_at is not None:
             raise ValueError(f"worker {worker} has stopped")
-        # The text since the last step end, cut to a bounded window (plus one character of
+        # The text since the last paragraph end, cut to a bounded window (plus one character of
         # context): the work per token is bounded by the new text plus the window, however
-        # long a step runs.
+        # long a paragraph runs.
         if len(lane.text) > LOOKBACK_CHARS + 1:
             lane.text, lane.cut = lane.text[-(LOOKBACK_CHARS + 1):], True
         before = len(lane.text)
@@ -95,7 +96,7 @@ class StepTracker:
         return False
 
     def join(self, lane_lens: Sequence[int]) -> list[Span]:
-        """Move finished steps into the history; return the spans that joined now, in order."""
+        """Move finished paragraphs into the history; return the spans that joined now, in order."""
         joined = []
         for w, (lane, n) in enumerate(zip(self._lanes, lane_lens)):
             if lane.stopped_at is not None:
@@ -107,9 +108,9 @@ class StepTracker:
                 ends = [e for e in lane.ends if n > e]
                 lane.ends = lane.ends[len(ends):]
             for end in ends:
-                if end > lane.step_start:
-                    joined.append(Span(w, lane.step_start, end))
-                    lane.step_start = end
+                if end > lane.paragraph_start:
+                    joined.append(Span(w, lane.paragraph_start, end))
+                    lane.paragraph_start = end
         self.history += joined
         return joined
 

@@ -1,0 +1,129 @@
+"""A group's whole life through the group table (pure), with tests/unit/table_engine.py standing in for vLLM."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.table_engine import EOS, FakeEngine
+from vllm_hogwild.core.group import Phase
+from vllm_hogwild.core.protocol import FINISHER_SUFFIX
+
+P = 10
+
+
+def test_workers_arriving_out_of_order_are_held_until_the_group_is_complete() -> None:
+    engine = FakeEngine(prompt_len=P)
+    table = engine.table
+    engine.add("2_g", {}, 3, 8)
+    engine.add("0_g", {}, 3, 8)
+    assert table.num_held == 2 and table.groups["g"].phase is Phase.GATHERING
+    assert engine.step(lambda r, k: 7).steps == () and not engine.running  # nothing runs while it gathers
+    engine.add("1_g", {}, 3, 8)
+    assert table.groups["g"].phase is Phase.WAITING
+    engine.step(lambda r, k: 7)
+    # Admitted whole, in worker order; every worker prefilled and sampled in the same step.
+    assert [r.request_id for r in engine.running] == ["0_g", "1_g", "2_g"]
+    assert table.num_held == 0 and table.groups["g"].phase is Phase.ADMITTED
+    assert [r.num_output_tokens for r in engine.running] == [1, 1, 1]
+
+
+def test_a_worker_that_stops_early_keeps_its_lane_until_the_group_ends() -> None:
+    engine = FakeEngine(prompt_len=P)
+    a, b = engine.add_group("g", 2, 20)
+    texts = engine.run({a.request_id: "x", b.request_id: "yyy\0"}, 40)
+    assert texts == {a.request_id: "x" * 20, b.request_id: "yyy"}
+    assert engine.freed == [b.request_id, a.request_id]  # b's blocks only once a, the last, finished
+    assert not engine.table and not engine.table.workers
+    engine.add_group("next", 2, 4)
+    assert engine.step(lambda r, k: 7).ended == ("g",)  # the next step's wire: the worker processes forget it
+    (end,) = engine.table.stats.ended
+    assert end.output_lens == [20, 4] and end.lane_lens == [P + 19, P + 3]
+
+
+def test_parked_lane_stays_in_every_view_until_the_end() -> None:
+    engine = FakeEngine(prompt_len=P)
+    a, b = engine.add_group("g", 2, 10)
+    engine.run({a.request_id: "x", b.request_id: "y\0"}, 10)
+    steps = [s for wire in engine.wires for s in wire.steps]
+    # b stopped after 2 tokens: its lane holds P + 1 (its end of sequence is never fed) in every later step
+    assert [s.lane_lens[1] for s in steps[2:]] == [P + 1] * (len(steps) - 2)
+    assert all(s.decoding == (0,) for s in steps[2:])
+
+
+def test_an_answer_stops_the_whole_group_one_token_later() -> None:
+    engine = FakeEngine(prompt_len=P)
+    requests = engine.add_group("g", 3, 100, answer_pattern=r"A(\d)")
+    texts = engine.run(dict(zip([r.request_id for r in requests], ["xxxxxxxx", "yyyyyA7yyy", "zzzzz"])), 40)
+    assert [len(texts[r.request_id]) for r in requests] == [7, 7, 7]
+    assert all(r.output_token_ids[-1] == EOS for r in requests)
+    assert not engine.table
+
+
+def test_the_finisher_reads_the_whole_transcript_and_the_others_end() -> None:
+    engine = FakeEngine(prompt_len=P)
+    requests = engine.add_group("g", 3, 120, protocol="collab", step_end="!", finisher=6)
+    group = engine.table.groups["g"]
+    texts = engine.run(dict(zip([r.request_id for r in requests], ["abcdefghij!", "cde!", "fghi!"])), 200)
+    suffix = FINISHER_SUFFIX["math"]
+    assert group.driver.finisher == 0
+    start = texts[requests[0].request_id].index(suffix)
+    assert texts[requests[0].request_id][start + len(suffix):].startswith("$" * 6)  # greedy tokens after the suffix
+    assert [len(texts[r.request_id]) for r in requests[1:]] == [start, start]
+    # when the finisher starts, every other worker's rest joins the history it reads
+    joined_lanes = {span.lane for span in group.tracker.history}
+    assert joined_lanes == {0, 1, 2}
+
+
+@pytest.mark.parametrize("admitted", [False, True])
+def test_an_abort_frees_everything_admitted_or_not(admitted: bool) -> None:
+    engine = FakeEngine(prompt_len=P)
+    if admitted:
+        requests = engine.add_group("g", 3, 50)
+        engine.run({r.request_id: "x" for r in requests}, 5)
+    else:
+        engine.add("1_g", {}, 3, 50)  # still gathering
+    engine.abort("g")
+    assert not engine.table and not engine.table.workers and engine.table.num_held == 0
+    assert not engine.parked and not engine.running
+
+
+def test_a_group_that_does_not_fit_waits_and_a_later_group_does_not_overtake_it() -> None:
+    engine = FakeEngine(prompt_len=P, block_size=4, num_blocks=20)
+    big = engine.add_group("big", 2, 30)  # 2 shared + 2 x 8 = 18 blocks
+    small = engine.add_group("small", 2, 2)
+    engine.step(lambda r, k: 7)
+    assert [r.request_id for r in engine.running] == [r.request_id for r in big]  # small waits behind big
+    assert engine.table.groups["small"].phase is Phase.WAITING and all(r.status == "held" for r in small)
+
+
+def test_lock_step_holds_a_worker_whose_prefill_finished_first() -> None:
+    engine = FakeEngine(prompt_len=P, chunk=4)
+    a, b = engine.add_group("g", 2, 5)
+    b.num_computed_tokens = 8  # its prompt's first blocks were a prefix-cache hit: it finishes its prefill first
+    engine.step(lambda r, k: 7)  # b: 2 tokens, done, samples; a: 4 of 10
+    assert (a.num_output_tokens, b.num_output_tokens) == (0, 1)
+    engine.step(lambda r, k: 7)  # a: 4 more; b is ahead and sits out
+    assert b.num_computed_tokens == P and (a.num_output_tokens, b.num_output_tokens) == (0, 1)
+    engine.step(lambda r, k: 7)  # a finishes its prefill; b still waits for it
+    assert (a.num_output_tokens, b.num_output_tokens) == (1, 1)
+    wire = engine.step(lambda r, k: 7)  # from here they decode together
+    assert wire.steps[0].decoding == (0, 1) and wire.steps[0].lane_lens == (P + 1, P + 1)
+
+
+def test_an_accepted_run_is_cut_where_the_engine_must_place_text() -> None:
+    """Speculative decoding: after each token of an accepted run the table says whether the engine must
+    place the next one (a paragraph ended and its prefix is queued); the scheduler cuts the run there."""
+    engine = FakeEngine(prompt_len=P)
+    a, b = engine.add_group("g", 2, 100, layout="combined", protocol="named", step_end="!")
+    engine.run({a.request_id: "x", b.request_id: "y"}, 30)  # both wrote their first prefix and some text
+    table = engine.table
+    worker = table.accept(a.request_id)
+    run = [ord(c) for c in "ab!cd"]
+    kept = 0
+    for token in run:
+        a.output_token_ids.append(token)
+        kept += 1
+        if table.must_place(worker):
+            break
+    assert kept == 3  # "ab!" ends a paragraph: the next token is the next prefix's, placed by the engine
+    assert table.groups["g"].driver.queues[0]  # queued

@@ -1,0 +1,60 @@
+"""The index of runtime hooks (vllm_hogwild/hooks.py) against the code and patches/ (pure: no vLLM import)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from vllm_hogwild import hooks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_hook_names_its_upstream_patch_or_why_there_is_none() -> None:
+    patches = {p.name for p in (ROOT / "patches").glob("*.patch")}
+    for hook in hooks.HOOKS:
+        if hook.patch.startswith("none: "):
+            assert len(hook.patch) > 40, hook  # a reason, not a placeholder
+        else:
+            assert hook.patch in patches, hook
+    assert {h.kind for h in hooks.HOOKS} == {"class", "instance", "override"}
+    assert len({h.target for h in hooks.HOOKS}) == len(hooks.HOOKS)
+
+
+def test_every_class_hook_names_its_wrapper() -> None:
+    for hook in hooks.HOOKS:
+        assert bool(hook.hook) == (hook.kind == "class"), hook
+        if hook.hook:
+            where, _, name = hook.hook.partition(":")
+            source = (ROOT / (where.replace(".", "/") + ".py")).read_text()
+            assert f"def {name}(" in source, hook
+
+
+def _setattr_names(path: Path) -> set[str]:
+    """Names the module sets on other objects: setattr(obj, NAME, ...) and obj.NAME = ... outside __init__."""
+    tree = ast.parse(path.read_text())
+    constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr" and len(node.args) == 3:
+            arg = node.args[1]
+            names.add(arg.value if isinstance(arg, ast.Constant) else constants.get(getattr(arg, "id", None)))
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and getattr(target.value, "id", "self") not in ("self", "cls"):
+                    names.add(target.attr)
+    return names - {None}
+
+
+def test_instance_wraps_are_the_ones_the_code_installs() -> None:
+    """Each module that wraps a method of one object says so in the index, and the index names nothing more."""
+    indexed: dict[str, set[str]] = {}
+    for hook in hooks.HOOKS:
+        if hook.kind == "instance":
+            indexed.setdefault(hook.where, set()).add(hook.method)
+    for where, methods in indexed.items():
+        path = ROOT / (where.replace(".", "/") + ".py")
+        assert methods <= _setattr_names(path), (where, methods, _setattr_names(path))
+    runner_hook = _setattr_names(ROOT / "vllm_hogwild/runner/runner_hook.py")
+    assert {"_prepare_inputs", "_dummy_run", "propose_draft_token_ids"} <= runner_hook
