@@ -98,13 +98,16 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{_RUNNER}._dummy_run", "instance", "vllm_hogwild.runner.runner_hook", "03-attention-step-extras.patch"),
     Hook(f"{_RUNNER}.propose_draft_token_ids", "instance", "vllm_hogwild.runner.runner_hook",
          "03-attention-step-extras.patch"),
+    Hook(f"{_SCHEDULER}._update_request_with_output", "instance", "vllm_hogwild.scheduler.scheduler",
+         "none: with speculative decoding only, it cuts an accepted run where the engine places text, token by "
+         "token inside vLLM's own output loop; a per-token stop callback upstream would retire it"),
     Hook("vllm.v1.sample.sampler:Sampler.apply_logits_processors", "instance", "vllm_hogwild.runner.forcing",
          "none: vLLM refuses custom logits processors with speculative decoding by design; forcing runs "
          "as one where it applies, in the sampler"),
     # -- overrides of the scheduler subclass --
     *(Hook(f"{_SCHEDULER}.{name}", "override", "vllm_hogwild.scheduler.scheduler", NO_PATCH_OVERRIDE)
-      for name in ("add_request", "get_request_counts", "schedule", "update_from_output",
-                   "_update_request_with_output", "_free_blocks", "make_stats", "shutdown")),
+      for name in ("add_request", "get_request_counts", "schedule", "update_from_output", "_free_blocks",
+                   "make_stats", "shutdown")),
 )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from vllm_hogwild.core.group_table import GroupTable, Room
+from vllm_hogwild.core.group_views import BatchRow
 from vllm_hogwild.core.options import RequestOptions, RequestSpec, parse_request
 from vllm_hogwild.core.wire import ARGMAX, StepWire
 
@@ -63,6 +64,9 @@ class FakeEngine:
         self.parked: set[str] = set()
         self.freed: list[str] = []  # request ids whose blocks were freed, in order
         self.wires: list[StepWire] = []
+        self.rows: list[BatchRow] = []  # the last step's batch, as a worker process sees it
+        self.skip: set[str] = set()  # requests vLLM's token budget leaves out of the next step
+        self.tables: dict[str, list[int]] = {}  # each request's block list, grown in place as vLLM's is
         self.num_steps = 0
 
     def add(self, request_id: str, options: dict | RequestOptions, num_workers: int, max_tokens: int) -> FakeRequest:
@@ -101,15 +105,18 @@ class FakeEngine:
         for request in self.waiting:
             request.status = "running"
         self.waiting = []
-        scheduled = {}
+        scheduled, self.rows = {}, []
         for request in self.running:
-            if request.request_id in held:
+            if request.request_id in held or request.request_id in self.skip:
                 continue
             n = min(request.num_tokens - request.num_computed_tokens, self.chunk)
             if n:
+                self.rows.append(BatchRow(request.request_id, request.num_computed_tokens, n))
                 request.num_computed_tokens += n
                 scheduled[request.request_id] = n
-        wire = table.step(scheduled, {}, self.block_ids, has_tokens=bool(scheduled))
+                self._grow(request)
+        wire = table.step(scheduled, {}, self.block_ids, has_tokens=bool(scheduled),
+                          all_scheduled=len(scheduled) == len(self.running) - len(held))
         for request_id in scheduled:
             request = self.requests[request_id]
             if request.num_computed_tokens < request.num_tokens:
@@ -120,7 +127,7 @@ class FakeEngine:
             request.output_token_ids.append(token)
             if token == EOS or request.num_output_tokens >= request.max_tokens:
                 self.stop(request)
-        table.after_outputs(scheduled)
+        table.after_outputs()
         self.wires.append(wire)
         self.num_steps += 1
         self.now += 0.01
@@ -146,10 +153,15 @@ class FakeEngine:
                 self.waiting = [r for r in self.waiting if r is not request]
                 self.stop(request)
 
+    def _grow(self, request: FakeRequest) -> None:
+        table = self.tables.setdefault(request.request_id, [])
+        base = 1000 * (list(self.requests).index(request.request_id) + 1)
+        while len(table) * self.block_size < request.num_computed_tokens + 1:
+            table.append(base + len(table))
+
     def block_ids(self, request_id: str) -> list[int]:
-        request = self.requests[request_id]
-        base = 1000 * (list(self.requests).index(request_id) + 1)
-        return list(range(base, base + -(-request.num_tokens // self.block_size)))
+        """The request's blocks, one list per request that grows in place (vLLM's runner keeps such a list)."""
+        return self.tables.setdefault(request_id, [])
 
     def run(self, samples: dict[str, str], steps: int) -> dict[str, str]:
         """Step ``steps`` times; request ``r`` samples ``samples[r][k % len]`` at engine step ``k``. Returns texts."""

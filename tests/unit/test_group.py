@@ -1,14 +1,17 @@
-"""A group from the scheduler's side to the workers' (pure): the wire, the incremental views, the counters."""
+"""A group from the scheduler's side to the worker processes' (pure): the wire, the views kept from the batch,
+the step log, the counters."""
 
 from __future__ import annotations
 
 import pickle
 import random
+from types import SimpleNamespace
 
 import pytest
 
+from tests.unit.table_engine import FakeEngine
 from vllm_hogwild.core.group import Group, Worker
-from vllm_hogwild.core.group_views import GroupViews, ViewRegistry
+from vllm_hogwild.core.group_views import BatchRow, GroupViews, ViewRegistry
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
 from vllm_hogwild.core.views import Separators, Span, build_views, segments_of
 from vllm_hogwild.core.wire import StepWire
@@ -24,7 +27,7 @@ def make_group(n: int, **options) -> Group:
     group = Group.create("g", RequestSpec(RequestOptions(**options), n), max_tokens=64, prompt_len=P,
                          arrival=0.0, arrival_time=0.0, encode=encode)
     for w in range(n):
-        group.workers[w] = Worker(group, w, f"{w}_g", request=None)
+        group.workers[w] = Worker(group, w, f"{w}_g", request=SimpleNamespace(request_id=f"{w}_g"))
     return group
 
 
@@ -32,17 +35,27 @@ def blocks(n: int, bs: int = 4, budget: int = 64) -> list[tuple[int, ...]]:
     return [tuple(range(100 * w, 100 * w + -(-(P + budget) // bs))) for w in range(n)]
 
 
+def rows(lens_before, scheduled, drafts=None):
+    """The batch as a worker process sees it: lane w computed ``lens_before[w]`` tokens, feeds ``scheduled[w]``."""
+    return [(w, BatchRow(f"{w}_g", c, n, (drafts or {}).get(w, 0)))
+            for w, (c, n) in enumerate(zip(lens_before, scheduled)) if n]
+
+
+def no_table(request_id):
+    return None
+
+
 def test_plain_views_go_native() -> None:
     for group in (make_group(1), make_group(3, layout="isolated")):
         views = GroupViews(group.shape(blocks(group.num_workers)))
-        lens = [P + 3] * group.num_workers
-        assert views.apply(group.step(lens, list(range(group.num_workers)))) == {}
+        n = group.num_workers
+        assert views.decode(rows([P + 2] * n, [1] * n), None, no_table) == {}
 
 
 def test_contiguous_segments_read_every_lane_with_view_deltas() -> None:
     group = make_group(3)
     table = blocks(3)
-    segs = GroupViews(group.shape(table)).apply(group.step([P + 2] * 3, [0, 1, 2]))
+    segs = GroupViews(group.shape(table)).decode(rows([P + 1] * 3, [1] * 3), None, no_table)
     assert sorted(segs) == [0, 1, 2]
     # Worker 1 reads [prompt of lane 1][lane 0 gen][lane 2 gen][lane 1 gen]; its query sits at view pos 10.
     s = segs[1]
@@ -52,70 +65,122 @@ def test_contiguous_segments_read_every_lane_with_view_deltas() -> None:
     assert [seg.delta for seg in s] == [4 - 0, 4 - (5 - 5), 4 - (7 - 5), 0 + 4 - 4]
 
 
-def test_coworker_reads_and_prefill_saved_are_counted_per_worker() -> None:
+def test_views_follow_the_engines_own_block_lists() -> None:
+    """A lane's block table is the engine's own list, which grows in place as the lane takes KV on demand."""
+    group = make_group(2)
+    live = {"0_g": [7], "1_g": [9]}
+    views = GroupViews(group.shape([(7,), (9,)]))
+    assert views.block_ids(live.get) == [(7,), (9,)]
+    live["0_g"].append(8)  # lane 0 was given a block
+    assert views.block_ids(live.get) == [(7, 8), (9,)]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "combined", "interleaved"])
+def test_coworker_reads_from_the_log_equal_a_count_step_by_step(layout: str) -> None:
+    """The log keeps runs of lock-step steps; the reads computed from it in closed form equal counting each step."""
+    rng = random.Random(layout)
+    engine = FakeEngine(prompt_len=P)
+    requests = engine.add_group("g", 3, 60, layout=layout, **({} if layout == "contiguous" else {"step_end": "!"}))
+    group = engine.table.groups["g"]
+    expected = [0] * 3
+    scripts = {r.request_id: rng.choice(["ab!", "xyzw!", "q!"]) for r in requests}
+    for k in range(80):
+        if not engine.table:
+            break
+        engine.skip = {r.request_id for r in requests if rng.random() < 0.1}
+        engine.step(lambda r, step: ord(scripts[r.request_id][step % len(scripts[r.request_id])]))
+        if group.prefilled and engine.rows:
+            _count_step(group, engine, expected, layout)
+    assert group.coworker_reads() == expected
+
+
+def _count_step(group, engine, reads, layout) -> None:
+    """What the scheduler used to count every step: co-worker tokens in each decoding worker's view."""
+    decoding = [int(r.request_id[0]) for r in engine.rows if r.num_computed >= P]
+    lens = [w.length() for w in group.workers]
+    if layout == "contiguous":
+        total = sum(n - P for n in lens)
+        for w in decoding:
+            reads[w] += total - (lens[w] - P)
+        return
+    by_lane = [0] * 3
+    for span in group.tracker.history:
+        by_lane[span.lane] += span.num_tokens
+    starts = group.tracker.paragraph_starts
+    unfinished = [max(0, n - s) for n, s in zip(lens, starts)] if layout == "combined" else [0] * 3
+    for w in decoding:
+        if lens[w] > starts[w]:
+            reads[w] += sum(by_lane) - by_lane[w] + sum(unfinished) - unfinished[w]
+
+
+def test_prefill_saved_counts_the_prompt_once() -> None:
     group = make_group(3)
-    group.step([P + 3, P + 1, P + 4], [0, 1, 2])
-    assert group.counters.coworker_reads == [1 + 4, 3 + 4, 3 + 1]  # the prompt is nobody's
-    group.step([P + 4, P + 2, P + 4], [1])  # only worker 1 decodes this step
-    assert group.counters.coworker_reads == [5, 7 + 8, 4]
-    iso = make_group(2, layout="isolated")
-    iso.step([P + 3, P + 3], [0, 1])
-    assert iso.counters.coworker_reads == [0, 0]
     group.counters.prefill_by_worker = [5, 1, 1]  # worker 0 computed the prompt, the others its last token
     assert group.counters.prefill_saved(P) == 2 * 5 - 2
     group.counters.prefill_by_worker = [5, 5, 5]  # nothing shared
     assert group.counters.prefill_saved(P) == 0
 
 
-def test_combined_views_follow_the_steps_the_scheduler_sends() -> None:
+def test_combined_views_follow_the_paragraphs_the_scheduler_sends() -> None:
     group = make_group(2, layout="combined", step_end="!")
     assert group.tracker is not None and make_group(2).tracker is None
-    group.tracker.on_sampled(0, P, "go!")  # worker 0's first step is its first token
+    group.tracker.on_sampled(0, P, "go!")  # worker 0's first paragraph is its first token
     group.tracker.on_sampled(1, P, "b")
-    step = group.step([P + 2, P + 2], [0, 1])  # both fed their second token: worker 0's step joins
+    step = group.step([P + 2, P + 2], [0, 1])  # both fed their second token: worker 0's paragraph joins
     assert step.joined == ((0, 5, 6),)
     views = GroupViews(group.shape(blocks(2)))
-    segs = views.apply(step)
-    # Worker 1 reads: prompt, the history (worker 0's step), worker 0's live step, its own text.
+    segs = views.decode(rows([P + 1, P + 1], [1, 1]), step, no_table)
+    # Worker 1 reads: prompt, the history (worker 0's paragraph), worker 0's live paragraph, its own text.
     assert [(s.start, s.end) for s in segs[1]] == [(0, 5), (5, 7), (5, 7)]
     assert views.history == [Span(0, 5, 6)] and views.paragraph_starts == [6, 5]
+    assert group.step([P + 3, P + 3], [0, 1]) is None  # nothing joined: nothing to send
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "combined", "interleaved", "isolated"])
 @pytest.mark.parametrize("seed", range(6))
-def test_incremental_views_equal_views_built_from_scratch(layout, seed) -> None:
-    """The workers keep views from step to step out of the wire; built from the whole history each step
-    instead (as the scheduler did before), they are the same segments, step after step, and the wire
-    pickles (it crosses processes)."""
+def test_views_kept_from_the_batch_equal_views_built_from_scratch(layout, seed) -> None:
+    """The worker processes follow each group from the batch and the few steps the scheduler sends; the views
+    they keep equal views built from scratch (the scheduler's own counts, its tracker's history) step after step,
+    with workers that stop early, sit out a step (vLLM's token budget) or write paragraphs; the wire pickles."""
     rng = random.Random(seed)
     n = rng.randint(2, 5)
-    group = make_group(n, layout=layout, step_end="[.!?]")
-    table = blocks(n, budget=200)
-    registry, history = ViewRegistry(), []
-    lens = [P] * n
-    sent = False
-    for k in range(40):
-        decoding = [w for w in range(n) if rng.random() < 0.9] or [0]
-        for w in decoding:  # each sampled token: text that may end a step
-            if group.tracker is not None:
-                group.tracker.on_sampled(w, lens[w], rng.choice(["a", "b ", ".", "!", "c"]))
-            lens[w] += 1
-        step = group.step(lens, decoding)
-        shapes = () if sent else (group.shape(table),)
-        sent = True
-        wire = pickle.loads(pickle.dumps(StepWire(shapes, (step,))))
-        got = registry.apply(wire).rows
-        # From scratch: the tracker's whole history and step starts, every view rebuilt.
+    engine = FakeEngine(prompt_len=P)
+    paragraphs = {"step_end": "[.!?]"} if layout in ("combined", "interleaved") else {}
+    requests = engine.add_group("g", n, rng.randint(10, 40), layout=layout, **paragraphs)
+    group = engine.table.groups["g"]
+    scripts = {r.request_id: "".join(rng.choice(["a", "b ", ".", "!", "c"]) for _ in range(9))
+               for r in requests}
+    for r in requests[: n // 2]:
+        scripts[r.request_id] += "\0"  # these stop early
+    registry, checked = ViewRegistry(), 0
+    for step in range(60):
+        if not engine.table:
+            break
+        engine.skip = {r.request_id for r in requests if rng.random() < 0.1}
+        wire = pickle.loads(pickle.dumps(engine.step(
+            lambda r, k: ord(scripts[r.request_id][k % len(scripts[r.request_id])]))))
+        got = registry.apply(wire, lambda lanes: [r for r in engine.rows if r.request_id in lanes],
+                             engine.block_ids).rows
+        decoding = [int(r.request_id.partition("_")[0]) for r in engine.rows if r.num_computed >= P]
+        if "g" not in engine.table.groups:
+            break  # it ended in this step: its last rests joined its history for the record
+        if not group.prefilled or not decoding:
+            assert got == {}
+            continue
+        lens = [w.length() for w in group.workers]
         kw = {}
         if group.tracker is not None:
             kw = dict(history=list(group.tracker.history), paragraph_starts=group.tracker.paragraph_starts,
                       separators=Separators())
         views = build_views(layout, P, lens, readers=decoding, **kw)
-        expected = {group.request_ids[w]: segs for w, view in zip(decoding, views)
-                    if (segs := segments_of(view, table)) is not None}
-        assert got == expected, (layout, seed, k)
+        tables = [tuple(engine.block_ids(r.request_id)) for r in requests]
+        expected = {requests[w].request_id: segs for w, view in zip(decoding, views)
+                    if (segs := segments_of(view, tables)) is not None}
+        assert got == expected, (layout, seed, step)
+        checked += 1
+    assert checked >= 3
     registry.apply(StepWire(ended=("g",)))
-    assert registry.groups == {}
+    assert registry.groups == {} and registry.lanes == {}
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "combined"])
@@ -126,10 +191,12 @@ def test_drafts_extend_only_their_own_lane(layout: str) -> None:
     group, plain = make_group(3, **options), make_group(3, **options)
     table = blocks(3)
     lens, drafts = [P + 4, P + 2, P + 3], [3, 0, 2]
-    step = group.step(lens, [0, 1, 2], drafts)
+    step = group.step(lens, [0, 1, 2], drafts, exact=True)
     assert step.drafts == (3, 0, 2) and step.lane_lens == tuple(lens)
-    with_drafts = GroupViews(group.shape(table)).apply(step)
-    without = GroupViews(plain.shape(table)).apply(plain.step(lens, [0, 1, 2]))
+    before = [n - 1 for n in lens]
+    with_drafts = GroupViews(group.shape(table)).decode(
+        rows(before, [1 + d for d in drafts], dict(enumerate(drafts))), step, no_table)
+    without = GroupViews(plain.shape(table)).decode(rows(before, [1, 1, 1]), None, no_table)
     for w in range(3):
         own = table[w]
         got, base = with_drafts[w], without[w]
@@ -137,4 +204,4 @@ def test_drafts_extend_only_their_own_lane(layout: str) -> None:
         assert [(s.block_ids, s.start) for s in got] == [(s.block_ids, s.start) for s in base]
         assert got[-1].block_ids == own and got[-1].end == base[-1].end + drafts[w]
         assert [(s.end, s.delta) for s in got[:-1]] == [(s.end, s.delta) for s in base[:-1]]
-    assert plain.step(lens, [0, 1, 2]).drafts == ()  # no drafts, nothing on the wire
+    assert plain.step(lens, [0, 1, 2]) is None  # no drafts, nothing joined: nothing on the wire

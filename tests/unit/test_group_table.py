@@ -43,11 +43,13 @@ def test_a_worker_that_stops_early_keeps_its_lane_until_the_group_ends() -> None
 def test_parked_lane_stays_in_every_view_until_the_end() -> None:
     engine = FakeEngine(prompt_len=P)
     a, b = engine.add_group("g", 2, 10)
+    log = engine.table.groups["g"].log
     engine.run({a.request_id: "x", b.request_id: "y\0"}, 10)
-    steps = [s for wire in engine.wires for s in wire.steps]
     # b stopped after 2 tokens: its lane holds P + 1 (its end of sequence is never fed) in every later step
-    assert [s.lane_lens[1] for s in steps[2:]] == [P + 1] * (len(steps) - 2)
-    assert all(s.decoding == (0,) for s in steps[2:])
+    first, after = log.runs
+    assert (first.decoding, first.lens, first.length) == ((0, 1), (P + 1, P + 1), 1)
+    assert (after.decoding, after.lens, after.length) == ((0,), (P + 2, P + 1), 8)
+    assert log.num_steps == 9 and [w.steps for w in engine.wires] == [()] * len(engine.wires)  # nothing to send
 
 
 def test_an_answer_stops_the_whole_group_one_token_later() -> None:
@@ -106,8 +108,10 @@ def test_lock_step_holds_a_worker_whose_prefill_finished_first() -> None:
     assert b.num_computed_tokens == P and (a.num_output_tokens, b.num_output_tokens) == (0, 1)
     engine.step(lambda r, k: 7)  # a finishes its prefill; b still waits for it
     assert (a.num_output_tokens, b.num_output_tokens) == (1, 1)
-    wire = engine.step(lambda r, k: 7)  # from here they decode together
-    assert wire.steps[0].decoding == (0, 1) and wire.steps[0].lane_lens == (P + 1, P + 1)
+    engine.step(lambda r, k: 7)  # from here they decode together
+    engine.step(lambda r, k: 7)
+    (run,) = engine.table.groups["g"].log.runs
+    assert (run.decoding, run.lens, run.length) == ((0, 1), (P + 1, P + 1), 2)
 
 
 def test_an_accepted_run_is_cut_where_the_engine_must_place_text() -> None:

@@ -31,7 +31,8 @@ def test_every_class_hook_names_its_wrapper() -> None:
 
 
 def _setattr_names(path: Path) -> set[str]:
-    """Names the module sets on other objects: setattr(obj, NAME, ...) and obj.NAME = ... outside __init__."""
+    """Names the module sets on objects: setattr(obj, NAME, ...), obj.NAME = ..., and self.NAME = self.other
+    (an instance's own method replaced by another of its methods)."""
     tree = ast.parse(path.read_text())
     constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
                  for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
@@ -42,7 +43,12 @@ def _setattr_names(path: Path) -> set[str]:
             names.add(arg.value if isinstance(arg, ast.Constant) else constants.get(getattr(arg, "id", None)))
         if isinstance(node, ast.Assign):
             for target in node.targets:
-                if isinstance(target, ast.Attribute) and getattr(target.value, "id", "self") not in ("self", "cls"):
+                if not isinstance(target, ast.Attribute):
+                    continue
+                owner = getattr(target.value, "id", None)
+                rebinds_own_method = (owner == "self" and isinstance(node.value, ast.Attribute)
+                                      and getattr(node.value.value, "id", None) == "self")
+                if owner not in ("self", "cls") or rebinds_own_method:
                     names.add(target.attr)
     return names - {None}
 

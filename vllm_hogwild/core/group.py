@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol, Sequence
 from vllm_hogwild.core.driver import ProtocolDriver
 from vllm_hogwild.core.options import HISTORY_LAYOUTS, RequestSpec
 from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
+from vllm_hogwild.core.replay import StepLog
 from vllm_hogwild.core.wire import GroupShape, GroupStep
 
 
@@ -42,20 +43,29 @@ class Phase(Enum):
 
 @dataclass
 class Worker:
-    """One of a group's N sequences and the engine request that carries its lane."""
+    """One of a group's N sequences and the engine requests that carry it."""
 
     group: "Group"
     index: int
     request_id: str
-    request: Any  # the engine's request object, read through :class:`Lane` only
+    request: Any  # the client's engine request (read through :class:`Lane` only)
     eos_token_id: int | None = None
     text: Callable[[int], str] | None = None  # the text each sampled token adds (groups that observe text)
-    sampled_steps: int = 0  # engine steps in which it accepted tokens (one or more): lock-step counts these
+    sampled_steps: int = 0  # speculative decoding: steps in which it accepted tokens (lock-step counts these)
     finished: bool = False
+    lane_len: int = 0  # once finished: its lane's tokens (its last sampled token is never fed)
+    lane_request: Any = None  # who holds its lane's blocks now: ``request``, or a replay request once it resumed
+
+    def __post_init__(self) -> None:
+        self.lane_request = self.lane_request or self.request
 
     @property
-    def lane(self) -> Lane:
-        return self.request
+    def lane_request_id(self) -> str:
+        return self.lane_request.request_id
+
+    def length(self) -> int:
+        """Its lane's tokens whose K/V is written (or scheduled to be, this step)."""
+        return self.lane_len if self.finished else self.request.num_computed_tokens
 
 
 @dataclass
@@ -64,12 +74,12 @@ class GroupCounters:
 
     num_workers: int
     prefill_by_worker: list[int] = field(default_factory=list)  # prompt tokens each worker computed
-    coworker_reads: list[int] = field(default_factory=list)  # co-worker tokens each worker attended, summed
     admitted_time: float = 0.0  # monotonic seconds when the group was admitted (0: not yet)
+    num_preemptions: int = 0
+    num_replayed_tokens: int = 0  # tokens re-fed on resumption (the prompt's cached blocks excluded)
 
     def __post_init__(self) -> None:
         self.prefill_by_worker = self.prefill_by_worker or [0] * self.num_workers
-        self.coworker_reads = self.coworker_reads or [0] * self.num_workers
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -91,13 +101,14 @@ class Group:
     arrival_time: float  # monotonic seconds in the scheduler's process: metrics
     tracker: ParagraphTracker | None
     driver: ProtocolDriver
+    log: StepLog
     workers: list[Worker | None] = field(default_factory=list)
     phase: Phase = Phase.GATHERING
     shape_sent: bool = False  # the worker processes have this group's shape
     prefilled: bool = False  # every worker has computed the whole prompt
     in_step: bool = False  # prefilled, and every live worker has fed as many tokens as the others
+    num_live: int = 0  # workers that have not stopped
     counters: GroupCounters | None = None
-    _history_by_lane: list[int] = field(default_factory=list)  # generated tokens of each lane in the history
 
     @classmethod
     def create(cls, group_id: str, spec: RequestSpec, max_tokens: int, prompt_len: int, arrival: float,
@@ -107,7 +118,7 @@ class Group:
                    if options.layout in HISTORY_LAYOUTS else None)
         driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
         return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
-                   workers=[None] * n, counters=GroupCounters(n), _history_by_lane=[0] * n)
+                   StepLog(n, prompt_len), workers=[None] * n, num_live=n, counters=GroupCounters(n))
 
     @property
     def num_workers(self) -> int:
@@ -115,8 +126,8 @@ class Group:
 
     @property
     def request_ids(self) -> list[str]:
-        """Each worker's request id, in worker order (complete groups)."""
-        return [w.request_id for w in self.workers]
+        """The request that holds each lane now, in worker order (complete groups)."""
+        return [w.lane_request_id for w in self.workers]
 
     @property
     def is_complete(self) -> bool:
@@ -132,44 +143,82 @@ class Group:
         return [w.index for w in self.workers if not w.finished]
 
     def shape(self, block_ids: Sequence[Sequence[int]]) -> GroupShape:
-        """What the worker processes keep for the group's whole life (``block_ids``: each lane's blocks)."""
+        """What the worker processes keep of the group (``block_ids``: each lane's blocks now)."""
         tail = self.spec.prompt_tail
         return GroupShape(self.group_id, tuple(self.request_ids), self.spec.options.layout, self.prompt_len,
                           self.prompt_len if tail is None else tail.prompt_end,
                           (None,) * 4 if tail is None else tail.separators(),
                           tuple(tuple(b) for b in block_ids))
 
-    def step(self, lane_lens: Sequence[int], decoding: Sequence[int], drafts: Sequence[int] = ()) -> GroupStep:
-        """This engine step's wire for the group: lanes' lengths, decoding workers, paragraphs that join now.
+    def step(self, lane_lens: Sequence[int], decoding: Sequence[int], drafts: Sequence[int] = (),
+             exact: bool = False) -> GroupStep | None:
+        """Log this engine step; the wire's :class:`GroupStep` when the worker processes need one (None: they
+        follow the step from vLLM's own counts).
 
         ``lane_lens``: each lane's accepted tokens (what co-workers may read); ``drafts``: the draft
-        tokens each lane feeds after them this step (speculative decoding; empty: none).
-        Also counts what each decoding worker reads from co-workers. O(N + joined).
+        tokens each lane feeds after them (speculative decoding); ``exact``: lane lengths the worker
+        processes cannot know (speculative decoding: how many drafts each lane accepted). O(N + joined).
         """
-        joined = self.tracker.join(lane_lens) if self.tracker is not None else []
-        for span in joined:
-            self._history_by_lane[span.lane] += span.num_tokens
-        self._count_reads(lane_lens, decoding)
-        return GroupStep(self.group_id, tuple(lane_lens), tuple(decoding),
-                         tuple((s.lane, s.start, s.end) for s in joined), tuple(drafts) if any(drafts) else ())
+        self.log.record(lane_lens, decoding, exact=exact)
+        joined = self.tracker.join(lane_lens) if self.tracker is not None and self.tracker.pending else []
+        if joined:
+            self.log.join(len(self.tracker.history), self.tracker.paragraph_starts)
+        if not joined and not exact:
+            return None
+        return GroupStep(self.group_id, tuple(lane_lens), tuple((s.lane, s.start, s.end) for s in joined),
+                         tuple(drafts) if any(drafts) else ())
 
-    def _count_reads(self, lane_lens: Sequence[int], decoding: Sequence[int]) -> None:
-        """Co-worker tokens in each decoding worker's view (the prompt is nobody's)."""
-        layout, p = self.spec.options.layout, self.prompt_len
+    def coworker_reads(self) -> list[int]:
+        """Co-worker tokens each worker attended over its life, summed over its steps (the prompt is nobody's).
+
+        From the step log, in closed form over its runs: O(runs + joins), not O(steps).
+        """
+        n, p, layout = self.num_workers, self.prompt_len, self.spec.options.layout
+        reads = [0] * n
         if layout == "isolated":
-            return
+            return reads
+        history = self.tracker.history if self.tracker is not None else []
+        joins = self.log.joins
+        for run in self.log.runs:
+            # Pieces of the run between joins: the history is constant inside one.
+            cuts = [run.first] + [j for j, _, _ in joins if run.first < j < run.first + run.length] + [
+                run.first + run.length]
+            for a, b in zip(cuts, cuts[1:]):
+                self._add_reads(reads, run, a, b, history, p, layout)
+        return reads
+
+    def _add_reads(self, reads, run, a, b, history, p, layout) -> None:
+        base, decoding, m = run.lens_at(a), run.decoding, b - a
+        grows = [1 if w in decoding else 0 for w in range(len(base))]
         if layout == "contiguous":
-            total = sum(n - p for n in lane_lens)
             for w in decoding:
-                self.counters.coworker_reads[w] += total - (lane_lens[w] - p)
+                others = sum(base[o] - p for o in range(len(base)) if o != w)
+                reads[w] += m * others + (sum(grows) - 1) * m * (m - 1) // 2
             return
-        history = sum(self._history_by_lane)
-        starts = self.tracker.paragraph_starts
-        unfinished = [max(0, n - s) for n, s in zip(lane_lens, starts)] if layout == "combined" else [0] * len(starts)
-        live = sum(unfinished)
+        num_history, starts = self._history_at(a)
+        by_lane = [0] * len(base)
+        for span in history[:num_history]:
+            by_lane[span.lane] += span.num_tokens
+        total = sum(by_lane)
         for w in decoding:
-            if lane_lens[w] > starts[w]:  # otherwise the worker reads its own lane alone
-                self.counters.coworker_reads[w] += history - self._history_by_lane[w] + live - unfinished[w]
+            k0 = max(0, starts[w] - base[w] + 1)  # from then on the worker reads more than its own lane
+            count = max(0, m - k0)
+            if not count:
+                continue
+            reads[w] += count * (total - by_lane[w])
+            if layout == "combined":
+                ks = (m * (m - 1) - k0 * (k0 - 1)) // 2  # sum of k over [k0, m)
+                reads[w] += count * sum(base[o] - starts[o] for o in range(len(base)) if o != w)
+                reads[w] += ks * (sum(grows) - 1)
+
+    def _history_at(self, step: int) -> tuple[int, tuple[int, ...]]:
+        """(spans in the history, each lane's paragraph start) after ``step``'s joins."""
+        out = (0, (self.prompt_len,) * self.num_workers)
+        for j, num_history, starts in self.log.joins:
+            if j > step:
+                break
+            out = (num_history, starts)
+        return out
 
 
 def parse_request_id(request_id: str, num_workers: int) -> tuple[str, int]:

@@ -68,12 +68,14 @@ class Admission:
 class GroupTable:
     def __init__(self, *, block_size: int, max_plain_wait: float, encode: Callable[[str], list[int]],
                  text_for: Callable[[Any], Callable[[int], str]] | None = None, slack: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 speculative: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         """``encode``: text to token ids (placed text); ``text_for(request)``: that request's detokenizer
         (the text each sampled token adds), for groups that observe text; ``slack``: slots a lane may need
-        past its budget (:func:`~vllm_hogwild.core.options.spec_slack`); ``clock``: seconds, for metrics."""
+        past its budget (:func:`~vllm_hogwild.core.options.spec_slack`); ``speculative``: the engine verifies
+        drafts (a lane may accept several tokens per step); ``clock``: seconds, for metrics."""
         self.block_size = block_size
         self.slack = slack
+        self.speculative = speculative
         self.fairness = Fairness(max_plain_wait)
         self.stats = HogwildStats()
         self._encode = encode
@@ -82,9 +84,12 @@ class GroupTable:
         self.groups: dict[str, Group] = {}  # by group id, in arrival order
         self.workers: dict[str, Worker] = {}  # by request id
         self._waiting: dict[str, Group] = {}  # groups not admitted yet, in arrival order
+        self._running: dict[str, Group] = {}  # admitted groups, in admission order
+        self._observing: dict[str, Group] = {}  # admitted groups whose text the driver reads
         self._num_held = 0  # requests of those groups that have arrived and not finished
         self._unbudgeted: dict[str, int] = {}  # request id -> slots its first allocation takes (queued workers)
         self._uneven: set[str] = set()  # groups that may be out of lock-step
+        self._queued: set[str] = set()  # requests handed to the engine's waiting queue, not scheduled yet
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
 
     def __contains__(self, request_id: str) -> bool:
@@ -104,7 +109,7 @@ class GroupTable:
 
     @property
     def num_running_groups(self) -> int:
-        return len(self.groups) - len(self._waiting)
+        return len(self._running)
 
     # -- arrive -----------------------------------------------------------------------------------------
 
@@ -160,15 +165,24 @@ class GroupTable:
 
     def _queue(self, group: Group) -> list[Any]:
         del self._waiting[group.group_id]
+        self._running[group.group_id] = group
+        if group.driver.observes_text:
+            self._observing[group.group_id] = group
         group.phase = Phase.ADMITTED
         group.counters.admitted_time = self._clock()
         self._uneven.add(group.group_id)
-        live = [w for w in group.workers if not w.lane.is_finished()]
+        live = [w for w in group.workers if not w.request.is_finished()]
         self._num_held -= len(live)
         budget = group.prompt_len + group.max_tokens + self.slack
         for worker in live:
             self._unbudgeted[worker.request_id] = budget
+            self._queued.add(worker.request_id)
         return [w.request for w in live]
+
+    @property
+    def num_queued(self) -> int:
+        """Workers handed to the engine's waiting queue that it has not scheduled yet."""
+        return len(self._queued)
 
     @property
     def has_unbudgeted(self) -> bool:
@@ -202,66 +216,78 @@ class GroupTable:
         held = []
         for group_id in list(self._uneven):
             group = self.groups[group_id]
-            ahead = ahead_of_group([None if w.lane.is_finished() else w.sampled_steps for w in group.workers])
+            ahead = ahead_of_group([None if w.request.is_finished() else self._steps_of(w) for w in group.workers])
             held += [group.workers[w].request for w in ahead]
             group.in_step = group.prefilled and not ahead
             if group.in_step:
                 self._uneven.discard(group_id)
         return held
 
+    def _steps_of(self, worker: Worker) -> int:
+        """Engine steps in which the worker accepted tokens (without speculative decoding: one token each)."""
+        return worker.sampled_steps if self.speculative else worker.request.num_output_tokens
+
     def drafts_to_drop(self) -> list[Any]:
         """Speculative decoding: requests whose next token the engine may place verify no drafts (forced
         tokens apply to a request's first sampled row only)."""
         out = []
-        for group in self.groups.values():
-            if group.phase is not Phase.ADMITTED or not group.driver.places_tokens:
+        for group in self._running.values():
+            if not group.driver.places_tokens:
                 continue
             for w in group.workers:
-                if group.driver.may_place(w.index, w.lane.num_output_tokens):
+                if not w.finished and group.driver.may_place(w.index, w.request.num_output_tokens):
                     out.append(w.request)
         return out
 
     # -- step -------------------------------------------------------------------------------------------
 
     def step(self, scheduled: Mapping[str, int], drafts: Mapping[str, Sequence[int]],
-             block_ids: Callable[[str], Sequence[int]], *, has_tokens: bool) -> StepWire:
-        """The step's wire, once vLLM has scheduled (token counts already advanced). O(N) per scheduled group.
+             block_ids: Callable[[str], Sequence[int]], *, all_scheduled: bool, has_tokens: bool) -> StepWire:
+        """The step's wire, once vLLM has scheduled (token counts already advanced).
 
         ``scheduled``: tokens per request this step; ``drafts``: each request's draft tokens this
-        step; ``block_ids(request_id)``: its lane's blocks; ``has_tokens``: the step reaches the
-        worker processes (a step without tokens does not).
+        step; ``block_ids(request_id)``: its lane's blocks; ``all_scheduled``: vLLM scheduled every
+        running request (none fell out of the token budget); ``has_tokens``: the step reaches the
+        worker processes (a step without tokens does not). A group decoding in lock-step (every live
+        worker one token more, no paragraph to join) costs one counter: O(1); any other, O(N).
         """
         shapes, steps, forced = [], [], {}
-        seen: set[str] = set()
-        for request_id in scheduled:
-            worker = self.workers.get(request_id)
-            if worker is None or worker.group.group_id in seen:
-                continue
-            group = worker.group
-            seen.add(group.group_id)
+        if self._queued:
+            self._queued = {r for r in self._queued if r not in scheduled}
+        for group in self._running.values():
+            workers = group.workers
+            if not group.shape_sent:
+                if not any(w.lane_request_id in scheduled for w in workers):
+                    continue
+                shapes.append(group.shape([block_ids(w.lane_request_id) for w in workers]))
+                group.shape_sent = True
             if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
                 self._place_tokens(group, scheduled, forced, drafts)
             if not group.prefilled:
                 self._count_prefill(group, scheduled)
-                if any(w.lane.num_computed_tokens < group.prompt_len for w in group.workers):
+                if any(w.length() < group.prompt_len for w in workers):
                     continue  # someone still prefills: every decode row reads the prompt alone
                 group.prefilled = True
-            decoding = [w.index for w in group.workers if (n := scheduled.get(w.request_id))
-                        and w.lane.num_computed_tokens - n >= group.prompt_len]  # a prefill chunk reads its lane
-            if group.in_step and len(decoding) < sum(not w.lane.is_finished() for w in group.workers):
+            log = group.log
+            if (all_scheduled and not self.speculative and log.runs and len(log.runs[-1].decoding) == group.num_live
+                    and not (group.tracker is not None and group.tracker.pending)):
+                log.advance()  # lock-step: the same workers, one token more each; the worker processes follow
+                continue
+            decoding = [w.index for w in workers if not w.finished and (n := scheduled.get(w.request_id))
+                        and w.request.num_computed_tokens - n >= group.prompt_len]  # a prefill chunk reads its lane
+            if group.in_step and len(decoding) < group.num_live:
                 group.in_step = False  # a live worker sat this step out: it is behind now
                 self._uneven.add(group.group_id)
             if not decoding:
                 continue  # prefill rows read their own lane: plain attention
-            if not group.shape_sent:
-                shapes.append(group.shape([block_ids(w.request_id) for w in group.workers]))
-                group.shape_sent = True
-            if drafts:  # co-workers read accepted tokens only: a lane's drafts are its own rows' alone
-                num_drafts = [len(drafts.get(w.request_id, ())) for w in group.workers]
-                steps.append(group.step([w.lane.num_computed_tokens - d for w, d in zip(group.workers, num_drafts)],
-                                        decoding, num_drafts))
+            if self.speculative:  # co-workers read accepted tokens only: a lane's drafts are its own rows' alone
+                num_drafts = [len(drafts.get(w.request_id, ())) for w in workers]
+                wire = group.step([w.length() - d for w, d in zip(workers, num_drafts)], decoding, num_drafts,
+                                  exact=True)
             else:
-                steps.append(group.step([w.lane.num_computed_tokens for w in group.workers], decoding))
+                wire = group.step([w.length() for w in workers], decoding)
+            if wire is not None:
+                steps.append(wire)
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []
@@ -277,14 +303,14 @@ class GroupTable:
         """
         driver = group.driver
         finisher = driver.maybe_start_finisher(
-            [None if w.lane.is_finished() else w.lane.num_output_tokens for w in group.workers])
+            [None if w.request.is_finished() else w.request.num_output_tokens for w in group.workers])
         if finisher is not None:  # everyone else ends now: its rest joins the history the finisher reads
             self._stop(group, keep=finisher)
         for w in group.workers:
-            lane = w.lane
-            if (w.request_id in scheduled and lane.num_computed_tokens >= lane.num_tokens  # it samples this step
+            request = w.request
+            if (w.request_id in scheduled and request.num_computed_tokens >= request.num_tokens  # it samples now
                     and not drafts.get(w.request_id)):
-                token = driver.forced(w.index, lane.num_output_tokens)
+                token = driver.forced(w.index, request.num_output_tokens)
                 if token is not None:
                     forced[w.request_id] = token
 
@@ -292,13 +318,14 @@ class GroupTable:
         for w in group.workers:
             n = scheduled.get(w.request_id, 0)
             if n:
-                before = w.lane.num_computed_tokens - n  # counts were advanced by vLLM's schedule()
+                before = w.request.num_computed_tokens - n  # counts were advanced by vLLM's schedule()
                 group.counters.prefill_by_worker[w.index] += max(0, min(n, group.prompt_len - before))
 
     # -- observe ----------------------------------------------------------------------------------------
 
     def accept(self, request_id: str) -> Worker | None:
-        """The request accepted tokens this step (one or more): its worker, with the step counted; None: plain."""
+        """Speculative decoding: the request accepted tokens this step (one or more): its worker, with the
+        step counted; None: a plain request."""
         worker = self.workers.get(request_id)
         if worker is not None:
             worker.sampled_steps += 1
@@ -308,17 +335,15 @@ class GroupTable:
         """After each token of an accepted run: whether the engine must place the worker's next token (a
         paragraph ended and queued its prefix, an answer, the finisher's room); the run is cut there."""
         self._observe(worker)
-        return worker.group.driver.may_place(worker.index, worker.lane.num_output_tokens)
+        return worker.group.driver.may_place(worker.index, worker.request.num_output_tokens)
 
-    def after_outputs(self, request_ids: Iterable[str]) -> None:
-        """The step's outputs are in: show each driver its workers' new text; an answer stops its group."""
-        touched: dict[str, Group] = {}
-        for request_id in request_ids:
-            worker = self.workers.get(request_id)
-            if worker is not None and worker.group.driver.observes_text and not worker.finished:
-                self._observe(worker)
-                touched[worker.group.group_id] = worker.group
-        for group in touched.values():
+    def after_outputs(self) -> None:
+        """The step's outputs are in: show each driver its workers' new text; an answer stops its group.
+        Groups that read no text (the raw protocol) cost nothing here."""
+        for group in self._observing.values():
+            for worker in group.workers:
+                if not worker.finished:
+                    self._observe(worker)
             if group.driver.answered:  # a worker wrote the answer: everyone samples its end next
                 self._stop(group)
 
@@ -327,12 +352,12 @@ class GroupTable:
         driver = worker.group.driver
         if not driver.observes_text:
             return
-        tokens = worker.lane.output_token_ids
+        tokens = worker.request.output_token_ids
         for i in range(driver.num_observed[worker.index], len(tokens)):
             driver.observe(worker.index, i, worker.text(tokens[i]))
 
     def _stop(self, group: Group, keep: int | None = None) -> None:
-        live = [w.index for w in group.workers if not w.lane.is_finished()]
+        live = [w.index for w in group.workers if not w.request.is_finished()]
         group.driver.stop(live, [w.eos_token_id for w in group.workers], keep=keep)
 
     # -- park and finish --------------------------------------------------------------------------------
@@ -342,13 +367,15 @@ class GroupTable:
         its blocks); else its group ended: the parked requests whose blocks to free now, with its own."""
         worker = self.workers[request_id]
         group = worker.group
-        worker.finished = True
+        worker.finished, worker.lane_len = True, worker.request.num_computed_tokens
+        group.num_live -= 1
         self._unbudgeted.pop(request_id, None)
+        self._queued.discard(request_id)
         if group.phase is not Phase.ADMITTED:
             self._num_held -= 1  # aborted before its group was admitted
         self._observe(worker)
         if group.tracker is not None:
-            group.tracker.stop(worker.index, worker.lane.num_computed_tokens)
+            group.tracker.stop(worker.index, worker.lane_len)
         arrived = [w for w in group.workers if w is not None]
         if not all(w.finished for w in arrived):
             return None
@@ -360,13 +387,15 @@ class GroupTable:
             del self.workers[w.request_id]
         del self.groups[group.group_id]
         self._waiting.pop(group.group_id, None)
+        self._running.pop(group.group_id, None)
+        self._observing.pop(group.group_id, None)
         self._uneven.discard(group.group_id)
         if group.shape_sent:
             self._ended.append(group.group_id)
         return [w.request for w in arrived if w.request_id != request_id]
 
     def _record_end(self, group: Group, block_ids: Callable[[str], Sequence[int]]) -> None:
-        lanes = [(block_ids(w.request_id), w.lane.num_computed_tokens) for w in group.workers]
+        lanes = [(block_ids(w.lane_request_id), w.length()) for w in group.workers]
         if group.tracker is not None:
             group.tracker.join([n for _, n in lanes])  # the last rests, for the record
         used: set[int] = set()
@@ -375,8 +404,8 @@ class GroupTable:
         c, now = group.counters, self._clock()
         self.stats.record(GroupEnd(
             group.num_workers, group.prompt_len, [n for _, n in lanes], len(used), c.num_prefill_tokens,
-            c.prefill_saved(group.prompt_len), [w.lane.num_output_tokens for w in group.workers],
-            list(c.coworker_reads),
+            c.prefill_saved(group.prompt_len), [w.request.num_output_tokens for w in group.workers],
+            group.coworker_reads(),
             admission_wait_s=(c.admitted_time - group.arrival_time) if c.admitted_time else None,
             latency_s=now - group.arrival_time,
             history=[(s.lane, s.start, s.end) for s in (group.tracker.history if group.tracker else ())],

@@ -1,26 +1,48 @@
-"""A group's views on the worker-process side, kept from step to step from the wire. Pure, no vLLM import.
+"""A group's views on the worker-process side, kept from step to step. Pure, no vLLM import.
 
-Each worker process keeps one :class:`GroupViews` per group that decodes: the
-shape it was sent (layout, prompt, section headers, each lane's request id),
-each lane's block table (grown by the wire's ``new_blocks`` as lanes take KV
-on demand, replaced when a preempted group resumes), the shared history of
-finished paragraphs and where each lane's unfinished part starts, both grown
-from the ``joined`` spans of every :class:`~vllm_hogwild.core.wire.GroupStep`.
-Given a step, it returns the segments of each decoding worker whose view is
-not its own lane alone; given a replay (:class:`~vllm_hogwild.core.wire.GroupReplay`),
-the segments of every re-fed token, each with the view of the step it was
-first produced under. Every tensor-parallel rank applies the same wire, so
-every rank holds the same views.
+Each worker process keeps one :class:`GroupViews` per group: the shape it was
+sent (layout, prompt, section headers, the request that holds each lane), each
+lane's block table and length, the shared history of finished paragraphs and
+where each lane's unfinished part starts. It follows every step from the batch
+itself (:class:`BatchRow`: each scheduled lane's computed and scheduled tokens
+and drafts) and from vLLM's own block tables, and from the few
+:class:`~vllm_hogwild.core.wire.GroupStep` the scheduler sends (paragraph joins;
+with speculative decoding, each lane's accepted length). It returns the
+segments of each decoding worker whose view is not its own lane alone, and,
+for a resumed group (:class:`~vllm_hogwild.core.wire.GroupReplay`), the
+segments of every re-fed token, each with the view of the step it was first
+produced under. Every tensor-parallel rank applies the same wire to the same
+batch, so every rank holds the same views.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
 
 from vllm_hogwild.core.views import Segment, Separators, Span, build_views, segments_of
 from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, StepWire
 
 SEPARATOR_NAMES = ("history", "others", "pivot", "own")  # the order of GroupShape.separators
+
+BlockTable = Callable[[str], "Sequence[int] | None"]  # request id -> the engine's live block list (None: unknown)
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """One scheduled request of the step's batch, as its group's views need it."""
+
+    request_id: str
+    num_computed: int  # tokens computed before this step
+    num_scheduled: int  # tokens fed this step (its last sampled token and any drafts, or a prefill chunk)
+    num_drafts: int = 0
+
+
+@dataclass
+class _Lane:
+    length: int  # tokens co-workers read (accepted, written)
+    blocks: tuple[int, ...]  # its block table, from position 0
+    live: Sequence[int] | None = None  # the engine's own block list for it (grows in place), once known
 
 
 @dataclass
@@ -33,39 +55,66 @@ class GroupViews:
         self.paragraph_starts = self.paragraph_starts or [self.shape.prompt_len] * len(self.shape.request_ids)
         self.separators = Separators(**{
             name: None if r is None else Span(0, *r) for name, r in zip(SEPARATOR_NAMES, self.shape.separators)})
-        self.reshape(self.shape)
+        self.lanes = [_Lane(self.shape.prompt_len, tuple(b)) for b in self.shape.block_ids]
 
     def reshape(self, shape: GroupShape) -> None:
-        """A new shape: the group's lanes now live in these requests and blocks (it resumed); history stays."""
+        """The group resumed: its lanes live in these requests and blocks now; lengths and history stay."""
         self.shape = shape
-        self.block_ids = list(shape.block_ids)
+        for lane, blocks in zip(self.lanes, shape.block_ids):
+            lane.blocks, lane.live = tuple(blocks), None
 
-    def extend(self, lane: int, block_ids: tuple[int, ...]) -> None:
-        self.block_ids[lane] = self.block_ids[lane] + block_ids
+    @property
+    def prompt_len(self) -> int:
+        return self.shape.prompt_len
 
-    def apply(self, step: GroupStep) -> dict[int, tuple[Segment, ...]]:
-        """Join what the step joined, then the segments of each decoding worker that reads more than its lane."""
-        for lane, start, end in step.joined:
-            if start != self.paragraph_starts[lane]:
-                raise ValueError(f"group {step.group_id}: lane {lane} joins [{start}, {end}) but its unfinished "
-                                 f"part starts at {self.paragraph_starts[lane]}")
-            self.history.append(Span(lane, start, end))
-            self.paragraph_starts[lane] = end
-        if any(step.drafts):  # each reader's own span runs on over its drafts; nobody else sees them
-            views = [self._views([n + (d if lane == w else 0) for lane, (n, d) in
-                                  enumerate(zip(step.lane_lens, step.drafts))], [w])[0] for w in step.decoding]
+    def block_ids(self, block_table: BlockTable) -> list[tuple[int, ...]]:
+        """Each lane's blocks now: the engine's own list where it knows the lane (it grows as the lane does)."""
+        out = []
+        for lane, request_id in zip(self.lanes, self.shape.request_ids):
+            if lane.live is None:
+                lane.live = block_table(request_id)
+            if lane.live is not None and len(lane.live) != len(lane.blocks):
+                lane.blocks = tuple(lane.live)
+            out.append(lane.blocks)
+        return out
+
+    def decode(self, rows: Sequence[tuple[int, BatchRow]], step: GroupStep | None,
+               block_table: BlockTable) -> dict[int, tuple[Segment, ...]]:
+        """A step of the group: its scheduled ``(lane, row)`` pairs and the scheduler's step (None: none
+        sent); the segments of each decoding worker that reads more than its lane."""
+        if step is not None:
+            for lane, start, end in step.joined:
+                if start != self.paragraph_starts[lane]:
+                    raise ValueError(f"group {step.group_id}: lane {lane} joins [{start}, {end}) but its unfinished "
+                                     f"part starts at {self.paragraph_starts[lane]}")
+                self.history.append(Span(lane, start, end))
+                self.paragraph_starts[lane] = end
+            for lane, n in zip(self.lanes, step.lane_lens):
+                lane.length = n
         else:
-            views = self._views(step.lane_lens, step.decoding)
+            for w, row in rows:
+                self.lanes[w].length = row.num_computed + row.num_scheduled - row.num_drafts
+        decoding = [(w, row) for w, row in rows if row.num_computed >= self.prompt_len]  # a prefill chunk reads its lane
+        if not decoding:
+            return {}
+        lens = [lane.length for lane in self.lanes]
+        if any(row.num_drafts for _, row in decoding):  # each reader's own span runs on over its drafts
+            views = [self._views([n + (row.num_drafts if lane == w else 0) for lane, n in enumerate(lens)], [w])[0]
+                     for w, row in decoding]
+        else:
+            views = self._views(lens, [w for w, _ in decoding])
+        tables = self.block_ids(block_table)
         out = {}
-        for w, view in zip(step.decoding, views):
-            segments = segments_of(view, self.block_ids)
+        for (w, _), view in zip(decoding, views):
+            segments = segments_of(view, tables)
             if segments is not None:
                 out[w] = segments
         return out
 
-    def replay(self, replay: GroupReplay) -> dict[int, tuple[tuple[Segment, ...], ...]]:
+    def replay(self, replay: GroupReplay, block_table: BlockTable) -> dict[int, tuple[tuple[Segment, ...], ...]]:
         """Each re-fed token's segments, by lane, in position order; a lane whose tokens all read their own
         lane alone (prompt tokens, the isolated layout) is left out: plain attention."""
+        tables = self.block_ids(block_table)
         out = {}
         for lane, runs in replay.lanes:
             tokens, plain = [], True
@@ -77,11 +126,12 @@ class GroupViews:
                         lens = list(step.lane_lens)
                         lens[lane] = p + 1  # its own tokens up to itself: causal within the row
                         view = self._views(lens, [lane], self.history[:step.num_history], step.paragraph_starts)[0]
-                        segments = segments_of(view, self.block_ids)
+                        segments = segments_of(view, tables)
                     plain &= segments is None
-                    tokens.append(segments or (Segment(self.block_ids[lane], 0, p + 1, 0),))
+                    tokens.append(segments or (Segment(tables[lane], 0, p + 1, 0),))
             if not plain:
                 out[lane] = tuple(tokens)
+            self.lanes[lane].length = max(self.lanes[lane].length, runs[-1][1] if runs else 0)
         return out
 
     def _views(self, lane_lens, readers, history=None, paragraph_starts=None):
@@ -108,31 +158,52 @@ class StepSegments:
 
 @dataclass
 class ViewRegistry:
-    """Every group this worker process knows, updated by each step's wire."""
+    """Every group this worker process knows, kept from step to step."""
 
     groups: dict[str, GroupViews] = field(default_factory=dict)
+    lanes: dict[str, tuple[GroupViews, int]] = field(default_factory=dict)  # request id -> its group and lane
 
-    def apply(self, wire: StepWire | None) -> StepSegments:
-        """The step's segments by request id (only rows that read more than their own lane)."""
-        if not wire:
+    def apply(self, wire: StepWire | None, batch: Callable[[Mapping[str, object]], Iterable[BatchRow]] = lambda _: (),
+              block_table: BlockTable = lambda request_id: None) -> StepSegments:
+        """The step's segments by request id (only rows that read more than their own lane).
+
+        ``batch(lanes)``: the step's scheduled requests among ``lanes`` (request ids, once this step's
+        shapes are known); ``block_table``: the engine's own block list of a request it knows.
+        """
+        if wire:
+            for shape in wire.shapes:
+                group = self.groups.get(shape.group_id)
+                if group is None:
+                    group = self.groups[shape.group_id] = GroupViews(shape)
+                else:
+                    for request_id in group.shape.request_ids:
+                        self.lanes.pop(request_id, None)
+                    group.reshape(shape)
+                for lane, request_id in enumerate(shape.request_ids):
+                    self.lanes[request_id] = (group, lane)
+        rows: dict[str, list[tuple[int, BatchRow]]] = {}
+        for row in batch(self.lanes):
+            entry = self.lanes.get(row.request_id)
+            if entry is not None:
+                rows.setdefault(entry[0].shape.group_id, []).append((entry[1], row))
+        if not rows and not wire:
             return StepSegments()
-        for shape in wire.shapes:
-            known = self.groups.get(shape.group_id)
-            if known is None:
-                self.groups[shape.group_id] = GroupViews(shape)
-            else:
-                known.reshape(shape)
-        for group_id, lane, block_ids in wire.new_blocks:
-            self.groups[group_id].extend(lane, block_ids)
-        rows, replays = {}, {}
-        for step in wire.steps:
-            group = self.groups[step.group_id]
-            for w, segments in group.apply(step).items():
-                rows[group.shape.request_ids[w]] = segments
-        for replay in wire.replays:
+        steps = {s.group_id: s for s in wire.steps} if wire else {}
+        replaying = {r.group_id for r in wire.replays} if wire else set()
+        out_rows, out_replays = {}, {}
+        for group_id, lane_rows in rows.items():
+            if group_id in replaying:
+                continue
+            group = self.groups[group_id]
+            for w, segments in group.decode(lane_rows, steps.get(group_id), block_table).items():
+                out_rows[group.shape.request_ids[w]] = segments
+        for replay in wire.replays if wire else ():
             group = self.groups[replay.group_id]
-            for w, tokens in group.replay(replay).items():
-                replays[group.shape.request_ids[w]] = tokens
-        for group_id in wire.ended:
-            self.groups.pop(group_id, None)
-        return StepSegments(rows, replays)
+            for w, tokens in group.replay(replay, block_table).items():
+                out_replays[group.shape.request_ids[w]] = tokens
+        for group_id in wire.ended if wire else ():
+            group = self.groups.pop(group_id, None)
+            if group is not None:
+                for request_id in group.shape.request_ids:
+                    self.lanes.pop(request_id, None)
+        return StepSegments(out_rows, out_replays)

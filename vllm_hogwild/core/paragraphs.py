@@ -41,6 +41,7 @@ class _Lane:
     cut: bool = False  # text lost its beginning: its first character is context only
     ends: list[int] = field(default_factory=list)  # stored ends of finished paragraphs not joined yet
     stopped_at: int | None = None  # lane length when the worker stopped
+    flushed: bool = False  # its rest joined the history after it stopped
 
 
 @dataclass
@@ -59,10 +60,16 @@ class ParagraphTracker:
     history: list[Span] = field(default_factory=list)  # finished paragraphs, in the order they joined
     _lanes: list[_Lane] = field(default_factory=list)
     _pattern: Any = None
+    _num_pending: int = 0  # lanes with a paragraph end (or a stop) not joined yet
 
     def __post_init__(self) -> None:
         self._pattern = compile_pattern("step_end", self.paragraph_end)
         self._lanes = [_Lane(self.prompt_len) for _ in range(self.num_workers)]
+
+    @property
+    def pending(self) -> bool:
+        """Whether a :meth:`join` may move something (O(1): a step without it needs no join)."""
+        return self._num_pending > 0
 
     @property
     def paragraph_starts(self) -> list[int]:
@@ -90,6 +97,8 @@ class ParagraphTracker:
         # Only a match that this token completes counts (earlier text was checked already).
         for match in self._pattern.finditer(lane.text, 1 if lane.cut else 0):
             if match.end() > before:
+                if not lane.ends:
+                    self._num_pending += 1
                 lane.ends.append(position + 1)
                 lane.text, lane.cut = "", False
                 return True
@@ -99,14 +108,17 @@ class ParagraphTracker:
         """Move finished paragraphs into the history; return the spans that joined now, in order."""
         joined = []
         for w, (lane, n) in enumerate(zip(self._lanes, lane_lens)):
+            waiting = bool(lane.ends) or lane.stopped_at is not None and not lane.flushed
             if lane.stopped_at is not None:
-                if n < lane.stopped_at:
-                    continue  # its last fed token is not written yet
+                if n < lane.stopped_at or lane.flushed:
+                    continue  # its last fed token is not written yet, or its rest has joined
                 ends = [e for e in lane.ends if e < lane.stopped_at] + [lane.stopped_at]
-                lane.ends = []
+                lane.ends, lane.flushed = [], True
             else:
                 ends = [e for e in lane.ends if n > e]
                 lane.ends = lane.ends[len(ends):]
+            if waiting and not lane.ends and (lane.stopped_at is None or lane.flushed):
+                self._num_pending -= 1
             for end in ends:
                 if end > lane.paragraph_start:
                     joined.append(Span(w, lane.paragraph_start, end))
@@ -116,4 +128,7 @@ class ParagraphTracker:
 
     def stop(self, worker: int, lane_len: int) -> None:
         """``worker`` generates no more; its lane holds ``lane_len`` tokens (its last sampled one is never fed)."""
-        self._lanes[worker].stopped_at = lane_len
+        lane = self._lanes[worker]
+        if not lane.ends:
+            self._num_pending += 1  # its rest joins once written
+        lane.stopped_at = lane_len

@@ -5,14 +5,15 @@ The scheduler (engine core) attaches one :class:`StepWire` to vLLM's
 every worker (every tensor-parallel rank, Ray actors included), pickled; the
 runner hook in each worker applies it. Neither side imports the other.
 
-Like vLLM's own ``NewRequestData`` / ``CachedRequestData``, the wire is
-incremental: a group's :class:`GroupShape` (its lanes' block tables, its
-layout, its prompt and section headers) travels once, in the first step that
-decodes any of its workers; after that a :class:`GroupStep` carries only what
-changed: the lanes' lengths, the workers that decode, and the finished paragraphs
-that joined the shared history. That is O(N + joined paragraphs) per group per
-step, whatever the length of the views. ``ended`` tells the worker processes which
-groups to forget.
+The wire carries only what the worker processes cannot read from vLLM's own
+``SchedulerOutput``: a group's :class:`GroupShape` (its lanes' requests and
+block tables, its layout, its prompt and section headers) travels once, in the
+first step that schedules any of its workers, and again when a preempted group
+resumes; a :class:`GroupStep` only for a step in which paragraphs joined the
+shared history, or with speculative decoding. A group decoding in lock-step
+costs nothing on the wire: each worker process follows its lanes' lengths and
+blocks from the batch itself. Also: the tokens forced this step, the positions
+a resumed group re-feeds (:class:`GroupReplay`), and the groups that ended.
 """
 
 from __future__ import annotations
@@ -40,13 +41,18 @@ class GroupShape:
 
 @dataclass(frozen=True)
 class GroupStep:
-    """One step of one group: enough to rebuild every decoding worker's view."""
+    """What the worker processes cannot know of a group's engine step from vLLM's own counts.
+
+    Sent only for a step in which paragraphs joined the history, or with speculative decoding
+    (how many drafts each lane accepted is the scheduler's). Otherwise the worker processes
+    follow each lane from the batch: a scheduled lane's length is its computed tokens plus its
+    scheduled ones, less its drafts; a lane that is not scheduled keeps its length.
+    """
 
     group_id: str
     # tokens of each lane that co-workers may read this step: its accepted tokens whose K/V is written
     # once this step's writes land (never this step's drafts)
     lane_lens: tuple[int, ...]
-    decoding: tuple[int, ...]  # workers whose rows read their view this step
     joined: tuple[tuple[int, int, int], ...] = ()  # (lane, start, end): paragraphs that joined the history, in order
     # speculative decoding: draft tokens each lane feeds this step after ``lane_lens`` (empty: none). Only
     # the lane's own rows read them (causally); they are not accepted yet.
@@ -78,9 +84,7 @@ class StepWire:
     steps: tuple[GroupStep, ...] = ()
     ended: tuple[str, ...] = ()
     forced: Mapping[str, int] = field(default_factory=dict)  # request id -> the token it must sample (or ARGMAX)
-    # (group id, lane, block ids): blocks a lane was given since the last wire (lanes grow on demand)
-    new_blocks: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
     replays: tuple[GroupReplay, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.shapes or self.steps or self.ended or self.forced or self.new_blocks or self.replays)
+        return bool(self.shapes or self.steps or self.ended or self.forced or self.replays)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_hogwild.core.group_views import ViewRegistry
+from vllm_hogwild.core.group_views import BatchRow, ViewRegistry
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.runner.context import StepViews, get_step
 
@@ -50,9 +50,10 @@ def install_runner_hook(runner: Any) -> None:
         result = original(scheduler_output, *args, **kwargs)
         set_aside_discarded_generators(runner, set_aside)
         wire = getattr(scheduler_output, STEP_ATTR, None)
-        segments = registry.apply(wire)
         # After the original: it may reorder the batch rows.
         req_ids = tuple(runner.input_batch.req_ids)
+        segments = registry.apply(wire, lambda lanes: batch_rows(runner, scheduler_output, req_ids, lanes),
+                                  lambda request_id: block_table(runner, request_id))
         forced = None
         if wire is not None and wire.forced:
             forced = {row: wire.forced[r] for row, r in enumerate(req_ids) if r in wire.forced}
@@ -79,6 +80,22 @@ def install_runner_hook(runner: Any) -> None:
             return propose(*args, **kwargs)
 
         setattr(runner, DRAFT_METHOD, propose_without_views)
+
+
+def batch_rows(runner: Any, scheduler_output: Any, req_ids: tuple[str, ...], lanes) -> list[BatchRow]:
+    """The batch's rows of Hogwild lanes (``lanes``: request ids the views know): computed tokens before
+    this step (the runner's own count), scheduled tokens and drafts (the scheduler's)."""
+    computed = runner.input_batch.num_computed_tokens_cpu
+    scheduled = scheduler_output.num_scheduled_tokens
+    drafts = scheduler_output.scheduled_spec_decode_tokens
+    return [BatchRow(r, int(computed[i]), scheduled[r], len(drafts.get(r, ())))
+            for i, r in enumerate(req_ids) if r in lanes]
+
+
+def block_table(runner: Any, request_id: str):
+    """The runner's own block list of a request (its first KV-cache group), which vLLM extends in place."""
+    state = runner.requests.get(request_id)
+    return None if state is None else state.block_ids[0]
 
 
 def set_aside_discarded_generators(runner: Any, set_aside: dict[str, Any]) -> None:

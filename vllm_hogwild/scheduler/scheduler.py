@@ -37,8 +37,12 @@ class HogwildScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.hogwild_options = EngineOptions.from_additional_config(self.vllm_config.additional_config)
         self.table = GroupTable(block_size=self.block_size, max_plain_wait=self.hogwild_options.max_plain_wait,
-                                encode=self._encode, text_for=self._text_stream, slack=spec_slack(self.vllm_config))
+                                encode=self._encode, text_for=self._text_stream, slack=spec_slack(self.vllm_config),
+                                speculative=bool(self.num_spec_tokens))
+        if self.num_spec_tokens:  # lock-step counts steps, not tokens: each worker's accepted runs go through the table
+            self._update_request_with_output = self._update_worker_with_output
         self.parked: dict[str, Request] = {}  # finished workers' requests whose blocks co-workers still read
+        self._resort = False  # workers were queued: vLLM appended those it admitted to `running`
         self._budget = BudgetedAllocation(self.kv_cache_manager, self.table)
         self._hogwild_tokenizer = None
         address = runtime_of(self.vllm_config.additional_config).get("stats")
@@ -76,7 +80,7 @@ class HogwildScheduler(Scheduler):
         held = [r for r in table.holds() if r.status == RequestStatus.RUNNING]
         if held:
             self.running = [r for r in self.running if r not in held]
-        if table:  # workers first: vLLM preempts from the tail of `running`
+        if self._resort:  # workers first: vLLM preempts from the tail of `running` (it appends what it admits)
             self.running.sort(key=lambda r: r.request_id not in table)
         held_plain = ()
         if admission.hold_newer_than is not None:  # a group that has waited long enough keeps newer plain requests back
@@ -92,8 +96,11 @@ class HogwildScheduler(Scheduler):
             if request_id in table:  # the budget rule never lets vLLM preempt a worker; if it did, say so
                 table.preempted(request_id)
                 logger.error("Hogwild worker %s was preempted; its group's views may diverge", request_id)
-        setattr(output, STEP_ATTR, table.step(output.num_scheduled_tokens, output.scheduled_spec_decode_tokens,
-                                              self._block_ids, has_tokens=bool(output.total_num_scheduled_tokens)))
+        scheduled = output.num_scheduled_tokens
+        self._resort = bool(table.num_queued)  # some were queued: those vLLM admits now must move up next step
+        setattr(output, STEP_ATTR, table.step(scheduled, output.scheduled_spec_decode_tokens, self._block_ids,
+                                              all_scheduled=len(scheduled) == len(self.running) - len(held),
+                                              has_tokens=bool(output.total_num_scheduled_tokens)))
         return output
 
     def _room(self) -> Room:
@@ -110,21 +117,21 @@ class HogwildScheduler(Scheduler):
 
     def update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)  # workers that end are seen there
-        self.table.after_outputs(scheduler_output.num_scheduled_tokens)
+        self.table.after_outputs()
         return outputs
 
-    def _update_request_with_output(self, request: Request, new_token_ids: list[int], *args: Any, **kwargs: Any):
-        """vLLM's, plus per worker: count the step, and with speculative decoding keep an accepted run
-        only up to where the table says the engine must place text: the rest is dropped as if
-        rejected, so forced tokens follow exactly the token that called for them, as without
-        speculation."""
+    def _update_worker_with_output(self, request: Request, new_token_ids: list[int], *args: Any, **kwargs: Any):
+        """Speculative decoding (this instance's ``_update_request_with_output``): vLLM's, plus per worker:
+        count the step, and keep an accepted run only up to where the table says the engine must place
+        text: the rest is dropped as if rejected, so forced tokens follow exactly the token that called
+        for them, as without speculation."""
         worker = self.table.accept(request.request_id)
         if worker is None or len(new_token_ids) == 1 or not worker.group.driver.places_tokens:
-            new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids, *args, **kwargs)
+            new_token_ids, stopped = Scheduler._update_request_with_output(self, request, new_token_ids, *args, **kwargs)
         else:
             kept = 0
             for token in new_token_ids:
-                _, stopped = super()._update_request_with_output(request, [token], *args, **kwargs)
+                _, stopped = Scheduler._update_request_with_output(self, request, [token], *args, **kwargs)
                 kept += 1
                 if stopped or self.table.must_place(worker):
                     break
