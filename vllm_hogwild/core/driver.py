@@ -56,19 +56,13 @@ class ProtocolDriver:
         self.answered = False
         self.finisher: int | None = None  # the worker the finisher runs on, once started
         self.suffix = encode(FINISHER_SUFFIX[options.task]) if options.finisher else []
+        # Whether the scheduler must detokenize this group's tokens (paragraphs or answers).
+        self.observes_text = tracker is not None or self.answers is not None
+        # Whether the engine may ever place a token in this group (prefixes, the finisher, stops).
+        self.places_tokens = self.named or self.answers is not None or self.reserve > 0
         if self.named:
             for w in range(num_workers):
                 self.queues[w].extend(encode(paragraph_prefix(w, 1, num_workers)))
-
-    @property
-    def observes_text(self) -> bool:
-        """Whether the scheduler must detokenize this group's tokens (steps or answers)."""
-        return self.tracker is not None or self.answers is not None
-
-    @property
-    def places_tokens(self) -> bool:
-        """Whether the engine may ever place a token in this group (prefixes, the finisher, stops)."""
-        return self.named or self.answers is not None or self.reserve > 0
 
     @property
     def reserve(self) -> int:

@@ -88,6 +88,7 @@ class GroupTable:
         self._observing: dict[str, Group] = {}  # admitted groups whose text the driver reads
         self._num_held = 0  # requests of those groups that have arrived and not finished
         self._unbudgeted: dict[str, int] = {}  # request id -> slots its first allocation takes (queued workers)
+        self._promised_blocks = 0  # blocks those first allocations will take
         self._uneven: set[str] = set()  # groups that may be out of lock-step
         self._queued: set[str] = set()  # requests handed to the engine's waiting queue, not scheduled yet
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
@@ -158,10 +159,9 @@ class GroupTable:
 
     def _fits(self, group: Group, room: Room) -> bool:
         bs = self.block_size
-        promised = sum(-(-slots // bs) for slots in self._unbudgeted.values())  # queued, not allocated yet
         return fits(blocks_for_group(group.prompt_len, group.max_tokens, group.num_workers, bs, self.slack),
-                    promised, room.watermark_blocks, room.free_blocks, room.num_running + len(self._unbudgeted),
-                    group.num_workers, room.max_running)
+                    self._promised_blocks, room.watermark_blocks, room.free_blocks,
+                    room.num_running + len(self._unbudgeted), group.num_workers, room.max_running)
 
     def _queue(self, group: Group) -> list[Any]:
         del self._waiting[group.group_id]
@@ -175,7 +175,7 @@ class GroupTable:
         self._num_held -= len(live)
         budget = group.prompt_len + group.max_tokens + self.slack
         for worker in live:
-            self._unbudgeted[worker.request_id] = budget
+            self._promise(worker.request_id, budget)
             self._queued.add(worker.request_id)
         return [w.request for w in live]
 
@@ -195,14 +195,23 @@ class GroupTable:
 
     def allocated(self, request_id: str) -> None:
         """The request's first allocation succeeded."""
-        self._unbudgeted.pop(request_id, None)
+        self._promise(request_id, None)
+
+    def _promise(self, request_id: str, slots: int | None) -> None:
+        """Record (``slots``) or drop (None) what a queued worker's first allocation will take."""
+        before = self._unbudgeted.pop(request_id, None)
+        if before is not None:
+            self._promised_blocks -= -(-before // self.block_size)
+        if slots is not None:
+            self._unbudgeted[request_id] = slots
+            self._promised_blocks += -(-slots // self.block_size)
 
     def preempted(self, request_id: str) -> None:
         """vLLM preempted a worker alone (the budget rule is there so that it never does): counted, and its
         blocks, freed, are allocated again whole."""
         worker = self.workers[request_id]
         self.stats.num_member_preemptions += 1
-        self._unbudgeted[request_id] = worker.group.prompt_len + worker.group.max_tokens + self.slack
+        self._promise(request_id, worker.group.prompt_len + worker.group.max_tokens + self.slack)
 
     # -- hold -------------------------------------------------------------------------------------------
 
@@ -369,7 +378,7 @@ class GroupTable:
         group = worker.group
         worker.finished, worker.lane_len = True, worker.request.num_computed_tokens
         group.num_live -= 1
-        self._unbudgeted.pop(request_id, None)
+        self._promise(request_id, None)
         self._queued.discard(request_id)
         if group.phase is not Phase.ADMITTED:
             self._num_held -= 1  # aborted before its group was admitted

@@ -296,6 +296,10 @@ def overhead_side(args) -> None:
     llm = _engine(args.model, 4096, hogwild=args.kind == "hogwild", max_num_seqs=total,
                   max_num_batched_tokens=max(4096, total * args.prompt_len))
     hogwild = {"layout": "contiguous"} if args.kind == "hogwild" else None
+    # Warm up: the first run of an engine pays one-time costs (first calls, allocations) on either side.
+    warm = [_prompt(args.prompt_len, 10 ** 6 + i) for i in range(8)]
+    llm.generate(warm, [_params(args.workers, 4, i, hogwild) for i in range(4)]
+                 + [SamplingParams(max_tokens=4, seed=i, ignore_eos=True) for i in range(4)], use_tqdm=False)
     for k, groups in enumerate(args.groups):
         prompts = [_prompt(args.prompt_len, 50_000 * (k + 1) + i) for i in range(groups + args.plain)]
         params = [_params(args.workers, args.max_tokens, i, hogwild) for i in range(groups)]
