@@ -98,6 +98,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook(f"{_RUNNER}._dummy_run", "instance", "vllm_hogwild.runner.runner_hook", "03-attention-step-extras.patch"),
     Hook(f"{_RUNNER}.propose_draft_token_ids", "instance", "vllm_hogwild.runner.runner_hook",
          "03-attention-step-extras.patch"),
+    Hook(f"{_SCHEDULER}._reserve_prefill_lookahead", "instance", "vllm_hogwild.scheduler.scheduler",
+         "10-scheduler-chunk-limit.patch"),
     Hook(f"{_SCHEDULER}._update_request_with_output", "instance", "vllm_hogwild.scheduler.scheduler",
          "none: with speculative decoding only, it cuts an accepted run where the engine places text, token by "
          "token inside vLLM's own output loop; a per-token stop callback upstream would retire it"),
@@ -107,7 +109,7 @@ HOOKS: tuple[Hook, ...] = (
     # -- overrides of the scheduler subclass --
     *(Hook(f"{_SCHEDULER}.{name}", "override", "vllm_hogwild.scheduler.scheduler", NO_PATCH_OVERRIDE)
       for name in ("add_request", "get_request_counts", "schedule", "update_from_output", "_free_blocks",
-                   "make_stats", "shutdown")),
+                   "_get_local_prefix_cache_hit", "make_stats", "shutdown")),
 )
 
 

@@ -4,8 +4,10 @@
 
 Raw ``contiguous`` groups of 2 and 4 workers and ``collab`` groups (``combined``,
 section headers, step prefixes, redundancy checks, the finisher) of 2 and 4, in
-one ``generate`` call; writes each group's max |logprob - oracle| to OUT.json.
-A subprocess because ``TRITON_INTERPRET`` must be set before Triton is first imported.
+one ``generate`` call, in a KV cache too small for all of them at once: groups are
+preempted whole and resume by replay, whose re-fed rows the path runs too. Writes
+each group's max |logprob - oracle| and the preemptions to OUT.json. A subprocess
+because ``TRITON_INTERPRET`` must be set before Triton is first imported.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ RAW = [(2, 45), (4, 64)]  # workers, prompt length
 COLLAB = [2, 4]
 COLLAB_BUDGET = 48  # tokens per worker
 FINISHER = 6
+NUM_BLOCKS = 24  # x 32 tokens: the groups' budgets take about 44
 
 
 def main() -> None:
@@ -36,7 +39,8 @@ def main() -> None:
     from vllm_hogwild.core.protocol import FINISHER_SUFFIX
 
     model, out_path = sys.argv[1], sys.argv[2]
-    llm = make_llm(model, additional_config={"hogwild": {"max_workers": 4}})
+    llm = make_llm(model, additional_config={"hogwild": {"max_workers": 4}}, num_gpu_blocks_override=NUM_BLOCKS,
+                   max_model_len=(NUM_BLOCKS - 1) * 32, max_num_batched_tokens=128)
     try:
         prompts = [{"prompt_token_ids": prompt_ids(p, seed=300 + i)} for i, (_, p) in enumerate(RAW)]
         params = [hogwild_params(n, 32, seed=30 + i) for i, (n, _) in enumerate(RAW)]
@@ -48,7 +52,9 @@ def main() -> None:
             prompts.append({"prompt_token_ids": prompt_ids(40, seed=400 + i)})
             params.append(p)
         outputs = llm.generate(prompts, params, use_tqdm=False)
-        ended = list(scheduler_of(llm).table.stats.ended)[-len(prompts):]
+        stats = scheduler_of(llm).table.stats
+        ended = list(stats.ended)[-len(prompts):]
+        preemptions, replayed = stats.num_group_preemptions, stats.num_replayed_tokens
         path = path_of(llm.llm_engine.vllm_config.additional_config)
         tokenizer = llm.get_tokenizer()
     finally:
@@ -74,7 +80,7 @@ def main() -> None:
         cases.append({"case": f"collab combined n={len(tokens)}", "err": err, "without_headers": wrong,
                       "steps": sum(len(e) for e in ends), "finisher": record.finisher})
     with open(out_path, "w") as f:
-        json.dump({"path": path, "cases": cases}, f)
+        json.dump({"path": path, "cases": cases, "group_preemptions": preemptions, "replayed_tokens": replayed}, f)
 
 
 if __name__ == "__main__":

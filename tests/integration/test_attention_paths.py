@@ -4,7 +4,8 @@
 the CUDA backend uses (the shared metadata builder, the block-bucket plan, the
 Triton kernel, the log-sum-exp merge, rows written into the output) on the CPU,
 under Triton's interpreter; ``torch`` runs the PyTorch paths. Each in its own
-engine process (tests/integration/path_run.py), scored against the dense oracle.
+engine process (tests/integration/path_run.py), in a KV cache small enough that
+groups are preempted and resume by replay, scored against the dense oracle.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def runs(tiny_model, tmp_path_factory) -> dict:
 def test_the_path_in_the_engine_matches_the_dense_oracle(runs, path) -> None:
     result = runs[path]
     assert result["path"] == path
-    print(f"\n{path}: " + "; ".join(f"{c['case']}: {c['err']:.1e}" for c in result["cases"]))
+    print(f"\n{path}: " + "; ".join(f"{c['case']}: {c['err']:.1e}" for c in result["cases"])
+          + f"; {result['group_preemptions']} group preemptions, {result['replayed_tokens']} tokens replayed")
+    assert result["group_preemptions"] >= 1 and result["replayed_tokens"] > 0  # replay rows ran on this path
     assert [c["case"] for c in result["cases"]] == ["raw contiguous n=2", "raw contiguous n=4",
                                                     "collab combined n=2", "collab combined n=4"]
     for case in result["cases"]:

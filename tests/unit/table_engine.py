@@ -53,9 +53,9 @@ class FakeRequest:
 
 class FakeEngine:
     def __init__(self, *, prompt_len: int = 10, block_size: int = 4, num_blocks: int = 10_000,
-                 chunk: int = 1 << 20, max_plain_wait: float = 0.5) -> None:
+                 chunk: int = 1 << 20, max_plain_wait: float = 0.5, kv: str = "on-demand") -> None:
         self.table = GroupTable(block_size=block_size, max_plain_wait=max_plain_wait, encode=encode,
-                                text_for=lambda request: lambda token: decode([token]), clock=lambda: self.now)
+                                text_for=lambda request: lambda token: decode([token]), clock=lambda: self.now, kv=kv)
         self.prompt_len, self.block_size, self.num_blocks, self.chunk = prompt_len, block_size, num_blocks, chunk
         self.now = 0.0
         self.requests: dict[str, FakeRequest] = {}

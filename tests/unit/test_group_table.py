@@ -89,13 +89,23 @@ def test_an_abort_frees_everything_admitted_or_not(admitted: bool) -> None:
     assert not engine.parked and not engine.running
 
 
-def test_a_group_that_does_not_fit_waits_and_a_later_group_does_not_overtake_it() -> None:
-    engine = FakeEngine(prompt_len=P, block_size=4, num_blocks=20)
+def test_reserve_admits_a_group_for_its_whole_budget_and_a_later_group_does_not_overtake_it() -> None:
+    engine = FakeEngine(prompt_len=P, block_size=4, num_blocks=20, kv="reserve")
     big = engine.add_group("big", 2, 30)  # 2 shared + 2 x 8 = 18 blocks
     small = engine.add_group("small", 2, 2)
     engine.step(lambda r, k: 7)
     assert [r.request_id for r in engine.running] == [r.request_id for r in big]  # small waits behind big
     assert engine.table.groups["small"].phase is Phase.WAITING and all(r.status == "held" for r in small)
+    assert engine.table.first_allocation("0_small") is None  # queued workers reserve; held ones do not
+
+
+def test_on_demand_admits_a_group_when_its_prompts_and_first_tokens_fit() -> None:
+    engine = FakeEngine(prompt_len=P, block_size=4, num_blocks=20)
+    big = engine.add_group("big", 2, 30)  # 2 shared + 2 x 1: its first tokens
+    small = engine.add_group("small", 2, 2)
+    engine.step(lambda r, k: 7)
+    assert [r.request_id for r in engine.running] == [r.request_id for r in big + small]
+    assert engine.table.first_allocation("0_big") is None  # nothing reserved
 
 
 def test_lock_step_holds_a_worker_whose_prefill_finished_first() -> None:

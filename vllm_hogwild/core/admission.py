@@ -1,4 +1,4 @@
-"""When a complete Hogwild group may start, beside plain requests, and lock-step. Pure, no vLLM import.
+"""When a complete Hogwild group may start, beside plain requests; lock-step; preemption order. Pure, no vLLM import.
 
 A group is admitted whole or not at all: only when every worker fits for its
 whole budget (:func:`fits`); its workers then start together and decode in
@@ -69,3 +69,23 @@ def ahead_of_group(num_outputs: Sequence[int | None]) -> list[int]:
         return []
     slowest = min(live)
     return [w for w, n in enumerate(num_outputs) if n is not None and n > slowest]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What vLLM's preemption policy ranks: a plain request, or a whole Hogwild group (never a lone worker)."""
+
+    key: str  # the request id, or the group id
+    is_group: bool
+    arrival: float  # wall-clock arrival time (a group: its first request's)
+    priority: int  # vLLM's request priority (lower is more urgent)
+    need: int  # blocks its requests ask for this step
+    held: int  # blocks it holds
+
+
+def preemption_order(units: Sequence[Unit], by_priority: bool) -> list[Unit]:
+    """vLLM's order for victims, with a group as one unit: first come, first served preempts the newest first;
+    the priority policy the least urgent (highest priority value), newest first among equals. Units that hold
+    no block are left out (preempting them frees nothing)."""
+    key = (lambda u: (u.priority, u.arrival)) if by_priority else (lambda u: u.arrival)
+    return sorted((u for u in units if u.held), key=key, reverse=True)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol, Sequence
 from vllm_hogwild.core.driver import ProtocolDriver
 from vllm_hogwild.core.options import HISTORY_LAYOUTS, RequestSpec
 from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
-from vllm_hogwild.core.replay import StepLog
+from vllm_hogwild.core.replay import Replay, StepLog
 from vllm_hogwild.core.wire import GroupShape, GroupStep
 
 
@@ -39,6 +39,8 @@ class Phase(Enum):
     GATHERING = "gathering"  # not all of its requests have arrived
     WAITING = "waiting"  # complete; not admitted yet (no room, or fairness)
     ADMITTED = "admitted"  # its requests are in the engine's queues: they prefill, then decode in lock-step
+    PREEMPTED = "preempted"  # out whole under KV pressure, every block freed; waits to be admitted again
+    REPLAYING = "replaying"  # admitted again: every lane re-feeds its tokens with their views, then decodes on
 
 
 @dataclass
@@ -109,6 +111,7 @@ class Group:
     in_step: bool = False  # prefilled, and every live worker has fed as many tokens as the others
     num_live: int = 0  # workers that have not stopped
     counters: GroupCounters | None = None
+    replay: Replay | None = None  # preempted or replaying: what each lane re-feeds
 
     @classmethod
     def create(cls, group_id: str, spec: RequestSpec, max_tokens: int, prompt_len: int, arrival: float,

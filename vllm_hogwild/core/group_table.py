@@ -7,44 +7,51 @@ a group is decided here:
 - **arrive**: a worker's request comes in (they arrive one by one, in any
   order); the scheduler holds it out of vLLM's waiting queue;
 - **admit**: complete groups, oldest first, go to vLLM's waiting queue whole,
-  when they fit (the KV budget rule below) and fairness allows
-  (:mod:`vllm_hogwild.core.admission`); the answer names the requests to queue
-  and, when a group has waited too long, the plain requests to hold back;
+  when they fit (the KV rule below) and fairness allows
+  (:mod:`vllm_hogwild.core.admission`); a preempted group comes back the same
+  way, its finished lanes with replay requests of their own;
 - **hold**: lock-step: a worker ahead of its group's slowest live worker sits
   out a step (:meth:`holds`); with speculative decoding, workers whose next
   token the engine may place verify no drafts (:meth:`drafts_to_drop`);
 - **step**: after vLLM has scheduled, the step's wire for the worker
-  processes (:meth:`step`): each decoding group's lane lengths, the
-  paragraphs that join the shared history, forced tokens, shapes and ended
-  groups; the finisher may start here;
+  processes (:meth:`step`); each group's step goes into its log; the finisher
+  may start here;
 - **observe**: every sampled token's text goes to the group's protocol driver
-  (paragraph ends, next prefixes, answers; :meth:`accept`, :meth:`must_place`,
-  :meth:`after_outputs`), which may stop the group;
+  (paragraph ends, next prefixes, answers), which may stop the group;
+- **preempt** and **replay**: under KV pressure a whole group is the unit
+  (:meth:`preempt`: never a lone worker, co-workers read its blocks); resumed,
+  every lane re-feeds its tokens with the views they were produced under
+  (:meth:`replay_ends`, :meth:`settle`, :mod:`vllm_hogwild.core.replay`);
 - **park** and **finish**: a worker that stops keeps its lane (co-workers
   still read it) until the whole group is done; then every lane is freed
   together (:meth:`finish`).
 
-The KV budget rule (``reserve``): a group is admitted only when every worker
+The KV rule (``kv``): ``on-demand`` (the default) admits a group when every
+lane's prompt and first token fit, as vLLM admits a request, and its lanes
+then take blocks as they grow; a preempted group is admitted again when all
+its lanes fit as they were. ``reserve`` admits a group only when every lane
 fits for its whole budget, ``prompt // bs`` shared full blocks plus, per lane,
-the rest of ``prompt + max_tokens`` (:func:`~vllm_hogwild.core.options.blocks_for_group`);
-a worker's first allocation takes that whole budget (:meth:`first_allocation`),
-so it never asks for a block later and is never preempted.
+the rest of ``prompt + max_tokens``
+(:func:`~vllm_hogwild.core.options.blocks_for_group`), and a lane's first
+allocation takes that whole budget (:meth:`first_allocation`): no group is
+ever preempted.
 
 The table reads a worker's engine request only through
 :class:`~vllm_hogwild.core.group.Lane` (vLLM's ``Request`` has those fields);
-per step it works only on the groups the step schedules, plus the groups that
-may be out of lock-step.
+per step it works on the groups that changed: a group decoding in lock-step
+costs one counter.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from vllm_hogwild.core.admission import Decision, Fairness, ahead_of_group, fits
 from vllm_hogwild.core.group import Group, Phase, Worker, parse_request_id
-from vllm_hogwild.core.options import RequestSpec, blocks_for_group
+from vllm_hogwild.core.options import KV_MODES, RequestSpec, blocks_for_group
+from vllm_hogwild.core.replay import Replay
 from vllm_hogwild.core.stats import GroupEnd, HogwildStats
 from vllm_hogwild.core.wire import StepWire
 
@@ -61,21 +68,38 @@ class Room:
 
 @dataclass
 class Admission:
-    queue: list[Any] = field(default_factory=list)  # worker requests to put at the head of the waiting queue, in order
+    queue: list[Any] = field(default_factory=list)  # requests to put at the head of the waiting queue, in order
+    # finished lanes of resumed groups: (worker, its lane's tokens) for each replay request to make first
+    replays: list[tuple[Worker, list[int]]] = field(default_factory=list)
     hold_newer_than: float | None = None  # plain requests that arrived after this wait this step
+
+
+@dataclass
+class Preemption:
+    """What the scheduler frees when a group is preempted, by where each request stands in vLLM."""
+
+    group_id: str
+    requests: list[Any]  # the live workers' requests (running, or queued in vLLM's waiting queue)
+    parked: list[Any]  # finished lanes' requests holding blocks (workers' own, or replay requests parked)
+    replays: list[Any]  # replay requests still in vLLM's queues (they are dropped; new ones come on resumption)
 
 
 class GroupTable:
     def __init__(self, *, block_size: int, max_plain_wait: float, encode: Callable[[str], list[int]],
                  text_for: Callable[[Any], Callable[[int], str]] | None = None, slack: int = 0,
-                 speculative: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
+                 speculative: bool = False, kv: str = "on-demand",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``encode``: text to token ids (placed text); ``text_for(request)``: that request's detokenizer
         (the text each sampled token adds), for groups that observe text; ``slack``: slots a lane may need
         past its budget (:func:`~vllm_hogwild.core.options.spec_slack`); ``speculative``: the engine verifies
-        drafts (a lane may accept several tokens per step); ``clock``: seconds, for metrics."""
+        drafts (a lane may accept several tokens per step); ``kv``: one of :data:`KV_MODES`; ``clock``:
+        seconds, for metrics."""
+        if kv not in KV_MODES:
+            raise ValueError(f"kv: one of {KV_MODES}")
         self.block_size = block_size
         self.slack = slack
         self.speculative = speculative
+        self.on_demand = kv == "on-demand"
         self.fairness = Fairness(max_plain_wait)
         self.stats = HogwildStats()
         self._encode = encode
@@ -83,18 +107,21 @@ class GroupTable:
         self._clock = clock
         self.groups: dict[str, Group] = {}  # by group id, in arrival order
         self.workers: dict[str, Worker] = {}  # by request id
-        self._waiting: dict[str, Group] = {}  # groups not admitted yet, in arrival order
+        self.replays: dict[str, Worker] = {}  # replay request id -> the (finished) worker whose lane it re-feeds
+        self._waiting: dict[str, Group] = {}  # groups not admitted (or preempted), oldest first
         self._running: dict[str, Group] = {}  # admitted groups, in admission order
         self._observing: dict[str, Group] = {}  # admitted groups whose text the driver reads
-        self._num_held = 0  # requests of those groups that have arrived and not finished
-        self._unbudgeted: dict[str, int] = {}  # request id -> slots its first allocation takes (queued workers)
-        self._promised_blocks = 0  # blocks those first allocations will take
-        self._uneven: set[str] = set()  # groups that may be out of lock-step
+        self._num_held = 0  # requests of waiting groups that have arrived and not finished
+        self._promised: dict[str, int] = {}  # queued request id -> slots its first allocation takes
+        self._promised_blocks = 0  # blocks those first allocations take
         self._queued: set[str] = set()  # requests handed to the engine's waiting queue, not scheduled yet
+        self._uneven: set[str] = set()  # groups that may be out of lock-step
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
+        self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
 
     def __contains__(self, request_id: str) -> bool:
-        return request_id in self.workers
+        """A worker's request, or a replay request: a lane of some group."""
+        return request_id in self.workers or request_id in self.replays
 
     def __bool__(self) -> bool:
         return bool(self.groups)
@@ -111,6 +138,10 @@ class GroupTable:
     @property
     def num_running_groups(self) -> int:
         return len(self._running)
+
+    @property
+    def running_groups(self) -> list[Group]:
+        return list(self._running.values())
 
     # -- arrive -----------------------------------------------------------------------------------------
 
@@ -137,81 +168,103 @@ class GroupTable:
     # -- admit ------------------------------------------------------------------------------------------
 
     def admit(self, now: float, room: Callable[[], Room], oldest_plain: Callable[[], float | None]) -> Admission:
-        """Complete groups to queue now, oldest first, while they fit and fairness allows.
+        """Complete (or preempted) groups to queue now, oldest first, while they fit and fairness allows.
 
         ``now``: wall-clock seconds; ``room``, ``oldest_plain`` (the arrival time of the oldest
-        waiting plain request, None: none): read only when a complete group waits.
+        waiting plain request, None: none): read only when such a group waits.
         """
         admission = Admission()
-        complete = [g for g in self._waiting.values() if g.phase is Phase.WAITING]
-        if not complete:
+        ready = [g for g in self._waiting.values() if g.phase in (Phase.WAITING, Phase.PREEMPTED)]
+        if not ready:
             return admission
         here, oldest = room(), oldest_plain()
-        for group in complete:
+        for group in ready:
             decision = self.fairness.decide(now, group.arrival, self._fits(group, here), oldest)
             if decision is Decision.WAIT:
                 break  # first come, first served among groups: a later group does not overtake
             if decision is Decision.HOLD_NEWER:
                 admission.hold_newer_than = group.arrival
                 break
-            admission.queue += self._queue(group)
+            self._admit(group, admission)
         return admission
 
     def _fits(self, group: Group, room: Room) -> bool:
-        bs = self.block_size
-        return fits(blocks_for_group(group.prompt_len, group.max_tokens, group.num_workers, bs, self.slack),
-                    self._promised_blocks, room.watermark_blocks, room.free_blocks,
-                    room.num_running + len(self._unbudgeted), group.num_workers, room.max_running)
+        bs, n = self.block_size, group.num_workers
+        if group.phase is Phase.PREEMPTED:  # every lane as it was, and its next token
+            shared = group.prompt_len // bs
+            need = shared + sum(-(-(k + 1 + self.slack) // bs) - shared for k in group.replay.targets)
+        else:
+            need = blocks_for_group(group.prompt_len, group.max_tokens if not self.on_demand else 1, n, bs,
+                                    self.slack)
+        return fits(need, self._promised_blocks, room.watermark_blocks, room.free_blocks,
+                    room.num_running + len(self._queued), n, room.max_running)
 
-    def _queue(self, group: Group) -> list[Any]:
+    def _admit(self, group: Group, admission: Admission) -> None:
         del self._waiting[group.group_id]
         self._running[group.group_id] = group
         if group.driver.observes_text:
             self._observing[group.group_id] = group
-        group.phase = Phase.ADMITTED
-        group.counters.admitted_time = self._clock()
+        resumed = group.phase is Phase.PREEMPTED
+        group.phase = Phase.REPLAYING if resumed else Phase.ADMITTED
+        group.counters.admitted_time = group.counters.admitted_time or self._clock()
+        group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
         self._uneven.add(group.group_id)
         live = [w for w in group.workers if not w.request.is_finished()]
         self._num_held -= len(live)
-        budget = group.prompt_len + group.max_tokens + self.slack
         for worker in live:
-            self._promise(worker.request_id, budget)
-            self._queued.add(worker.request_id)
-        return [w.request for w in live]
+            slots = (group.replay.targets[worker.index] + 1 if resumed
+                     else group.prompt_len + (1 if self.on_demand else group.max_tokens)) + self.slack
+            self._promise(worker.request_id, slots, reserve=not self.on_demand)
+        admission.queue += [w.request for w in live]
+        if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)
+            admission.replays += [(w, w.request.all_token_ids[: w.lane_len + 1])
+                                  for w in group.workers if w.finished]
+
+    def replay_request(self, worker: Worker, request: Any) -> None:
+        """The scheduler made ``request`` to re-feed ``worker``'s (finished) lane; it holds the lane now."""
+        worker.lane_request = request
+        self.replays[request.request_id] = worker
+        self._promise(request.request_id, worker.lane_len + 1 + self.slack)
+
+    def _promise(self, request_id: str, slots: int | None, reserve: bool = False) -> None:
+        """Record (``slots``) or drop (None) what a queued request's first allocation takes; ``reserve``:
+        the whole budget, which its first allocation reserves (:meth:`first_allocation`)."""
+        before = self._promised.pop(request_id, None)
+        if before is not None:
+            self._promised_blocks -= -(-abs(before) // self.block_size)
+        self._queued.discard(request_id)
+        if slots is not None:
+            self._promised[request_id] = slots if reserve else -slots  # > 0: a reservation to make
+            self._promised_blocks += -(-slots // self.block_size)
+            self._queued.add(request_id)
 
     @property
     def num_queued(self) -> int:
-        """Workers handed to the engine's waiting queue that it has not scheduled yet."""
+        """Requests handed to the engine's waiting queue that it has not scheduled yet."""
         return len(self._queued)
 
     @property
-    def has_unbudgeted(self) -> bool:
-        """Whether a queued worker's first allocation is still to come."""
-        return bool(self._unbudgeted)
+    def has_reservations(self) -> bool:
+        """``reserve``: whether a queued worker's first allocation (its whole budget) is still to come."""
+        return not self.on_demand and any(slots > 0 for slots in self._promised.values())
 
     def first_allocation(self, request_id: str) -> int | None:
-        """Slots (tokens) the request's first allocation must cover: its whole budget; None: not a first one."""
-        return self._unbudgeted.get(request_id)
+        """``reserve``: the slots (tokens) the request's first allocation must cover, its whole budget; None:
+        not a first allocation."""
+        slots = self._promised.get(request_id)
+        return slots if slots is not None and slots > 0 else None
 
     def allocated(self, request_id: str) -> None:
         """The request's first allocation succeeded."""
         self._promise(request_id, None)
 
-    def _promise(self, request_id: str, slots: int | None) -> None:
-        """Record (``slots``) or drop (None) what a queued worker's first allocation will take."""
-        before = self._unbudgeted.pop(request_id, None)
-        if before is not None:
-            self._promised_blocks -= -(-before // self.block_size)
-        if slots is not None:
-            self._unbudgeted[request_id] = slots
-            self._promised_blocks += -(-slots // self.block_size)
-
-    def preempted(self, request_id: str) -> None:
-        """vLLM preempted a worker alone (the budget rule is there so that it never does): counted, and its
-        blocks, freed, are allocated again whole."""
+    def preempted_alone(self, request_id: str) -> None:
+        """vLLM preempted one worker (the table's rules are there so that it never does): counted, and with
+        ``reserve`` its blocks, freed, are allocated again whole."""
         worker = self.workers[request_id]
         self.stats.num_member_preemptions += 1
-        self._promise(request_id, worker.group.prompt_len + worker.group.max_tokens + self.slack)
+        if not self.on_demand:
+            self._promise(request_id, worker.group.prompt_len + worker.group.max_tokens + self.slack, reserve=True)
 
     # -- hold -------------------------------------------------------------------------------------------
 
@@ -225,6 +278,8 @@ class GroupTable:
         held = []
         for group_id in list(self._uneven):
             group = self.groups[group_id]
+            if group.phase is not Phase.ADMITTED:
+                continue  # replaying lanes keep step through their chunk ends
             ahead = ahead_of_group([None if w.request.is_finished() else self._steps_of(w) for w in group.workers])
             held += [group.workers[w].request for w in ahead]
             group.in_step = group.prefilled and not ahead
@@ -248,6 +303,97 @@ class GroupTable:
                     out.append(w.request)
         return out
 
+    # -- preempt and replay -----------------------------------------------------------------------------
+
+    def preempt(self, group_id: str) -> Preemption:
+        """Take a running group out whole: it waits again, oldest first, and re-feeds its lanes on resumption.
+
+        Call it before the scheduler frees anything: each lane's length is read here, once (a group
+        preempted again while it replays keeps what it had to re-feed).
+        """
+        group = self._running.pop(group_id)
+        self._observing.pop(group_id, None)
+        self._uneven.discard(group_id)
+        if group.replay is None:
+            group.replay = Replay(group.log, [w.length() for w in group.workers])
+        preemption = Preemption(group_id, [], [], [])
+        for w in group.workers:
+            self._promise(w.lane_request_id, None)
+            if not w.finished:
+                preemption.requests.append(w.request)
+                continue
+            if w.lane_request is not w.request:  # a replay request: dropped whatever it holds
+                del self.replays[w.lane_request_id]
+                (preemption.parked if w.lane_request.is_finished() else preemption.replays).append(w.lane_request)
+                w.lane_request = w.request
+            else:
+                preemption.parked.append(w.request)
+        group.phase, group.in_step, group.shape_sent = Phase.PREEMPTED, False, False
+        self._num_held += len(preemption.requests)
+        self._waiting[group_id] = group
+        self._waiting = dict(sorted(self._waiting.items(), key=lambda item: item[1].arrival))  # oldest first
+        group.counters.num_preemptions += 1
+        self.stats.num_group_preemptions += 1
+        return preemption
+
+    @property
+    def replaying(self) -> list[Group]:
+        return [g for g in self._running.values() if g.phase is Phase.REPLAYING]
+
+    def replay_ends(self, budget: int, max_chunk: int = 0) -> dict[str, int]:
+        """Where each replaying lane's tokens this step stop (request id -> position): every lane of a group
+        through the same past steps, the groups sharing ``budget`` tokens."""
+        groups = self.replaying
+        out = {}
+        for group in groups:
+            lanes = [w.lane_request for w in group.workers]
+            ends = group.replay.chunk_ends([r.num_computed_tokens for r in lanes], max(1, budget // len(groups)),
+                                           max_chunk)
+            out.update((r.request_id, end) for r, end in zip(lanes, ends))
+        return out
+
+    def settle(self) -> tuple[list[tuple[Any, int]], list[Any]]:
+        """Before a step: replaying lanes whose last chunk outran a co-worker's go back to a consistent frontier
+        (``(request, num_computed_tokens)`` pairs), and groups done replaying decode again: their replay
+        requests are finished (they park, their blocks stay the lanes')."""
+        rollbacks, finished = [], []
+        for group in self.replaying:
+            lanes = [w.lane_request for w in group.workers]
+            computed = [r.num_computed_tokens for r in lanes]
+            valid = group.replay.valid(computed)
+            rollbacks += [(r, v) for r, c, v in zip(lanes, computed, valid) if v < c]
+            if group.replay.done(valid):
+                group.phase, group.replay = Phase.ADMITTED, None
+                self._uneven.add(group.group_id)
+                finished += [w.lane_request for w in group.workers if w.finished]
+        return rollbacks, finished
+
+    def replay_parked(self, request_id: str) -> bool:
+        """A replay request finished; True: its group goes on and keeps the lane in its blocks (park it)."""
+        worker = self.replays.get(request_id)
+        if worker is None:
+            return False
+        if worker.group.group_id not in self.groups:
+            del self.replays[request_id]
+            return False
+        return True
+
+    def prefix_hit_cap(self, request_id: str, block_size: int) -> int | None:
+        """A replaying lane's most prefix-cache hit tokens: its group's prompt, and a block short of the lane's
+        end (it re-feeds at least one token; its later blocks hold K/V of Hogwild views: they are re-fed with
+        them). None: no cap (not a lane of a replaying group)."""
+        worker = self.workers.get(request_id) or self.replays.get(request_id)
+        if worker is None or worker.group.phase is not Phase.REPLAYING:
+            return None
+        group = worker.group
+        cap = min(group.prompt_len, group.replay.targets[worker.index] - 1)
+        return max(0, cap) // block_size * block_size
+
+    def take_orphans(self) -> list[Any]:
+        """Replay requests of groups that ended (aborted while replaying): the scheduler aborts them."""
+        orphans, self._orphans = self._orphans, []
+        return orphans
+
     # -- step -------------------------------------------------------------------------------------------
 
     def step(self, scheduled: Mapping[str, int], drafts: Mapping[str, Sequence[int]],
@@ -260,9 +406,10 @@ class GroupTable:
         worker processes (a step without tokens does not). A group decoding in lock-step (every live
         worker one token more, no paragraph to join) costs one counter: O(1); any other, O(N).
         """
-        shapes, steps, forced = [], [], {}
+        shapes, steps, replays, forced = [], [], [], {}
         if self._queued:
-            self._queued = {r for r in self._queued if r not in scheduled}
+            for request_id in [r for r in self._queued if r in scheduled]:
+                self._promise(request_id, None)
         for group in self._running.values():
             workers = group.workers
             if not group.shape_sent:
@@ -270,6 +417,18 @@ class GroupTable:
                     continue
                 shapes.append(group.shape([block_ids(w.lane_request_id) for w in workers]))
                 group.shape_sent = True
+            if group.phase is Phase.REPLAYING:
+                lanes = [(w.index, (r := w.lane_request).num_computed_tokens - n, r.num_computed_tokens)
+                         for w in workers if (n := scheduled.get(w.lane_request_id))]
+                if lanes:
+                    # What vLLM's budget cut short in one lane makes the same steps' tokens of the others
+                    # wrong: they are rolled back after the step (settle), and read their own lane meanwhile.
+                    valid = group.replay.valid([w.lane_request.num_computed_tokens for w in workers])
+                    replays.append(group.replay.wire(group.group_id, lanes, valid))
+                    replayed = sum(b - max(a, group.prompt_len) for _, a, b in lanes if b > group.prompt_len)
+                    group.counters.num_replayed_tokens += replayed
+                    self.stats.num_replayed_tokens += replayed
+                continue
             if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
                 self._place_tokens(group, scheduled, forced, drafts)
             if not group.prefilled:
@@ -300,7 +459,7 @@ class GroupTable:
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []
-        return StepWire(tuple(shapes), tuple(steps), ended, forced)
+        return StepWire(tuple(shapes), tuple(steps), ended, forced, tuple(replays))
 
     def _place_tokens(self, group: Group, scheduled: Mapping[str, int], forced: dict[str, int],
                       drafts: Mapping[str, Sequence[int]]) -> None:
@@ -372,16 +531,17 @@ class GroupTable:
     # -- park and finish --------------------------------------------------------------------------------
 
     def finish(self, request_id: str, block_ids: Callable[[str], Sequence[int]]) -> list[Any] | None:
-        """The request finished (stopped, or aborted). None: park it (co-workers still read its lane: keep
-        its blocks); else its group ended: the parked requests whose blocks to free now, with its own."""
+        """A worker's request finished (stopped, or aborted). None: park it (co-workers still read its lane:
+        keep its blocks); else its group ended: the parked requests whose blocks to free now, with its own."""
         worker = self.workers[request_id]
         group = worker.group
         worker.finished, worker.lane_len = True, worker.request.num_computed_tokens
+        if group.replay is not None:  # stopped (aborted) while preempted or replaying: its lane as it was
+            worker.lane_len = group.replay.targets[worker.index]
         group.num_live -= 1
         self._promise(request_id, None)
-        self._queued.discard(request_id)
-        if group.phase is not Phase.ADMITTED:
-            self._num_held -= 1  # aborted before its group was admitted
+        if group.phase not in (Phase.ADMITTED, Phase.REPLAYING):
+            self._num_held -= 1  # aborted while its group waited
         self._observe(worker)
         if group.tracker is not None:
             group.tracker.stop(worker.index, worker.lane_len)
@@ -392,16 +552,26 @@ class GroupTable:
         # vLLM aborts a parent's requests together, and no later one comes).
         if group.is_complete:
             self._record_end(group, block_ids)
+        parked = []
         for w in arrived:
             del self.workers[w.request_id]
+            if w.lane_request is not w.request:  # a replay request holds the lane
+                if w.lane_request.is_finished():
+                    parked.append(w.lane_request)  # parked: its blocks go now
+                    del self.replays[w.lane_request_id]
+                else:
+                    self._orphans.append(w.lane_request)  # still in vLLM's queues: aborted next step
+                    self._promise(w.lane_request_id, None)
+            elif w.request_id != request_id:
+                parked.append(w.request)  # (a preempted group's hold no block: freeing them frees nothing)
         del self.groups[group.group_id]
         self._waiting.pop(group.group_id, None)
         self._running.pop(group.group_id, None)
         self._observing.pop(group.group_id, None)
         self._uneven.discard(group.group_id)
-        if group.shape_sent:
+        if group.shape_sent or group.log.num_steps:
             self._ended.append(group.group_id)
-        return [w.request for w in arrived if w.request_id != request_id]
+        return parked
 
     def _record_end(self, group: Group, block_ids: Callable[[str], Sequence[int]]) -> None:
         lanes = [(block_ids(w.lane_request_id), w.length()) for w in group.workers]
@@ -418,7 +588,8 @@ class GroupTable:
             admission_wait_s=(c.admitted_time - group.arrival_time) if c.admitted_time else None,
             latency_s=now - group.arrival_time,
             history=[(s.lane, s.start, s.end) for s in (group.tracker.history if group.tracker else ())],
-            finisher=group.driver.finisher,
+            finisher=group.driver.finisher, num_preemptions=c.num_preemptions,
+            num_replayed_tokens=c.num_replayed_tokens, group_id=group.group_id,
         ))
 
     def snapshot(self, free_blocks: int) -> dict[str, Any]:

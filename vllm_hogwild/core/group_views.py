@@ -68,13 +68,13 @@ class GroupViews:
         return self.shape.prompt_len
 
     def block_ids(self, block_table: BlockTable) -> list[tuple[int, ...]]:
-        """Each lane's blocks now: the engine's own list where it knows the lane (it grows as the lane does)."""
+        """Each lane's blocks now: the engine's own list where it knows the lane (it grows as the lane does, and
+        is a new list once a preempted request resumes); a finished lane's last one."""
         out = []
         for lane, request_id in zip(self.lanes, self.shape.request_ids):
-            if lane.live is None:
-                lane.live = block_table(request_id)
-            if lane.live is not None and len(lane.live) != len(lane.blocks):
-                lane.blocks = tuple(lane.live)
+            live = block_table(request_id)
+            if live is not None and (live is not lane.live or len(live) != len(lane.blocks)):
+                lane.live, lane.blocks = live, tuple(live)
             out.append(lane.blocks)
         return out
 
@@ -162,6 +162,7 @@ class ViewRegistry:
 
     groups: dict[str, GroupViews] = field(default_factory=dict)
     lanes: dict[str, tuple[GroupViews, int]] = field(default_factory=dict)  # request id -> its group and lane
+    plain_replay: bool = False  # a control for the tests: re-fed tokens read their own lane only (wrong)
 
     def apply(self, wire: StepWire | None, batch: Callable[[Mapping[str, object]], Iterable[BatchRow]] = lambda _: (),
               block_table: BlockTable = lambda request_id: None) -> StepSegments:
@@ -200,7 +201,8 @@ class ViewRegistry:
         for replay in wire.replays if wire else ():
             group = self.groups[replay.group_id]
             for w, tokens in group.replay(replay, block_table).items():
-                out_replays[group.shape.request_ids[w]] = tokens
+                if not self.plain_replay:
+                    out_replays[group.shape.request_ids[w]] = tokens
         for group_id in wire.ended if wire else ():
             group = self.groups.pop(group_id, None)
             if group is not None:

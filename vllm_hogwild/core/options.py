@@ -53,6 +53,7 @@ PROTOCOLS = ("raw", "named", "collab")
 NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every step with the writer's name
 COLLAB_DEFAULTS = {"layout": "combined", "redundancy_every": 512, "finisher": 16}  # answer_pattern: the task's
 PATTERN_OPTIONS = ("step_end", "answer_pattern")  # regular expressions a client may send
+KV_MODES = ("on-demand", "reserve")  # how a group takes KV blocks (EngineOptions.kv)
 MAX_REDUNDANCY_EVERY = 1 << 20
 MAX_FINISHER = 1024
 
@@ -71,6 +72,10 @@ class EngineOptions:
     # waited less than this many seconds (and, the other way, a complete group that has
     # waited longer holds back younger plain requests until it fits).
     max_plain_wait: float = 0.5
+    # How a group takes KV blocks: "on-demand" (as it grows, like every vLLM request; under pressure a
+    # whole group is preempted and later resumed by exact replay) or "reserve" (its whole budget at
+    # admission; never preempted).
+    kv: str = "on-demand"
 
     @classmethod
     def from_additional_config(cls, additional_config: Mapping[str, Any] | None) -> "EngineOptions | None":
@@ -96,6 +101,8 @@ class EngineOptions:
         if (isinstance(opts.max_plain_wait, bool) or not isinstance(opts.max_plain_wait, (int, float))
                 or not 0 <= opts.max_plain_wait <= 3600):
             raise HogwildOptionError("additional_config.hogwild.max_plain_wait", "seconds in [0, 3600]")
+        if opts.kv not in KV_MODES:
+            raise HogwildOptionError("additional_config.hogwild.kv", f"one of {list(KV_MODES)}")
         return opts
 
 

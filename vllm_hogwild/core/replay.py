@@ -184,15 +184,18 @@ class Replay:
         return [c if c <= self.prompt_len else min(c, max(self.prompt_len, self.end_of(w, frontier + 1)))
                 for w, c in enumerate(computed)]
 
-    def wire(self, group_id: str, lanes: Sequence[tuple[int, int, int]]) -> GroupReplay:
+    def wire(self, group_id: str, lanes: Sequence[tuple[int, int, int]], valid: Sequence[int] | None = None
+             ) -> GroupReplay:
         """What the worker processes need to rebuild the views of the positions ``lanes`` re-feed now:
-        ``(lane, start, end)`` each."""
+        ``(lane, start, end)`` each. Positions from ``valid[lane]`` on will be rolled back (:meth:`valid`):
+        they read their own lane only, as prompt positions do (their output is thrown away)."""
         runs_by_lane, steps = [], set()
         for lane, start, end in lanes:
             runs, p = [], start
+            kept = end if valid is None else min(end, max(valid[lane], start))
             while p < end:
-                t = self.step_of(lane, p)
-                stop = min(end, self.prompt_len if t == PROMPT else self.end_of(lane, t + 1))
+                t = PROMPT if p >= kept else self.step_of(lane, p)
+                stop = end if p >= kept else min(kept, self.prompt_len if t == PROMPT else self.end_of(lane, t + 1))
                 if t != PROMPT:
                     steps.add(t)
                 runs.append((p, stop, t))

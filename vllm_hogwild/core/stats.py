@@ -27,11 +27,16 @@ class GroupEnd:
     latency_s: float  # first worker's arrival to the group's end
     history: list[tuple[int, int, int]] = field(default_factory=list)  # (lane, start, end) of steps, as joined
     finisher: int | None = None  # the worker the finisher ran on
+    num_preemptions: int = 0  # times the group was preempted whole
+    num_replayed_tokens: int = 0  # tokens re-fed on its resumptions
+    group_id: str = ""  # the parent request's id
 
 
 @dataclass
 class HogwildStats:
-    num_member_preemptions: int = 0
+    num_member_preemptions: int = 0  # a worker preempted alone (by design never)
+    num_group_preemptions: int = 0  # groups preempted whole under KV pressure
+    num_replayed_tokens: int = 0  # tokens re-fed by resumed groups
     ended: deque = field(default_factory=lambda: deque(maxlen=1024))  # GroupEnd, newest last
     _unreported: list = field(default_factory=list)  # GroupEnd not yet in a snapshot
 
@@ -48,5 +53,7 @@ class HogwildStats:
             "groups_waiting": groups_waiting,
             "kv_free_blocks": free_blocks,
             "member_preemptions": self.num_member_preemptions,
+            "group_preemptions": self.num_group_preemptions,
+            "replayed_tokens": self.num_replayed_tokens,
             "ended": [asdict(e) for e in ended],
         }

@@ -22,11 +22,16 @@ prefill chunk) out of this step's sampling (:func:`set_aside_discarded_generator
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vllm_hogwild.core.group_views import BatchRow, ViewRegistry
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.runner.context import StepViews, get_step
+
+# A control for the tests only: a resumed group re-feeds its lanes as plain prefills (each lane reading itself),
+# which is not what its tokens were produced under; the oracle tests show that it misses.
+PLAIN_REPLAY_ENV = "VLLM_HOGWILD_TEST_PLAIN_REPLAY"
 
 HOOKED_METHOD = "_prepare_inputs"
 DUMMY_RUN_METHOD = "_dummy_run"
@@ -41,7 +46,7 @@ def install_runner_hook(runner: Any) -> None:
         return
 
     set_aside: dict[str, Any] = {}  # request id -> its seeded generator, kept out of this step's sampling
-    registry = ViewRegistry()  # this process's groups, kept from step to step
+    registry = ViewRegistry(plain_replay=os.environ.get(PLAIN_REPLAY_ENV) == "1")  # this process's groups
     step = get_step()
 
     def prepare_inputs(scheduler_output, *args, **kwargs):

@@ -1,20 +1,37 @@
-"""The block manager's side of the KV budget rule: a wrap of this scheduler's ``kv_cache_manager.allocate_slots``.
+"""The block manager's side of Hogwild groups in the engine core: making room, reserving budgets, private blocks.
 
-The rule itself lives in :class:`~vllm_hogwild.core.group_table.GroupTable`
-(a worker's first allocation takes its whole budget). vLLM calls
-``allocate_slots`` for every running request every step, so the instance
-attribute is wrapped only while the table has a first allocation to come, and
-put back after. Wrapping takes whatever the instance has then, and unwrapping
-restores it, so nothing set on the instance meanwhile by anyone else (vLLM's
-own scheduler tests patch it) is lost. ``patches/10-*`` is the upstream change
-(a lookahead per request) that would retire the wrap.
+The rules live in :class:`~vllm_hogwild.core.group_table.GroupTable`; this
+module applies them to vLLM's KV-cache manager:
+
+- :class:`RoomMaker` (``kv: on-demand``): before vLLM schedules a step, the
+  blocks its running requests will ask for are counted as vLLM's own loop
+  would ask; when they do not fit, whole units are preempted in vLLM's policy
+  order (:func:`~vllm_hogwild.core.admission.preemption_order`): a plain
+  request with vLLM's own ``_preempt_request``, a group whole
+  (:meth:`~vllm_hogwild.scheduler.scheduler.HogwildScheduler.preempt_group`).
+  vLLM's loop then never needs to preempt, so it never takes a lone worker;
+- :class:`BudgetedAllocation` (``kv: reserve``): a wrap of this scheduler's
+  ``kv_cache_manager.allocate_slots`` under which a worker's first allocation
+  takes its whole budget. vLLM calls ``allocate_slots`` for every running
+  request every step, so the instance attribute is wrapped only while a first
+  allocation is to come, and put back after. Wrapping takes whatever the
+  instance has then, and unwrapping restores it, so nothing set on the
+  instance meanwhile by anyone else (vLLM's own scheduler tests patch it) is
+  lost. ``patches/04-*`` is the upstream change (a lookahead per request) that
+  would retire the wrap;
+- :func:`lane_private_hasher`: a lane's prefix-cache hashes past its group's
+  prompt are the lane's own, so K/V computed under Hogwild views is never
+  served to another request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
-from typing import Any
+import time
+from typing import Any, Callable
 
+from vllm_hogwild.core.admission import Unit, preemption_order
 from vllm_hogwild.core.group_table import GroupTable
 
 WRAPPED = "allocate_slots"  # the KVCacheManager method, wrapped on this instance only
@@ -59,3 +76,95 @@ class BudgetedAllocation:
         if blocks is not None:
             self._table.allocated(request.request_id)
         return blocks
+
+
+def lane_private_hasher(hasher: Callable[[Any], list[bytes]], shared_blocks: int, lane: str):
+    """``hasher`` (vLLM's request block hasher), with the hashes of blocks from ``shared_blocks`` on (the first
+    block past the group's prompt) salted with ``lane``: those blocks hold K/V computed under the lane's
+    views, so only the lane itself could ever find them in the prefix cache. The prompt's full blocks keep
+    vLLM's own hashes (co-workers and other requests with the same prompt share them)."""
+    salt = b"hogwild-lane:" + lane.encode()
+
+    def hash_blocks(request) -> list[bytes]:
+        first = len(request.block_hashes)
+        return [h if first + i < shared_blocks else hashlib.sha256(salt + h).digest()
+                for i, h in enumerate(hasher(request))]
+
+    hash_blocks.base = hasher  # type: ignore[attr-defined]
+    return hash_blocks
+
+
+class RoomMaker:
+    """``kv: on-demand``: room for the step's running requests, by preempting whole units before vLLM schedules."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def make_room(self) -> bool:
+        """Preempt units, newest (or least urgent) first, until what this step's running requests ask for fits;
+        True when something was preempted. O(1) when the pool has room for any step."""
+        s = self.scheduler
+        pool, bs = s.kv_cache_manager.block_pool, s.block_size
+        per_request = -(-(1 + s.num_spec_tokens + s.num_lookahead_tokens) // bs) + 1
+        if pool.get_num_free_blocks() >= len(s.running) * per_request + -(-s.max_num_scheduled_tokens // bs):
+            return False  # no allocation of this step can fail
+        needs = self.needs()
+        total = sum(needs.values())
+        if total <= pool.get_num_free_blocks():
+            return False
+        preempted, now = False, time.monotonic()
+        for unit in preemption_order(self.units(needs), by_priority=s.policy.name == "PRIORITY"):
+            if total <= pool.get_num_free_blocks():
+                break
+            if unit.is_group:
+                s.preempt_group(unit.key, now)
+            else:
+                request = s.requests[unit.key]
+                s.running.remove(request)
+                s._preempt_request(request, now)  # vLLM's own: exactly as vLLM preempts a plain request
+            total -= unit.need
+            preempted = True
+        return preempted
+
+    def needs(self) -> dict[str, int]:
+        """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks
+        (its token budget, long-prefill threshold, replay chunk ends and look-ahead), in its order."""
+        s = self.scheduler
+        budget, threshold = s.max_num_scheduled_tokens, s.scheduler_config.long_prefill_token_threshold
+        num_running, num_waiting = s.get_request_counts()
+        if num_running + num_waiting <= 1:
+            threshold = 0
+        elif threshold > 0 and s.adaptive_long_prefill_threshold:
+            threshold = max(threshold, s.scheduler_config.max_num_batched_tokens // (num_running + num_waiting))
+        ends = s.table.replay_ends(max(1, budget - len(s.running))) if s.table.replaying else {}
+        coordinator, needs = s.kv_cache_manager.coordinator, {}
+        for request in s.running:
+            computed = request.num_computed_tokens
+            n = request.num_tokens_with_spec + request.num_output_placeholders - computed
+            if 0 < threshold < n:
+                n = threshold
+            end = ends.get(request.request_id)
+            if end is not None:
+                n = min(n, end - computed)
+            n = min(n, budget, s.max_model_len - computed - s.num_sampled_tokens_per_step)
+            if n <= 0:
+                continue
+            budget -= n
+            slots = min(computed + n + s.num_lookahead_tokens, s.max_model_len)
+            needs[request.request_id] = max(0, -(-slots // s.block_size) - len(coordinator.get_blocks(request.request_id)[0]))
+        return needs
+
+    def units(self, needs: dict[str, int]) -> list[Unit]:
+        """Every running group (one unit, whatever it holds) and every running plain request."""
+        s = self.scheduler
+        coordinator, units = s.kv_cache_manager.coordinator, []
+        for group in s.table.running_groups:
+            lanes = [w.lane_request_id for w in group.workers]
+            units.append(Unit(group.group_id, True, group.arrival, group.workers[0].request.priority,
+                              sum(needs.get(r, 0) for r in lanes),
+                              len({b.block_id for r in lanes for b in coordinator.get_blocks(r)[0]})))
+        for request in s.running:
+            if request.request_id not in s.table:
+                units.append(Unit(request.request_id, False, request.arrival_time, request.priority,
+                                  needs.get(request.request_id, 0), len(coordinator.get_blocks(request.request_id)[0])))
+        return units

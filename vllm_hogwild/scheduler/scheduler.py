@@ -2,15 +2,19 @@
 
 Selected by the switch (``additional_config={"hogwild": {...}}``); requests
 without Hogwild options take vLLM's own code paths untouched. Every decision
-about a group (admission, lock-step, the wire, the protocol, parking, the end)
-is :class:`~vllm_hogwild.core.group_table.GroupTable`'s; this class only
-translates: a worker's request arrives (held out of the waiting queue), the
-table's admission is queued, its holds sit out the step, its wire rides on the
-``SchedulerOutput``, each accepted run is shown to it (and cut where it says),
-and a finished worker's blocks are kept or freed as it says. Also here, as
-engine-core glue: each worker's incremental detokenizer
-(:mod:`vllm_hogwild.scheduler.detok`), the budget wrap of ``allocate_slots``
-(:mod:`vllm_hogwild.scheduler.kv`) and the metrics channel.
+about a group (admission, lock-step, the wire, the protocol, preemption and
+replay, parking, the end) is :class:`~vllm_hogwild.core.group_table.GroupTable`'s;
+this class only translates: a worker's request arrives (held out of the
+waiting queue), the table's admission is queued, its holds sit out the step,
+its wire rides on the ``SchedulerOutput``, each accepted run is shown to it
+(and cut where it says), a finished worker's blocks are kept or freed as it
+says. Under KV pressure (``kv: on-demand``) the room a step needs is made
+before vLLM schedules (:mod:`vllm_hogwild.scheduler.kv`: whole groups and
+plain requests preempted in vLLM's policy order, with vLLM's own
+``_preempt_request``); a resumed group's lanes re-feed their tokens under the
+table's chunk ends, its finished lanes through replay requests made here.
+Also here, as engine-core glue: each worker's incremental detokenizer
+(:mod:`vllm_hogwild.scheduler.detok`) and the metrics channel.
 """
 
 from __future__ import annotations
@@ -18,18 +22,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from vllm.sampling_params import SamplingParams
+from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from vllm_hogwild.core.group import Phase
 from vllm_hogwild.core.group_table import GroupTable, Room
 from vllm_hogwild.core.log import get_logger
 from vllm_hogwild.core.options import EngineOptions, runtime_of, spec_of, spec_slack
 from vllm_hogwild.core.stats_channel import StatsSender
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.scheduler.detok import TextStream
-from vllm_hogwild.scheduler.kv import BudgetedAllocation
+from vllm_hogwild.scheduler.kv import BudgetedAllocation, RoomMaker, lane_private_hasher
 
 logger = get_logger(__name__)
+
+CAPPED = "_reserve_prefill_lookahead"  # vLLM's per-request chunk hook, wrapped on this instance while groups replay
 
 
 class HogwildScheduler(Scheduler):
@@ -38,12 +47,14 @@ class HogwildScheduler(Scheduler):
         self.hogwild_options = EngineOptions.from_additional_config(self.vllm_config.additional_config)
         self.table = GroupTable(block_size=self.block_size, max_plain_wait=self.hogwild_options.max_plain_wait,
                                 encode=self._encode, text_for=self._text_stream, slack=spec_slack(self.vllm_config),
-                                speculative=bool(self.num_spec_tokens))
+                                speculative=bool(self.num_spec_tokens), kv=self.hogwild_options.kv)
         if self.num_spec_tokens:  # lock-step counts steps, not tokens: each worker's accepted runs go through the table
             self._update_request_with_output = self._update_worker_with_output
-        self.parked: dict[str, Request] = {}  # finished workers' requests whose blocks co-workers still read
+        self.parked: dict[str, Request] = {}  # finished lanes' requests whose blocks co-workers still read
         self._resort = False  # workers were queued: vLLM appended those it admitted to `running`
         self._budget = BudgetedAllocation(self.kv_cache_manager, self.table)
+        self._room_maker = RoomMaker(self)
+        self._replay_ends: dict[str, int] = {}  # this step's chunk end of each replaying lane
         self._hogwild_tokenizer = None
         address = runtime_of(self.vllm_config.additional_config).get("stats")
         self._stats_sender = StatsSender(address, self.vllm_config.parallel_config.data_parallel_rank) \
@@ -55,11 +66,19 @@ class HogwildScheduler(Scheduler):
         spec = spec_of(request.sampling_params.extra_args if request.sampling_params else None)
         if spec is None:
             return super().add_request(request)
+        self._private_blocks(request, request.num_prompt_tokens)
         super().add_request(request)
         self.waiting.remove_request(request)  # held out of the waiting queue until its group is admitted
         self.table.arrive(request.request_id, spec, request, prompt_len=request.num_prompt_tokens,
                           max_tokens=request.max_tokens, eos_token_id=request.sampling_params.eos_token_id,
                           arrival=request.arrival_time)
+
+    def _private_blocks(self, request: Request, prompt_len: int) -> None:
+        """A lane's blocks past its prompt hold K/V computed under Hogwild views: their prefix-cache hashes are
+        its own, so no other request (a plain one with the same tokens, a sibling lane) ever reads them."""
+        if request._block_hasher is not None:
+            request._block_hasher = lane_private_hasher(request._block_hasher, prompt_len // self.hash_block_size,
+                                                        request.request_id)
 
     def get_request_counts(self) -> tuple[int, int]:
         # Held workers wait too: the engine must keep stepping for them.
@@ -70,10 +89,15 @@ class HogwildScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any):
         table = self.table
-        admission = table.admit(time.time(), self._room, self._oldest_plain_arrival)  # vLLM's arrivals: wall clock
-        for request in reversed(admission.queue):
-            self.waiting.prepend_request(request)
-        self._budget.install(table.has_unbudgeted)
+        self._settle_replays()
+        preempted = self._room_maker.make_room() if table.on_demand and table.num_running_groups else False
+        admission = None if preempted else table.admit(time.time(), self._room, self._oldest_plain_arrival)
+        if admission is not None:
+            for worker, tokens in admission.replays:
+                admission.queue.append(self._replay_request(worker, tokens))
+            for request in reversed(admission.queue):
+                self.waiting.prepend_request(request)
+        self._budget.install(table.has_reservations)
         if self.num_spec_tokens:
             for request in table.drafts_to_drop():
                 request.spec_token_ids = []
@@ -82,20 +106,26 @@ class HogwildScheduler(Scheduler):
             self.running = [r for r in self.running if r not in held]
         if self._resort:  # workers first: vLLM preempts from the tail of `running` (it appends what it admits)
             self.running.sort(key=lambda r: r.request_id not in table)
-        held_plain = ()
-        if admission.hold_newer_than is not None:  # a group that has waited long enough keeps newer plain requests back
+        self._cap_replays()
+        waiting, held_plain = self.waiting, ()
+        if preempted:  # as vLLM does after a preemption: no new admissions this step
+            self.waiting = create_request_queue(self.policy)
+        elif admission.hold_newer_than is not None:  # a group that waited long enough keeps newer plain ones back
             held_plain = [r for r in self.waiting
                           if r.request_id not in table and r.arrival_time > admission.hold_newer_than]
             self.waiting.remove_requests(held_plain)
         output = super().schedule(*args, **kwargs)
+        if preempted:
+            waiting.prepend_requests(list(self.waiting))
+            self.waiting = waiting
         for request in held_plain:
             self.waiting.add_request(request)
         if held:
             self.running = [*held, *self.running]
         for request_id in output.preempted_req_ids or ():
-            if request_id in table:  # the budget rule never lets vLLM preempt a worker; if it did, say so
-                table.preempted(request_id)
-                logger.error("Hogwild worker %s was preempted; its group's views may diverge", request_id)
+            if request_id in table.workers and table.workers[request_id].group.phase is not Phase.PREEMPTED:
+                table.preempted_alone(request_id)  # the table's rules are there so that vLLM never does this
+                logger.error("Hogwild worker %s was preempted alone; its group's views may diverge", request_id)
         scheduled = output.num_scheduled_tokens
         self._resort = bool(table.num_queued)  # some were queued: those vLLM admits now must move up next step
         setattr(output, STEP_ATTR, table.step(scheduled, output.scheduled_spec_decode_tokens, self._block_ids,
@@ -112,6 +142,81 @@ class HogwildScheduler(Scheduler):
 
     def _block_ids(self, request_id: str) -> list[int]:
         return self.kv_cache_manager.get_block_ids(request_id)[0]
+
+    # -- preemption and replay -----------------------------------------------------------------------
+
+    def preempt_group(self, group_id: str, timestamp: float) -> None:
+        """Preempt a group whole: every lane's blocks freed (the prompt's full blocks stay in the prefix cache),
+        its live workers held out of vLLM's queues until the table admits it again."""
+        preemption = self.table.preempt(group_id)
+        for request in preemption.requests:
+            if request.status == RequestStatus.RUNNING:
+                self.running.remove(request)
+                self._preempt_request(request, timestamp)  # vLLM's own: blocks freed, status PREEMPTED
+            self.waiting.remove_requests([request])  # the group waits whole, in the table
+        for request in preemption.parked:
+            self.parked.pop(request.request_id, None)
+            self._free_request_blocks(request)
+        if preemption.replays:
+            self.finish_requests([r.request_id for r in preemption.replays], RequestStatus.FINISHED_ABORTED)
+        logger.info("Hogwild group %s preempted whole (KV cache full); it resumes by replay", group_id)
+
+    def _replay_request(self, worker, tokens: list[int]) -> Request:
+        """A request that re-feeds a finished worker's lane (``tokens``: the lane and its last sampled token,
+        which it never feeds). It is internal: it never samples, and nothing of it reaches the client."""
+        original = worker.request
+        request_id = f"{worker.request_id}@replay{worker.group.counters.num_preemptions}"
+        hasher = original._block_hasher
+        if hasher is not None:
+            hasher = lane_private_hasher(getattr(hasher, "base", hasher), worker.group.prompt_len // self.hash_block_size,
+                                         request_id)
+        request = Request(request_id, list(tokens), SamplingParams(max_tokens=1, temperature=0.0), None,
+                          client_index=original.client_index, arrival_time=original.arrival_time,
+                          cache_salt=original.cache_salt, priority=original.priority, lora_request=original.lora_request,
+                          block_hasher=hasher)
+        self.requests[request_id] = request
+        self.table.replay_request(worker, request)
+        return request
+
+    def _settle_replays(self) -> None:
+        """Replaying lanes back to a consistent frontier; groups done replaying decode again (their replay
+        requests finish and park); replay requests of groups that ended are aborted."""
+        orphans = self.table.take_orphans()
+        if orphans:
+            self.finish_requests([r.request_id for r in orphans], RequestStatus.FINISHED_ABORTED)
+        rollbacks, done = self.table.settle()
+        for request, num_computed_tokens in rollbacks:
+            request.num_computed_tokens = num_computed_tokens  # re-fed next step, as vLLM re-feeds rejected drafts
+        if done:
+            self.finish_requests([r.request_id for r in done], RequestStatus.FINISHED_STOPPED)
+
+    def _cap_replays(self) -> None:
+        """While a group replays, vLLM's per-request chunk hook stops each of its lanes at the table's chunk end."""
+        replaying = self.table.replaying
+        if replaying:
+            budget = self.max_num_scheduled_tokens - len(self.running)  # room left for every other request's token
+            self._replay_ends = self.table.replay_ends(max(1, budget), self.scheduler_config.long_prefill_token_threshold)
+            setattr(self, CAPPED, self._capped_chunk)
+        elif CAPPED in self.__dict__:
+            delattr(self, CAPPED)
+            self._replay_ends = {}
+
+    def _capped_chunk(self, request: Request, num_computed_tokens: int, num_new_tokens: int) -> int:
+        n = Scheduler._reserve_prefill_lookahead(self, request, num_computed_tokens, num_new_tokens)
+        end = self._replay_ends.get(request.request_id)
+        return n if end is None else max(0, min(n, end - num_computed_tokens))
+
+    def _get_local_prefix_cache_hit(self, request: Request):
+        """vLLM's; a resumed lane's hit stops at the group's prompt, and short of the lane's end: its later blocks
+        are re-fed (with their views), and every lane re-feeds at least one token."""
+        hit = super()._get_local_prefix_cache_hit(request)
+        blocks, num_hit = hit[0], hit[1]
+        if num_hit and request.request_id in self.table:
+            cap = self.table.prefix_hit_cap(request.request_id, self.block_size)
+            if cap is not None and num_hit > cap:
+                blocks = self.kv_cache_manager.truncate_computed_blocks(blocks, cap)
+                hit = (blocks, cap, *hit[2:])
+        return hit
 
     # -- after the step ------------------------------------------------------------------------------
 
@@ -143,15 +248,22 @@ class HogwildScheduler(Scheduler):
             request.num_computed_tokens = min(request.num_computed_tokens, request.num_tokens - 1)
         return new_token_ids, stopped
 
-    # -- the end of a worker -------------------------------------------------------------------------
+    # -- the end of a lane ---------------------------------------------------------------------------
 
     def _free_blocks(self, request: Request) -> None:
-        if request.request_id not in self.table:
+        request_id = request.request_id
+        if request_id in self.table.replays:  # a replay request: its lane's blocks, kept while its group goes on
+            if self.table.replay_parked(request_id):
+                self.parked[request_id] = request
+                del self.requests[request_id]
+                return
             return super()._free_blocks(request)
-        parked = self.table.finish(request.request_id, self._lane_blocks)
+        if request_id not in self.table.workers:
+            return super()._free_blocks(request)
+        parked = self.table.finish(request_id, self._lane_blocks)
         if parked is None:  # co-workers still read this lane: keep its blocks, drop the request
-            self.parked[request.request_id] = request
-            del self.requests[request.request_id]
+            self.parked[request_id] = request
+            del self.requests[request_id]
             return
         for other in parked:
             if self.parked.pop(other.request_id, None) is not None:

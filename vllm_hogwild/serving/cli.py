@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from vllm_hogwild.core.options import ENGINE_KEY, EngineOptions, HogwildOptionError
+from vllm_hogwild.core.options import ENGINE_KEY, KV_MODES, EngineOptions, HogwildOptionError
 
 PLUGIN_FLAG = "--plugin"
 PLUGIN_NAME = "hogwild"
@@ -31,7 +31,13 @@ _HELP = {
     "max_plain_wait": "Seconds a plain request may wait while Hogwild groups that arrived after it are "
                       "admitted ahead of it; a complete group that has waited longer holds back newer "
                       "plain requests until it fits.",
+    "kv": "How a group takes KV blocks: 'on-demand' (as its workers grow, like every vLLM request; under "
+          "pressure a whole group is preempted and later resumed by exact replay) or 'reserve' (every "
+          "worker's whole budget at admission; no group is ever preempted).",
 }
+
+
+_CHOICES = {"kv": KV_MODES}
 
 
 def _on_off(text: str) -> bool:
@@ -82,6 +88,7 @@ def add_cli_args(parser):
         group.add_argument(
             flag,
             type=_flag_type(default),
+            choices=_CHOICES.get(name),
             default=argparse.SUPPRESS,  # not given: no attribute, and the option's own default applies
             metavar="{on,off}" if isinstance(default, bool) else None,
             help=f"{_HELP.get(name, name)} Needs {PLUGIN_FLAG} {PLUGIN_NAME}. (default: {_shown(default)})",

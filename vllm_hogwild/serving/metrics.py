@@ -26,7 +26,11 @@ Series (labels ``model_name`` and ``engine``, like vLLM's):
 ``hogwild:group_latency_seconds``          histogram  first worker's arrival at the scheduler to group end
 ``hogwild:admission_wait_seconds``         histogram  first worker's arrival to the group's admission
 ``hogwild:groups_ended_total``             counter    groups ended (finished or aborted)
-``hogwild:member_preemptions_total``       counter    preemptions of a group member (by design 0)
+``hogwild:member_preemptions_total``       counter    a group member preempted alone (by design 0)
+``hogwild:group_preemptions_total``        counter    groups preempted whole under KV pressure (``--hogwild-kv
+                                                      on-demand``); each resumes by exact replay
+``hogwild:replayed_tokens_total``          counter    tokens resumed groups re-fed (the prompt's cached
+                                                      blocks excluded)
 ``hogwild:attention_info``                 gauge      1, labelled ``path``: the segment-attention path
                                                       the engine runs (``cpu-op``, ``torch``, ``triton``)
 =========================================  =========  ==================================================
@@ -108,13 +112,16 @@ class HogwildStatLogger(AggregateStatLoggerBase):
             _WAIT_BUCKETS,
         )
         self.ended = counter("groups_ended", "Hogwild groups ended (finished or aborted).")
-        self.preemptions = counter("member_preemptions", "Preemptions of a Hogwild group member (by design none).")
+        self.preemptions = counter("member_preemptions", "A Hogwild group member preempted alone (by design never).")
+        self.group_preemptions = counter("group_preemptions", "Hogwild groups preempted whole under KV pressure.")
+        self.replayed = counter("replayed_tokens", "Tokens resumed Hogwild groups re-fed with their views.")
         info = Gauge(PREFIX + "attention_info", "The Hogwild attention path this engine runs (label path).",
                      [*labels, "path"], multiprocess_mode="mostrecent")
         path = path_of(vllm_config.additional_config) or "none"
         for i in self.engine_indexes:
             info.labels(model_name, str(i), path).set(1)
-        self._preemptions_seen = {i: 0 for i in self.engine_indexes}
+        self._seen = {i: {"member_preemptions": 0, "group_preemptions": 0, "replayed_tokens": 0}
+                      for i in self.engine_indexes}
         self._channel = self._open_channel(vllm_config)
 
     @staticmethod
@@ -141,10 +148,12 @@ class HogwildStatLogger(AggregateStatLoggerBase):
         self.groups_running[i].set(snap["groups_running"])
         self.groups_waiting[i].set(snap["groups_waiting"])
         self.free_blocks[i].set(snap["kv_free_blocks"])
-        new_preemptions = snap["member_preemptions"] - self._preemptions_seen[i]
-        if new_preemptions > 0:
-            self.preemptions[i].inc(new_preemptions)
-            self._preemptions_seen[i] = snap["member_preemptions"]
+        for key, series in (("member_preemptions", self.preemptions), ("group_preemptions", self.group_preemptions),
+                            ("replayed_tokens", self.replayed)):
+            new = snap.get(key, 0) - self._seen[i][key]  # the engine sends running totals
+            if new > 0:
+                series[i].inc(new)
+                self._seen[i][key] = snap[key]
         for end in snap["ended"]:
             self.ended[i].inc()
             self.workers[i].observe(end["num_workers"])

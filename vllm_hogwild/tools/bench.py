@@ -5,6 +5,7 @@
     python -m vllm_hogwild.tools.bench overhead  [--groups 64] [--workers 4] [--plain 64] [--max-tokens 16]
     python -m vllm_hogwild.tools.bench answer    [--workers 1 2 4] [--budgets 96 192] [--tasks 8] [--parts 4]
     python -m vllm_hogwild.tools.bench speculative [--workers 2] [--items 40] [--max-tokens 160] [--rounds 2]
+    python -m vllm_hogwild.tools.bench capacity  [--groups 16] [--workers 4] [--max-tokens 448] [--blocks 2000 96 64 48]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
 
 - ``decode``: decode tokens/s of a Hogwild group of N workers vs stock ``n=N``
@@ -46,6 +47,16 @@
   each side, and whether it carries over to Hogwild (the speedups multiply
   when the two ratios agree). A greedy stock ``n=1`` request, with and without
   speculation, is the reference (vLLM refuses ``n > 1`` with greedy sampling).
+- ``capacity``: many groups with long budgets whose workers mostly stop early
+  (at one of a few stop tokens, the reasoning-serving case), all submitted at
+  once, in KV caches of decreasing size (``num_gpu_blocks_override``, block
+  size 128): Hogwild with ``kv: on-demand`` (lanes take blocks as they grow,
+  groups preempted whole and resumed by exact replay), Hogwild with ``kv:
+  reserve`` (every lane's whole budget at admission) and stock ``n=N``
+  sampling of the same prompts (no plugin switch). Engine steps, wall time,
+  groups preempted and tokens replayed, and each configuration's steps against
+  its own with the largest cache. Every configuration is an engine of its own,
+  in its own process; ``--model tiny`` (the default here) keeps the steps cheap.
 """
 
 from __future__ import annotations
@@ -70,8 +81,8 @@ def _engine(model: str | None, max_model_len: int, hogwild: bool = True, **kw):
     # chunked in a stock engine (it rewinds the request's CPU generator, which has no offset).
     kw.setdefault("max_num_batched_tokens", max(max_model_len, 4096))
     model = str(build_tiny_llama()) if model == "tiny" else model or str(prepare())
-    return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, max_model_len=max_model_len,
-               additional_config={"hogwild": {}} if hogwild else {}, **kw)
+    kw.setdefault("additional_config", {"hogwild": {}} if hogwild else {})
+    return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, max_model_len=max_model_len, **kw)
 
 
 def _scheduler(llm):
@@ -391,6 +402,66 @@ def _number(text: str) -> int | None:
         return None
 
 
+# -- capacity under a tight KV cache -------------------------------------------
+
+CAPACITY_KINDS = ("stock", "on-demand", "reserve")
+
+
+def capacity(llm, args) -> dict:
+    """Each (KV size, configuration) in its own process; steps relative to the same configuration's at the
+    largest size."""
+    import subprocess
+    import sys
+
+    results = []
+    for blocks in args.blocks:
+        for kind in CAPACITY_KINDS:
+            argv = [sys.executable, "-m", "vllm_hogwild.tools.bench", "capacity-side", "--kind", kind,
+                    "--blocks", str(blocks), "--groups", str(args.groups), "--workers", str(args.workers),
+                    "--max-tokens", str(args.max_tokens), "--prompt-len", str(args.prompt_len),
+                    "--stop-every", str(args.stop_every), "--model", args.model or "tiny"]
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+            rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"kind"')]
+            if run.returncode != 0 or len(rows) != 1:
+                raise RuntimeError(f"capacity {kind} {blocks} failed:\n{run.stdout[-2000:]}{run.stderr[-3000:]}")
+            print(json.dumps(rows[0]), flush=True)
+            results += rows
+    largest = max(args.blocks)
+    base = {r["kind"]: r["steps"] for r in results if r["blocks"] == largest}
+    for r in results:
+        r["steps_vs_largest"] = r["steps"] / base[r["kind"]]
+    return {"benchmark": "capacity", "results": results}
+
+
+def capacity_side(args) -> None:
+    """One engine: every group at once, through ``generate``; one JSON row."""
+    from vllm import SamplingParams
+
+    total = args.groups * args.workers
+    block_size = 128
+    context = args.prompt_len + args.workers * args.max_tokens
+    hogwild = args.kind != "stock"
+    options = {"hogwild": {"kv": args.kind, "max_workers": args.workers}} if hogwild else {}
+    llm = _engine(args.model, max(context, min(4096, (args.blocks - 1) * block_size)), hogwild=hogwild,
+                  max_num_seqs=total, num_gpu_blocks_override=args.blocks, block_size=block_size,
+                  max_num_batched_tokens=4096, additional_config=options)
+    stops = list(range(args.stop_every, 49152, args.stop_every))
+    prompts = [_prompt(args.prompt_len, 70_000 + i) for i in range(args.groups)]
+    params = [SamplingParams(n=args.workers, temperature=1.0, seed=i, max_tokens=args.max_tokens, ignore_eos=True,
+                             stop_token_ids=stops, extra_args={"hogwild": {"layout": "contiguous"}} if hogwild else None)
+              for i in range(args.groups)]
+    with _timing(_scheduler(llm)) as spent:
+        wall, outs = _timed(llm, prompts, params)
+    stats = getattr(_scheduler(llm), "table", None)
+    lens = [len(c.token_ids) for o in outs for c in o.outputs]
+    print(json.dumps({"kind": args.kind, "blocks": args.blocks, "groups": args.groups, "workers": args.workers,
+                      "max_tokens": args.max_tokens, "steps": spent["steps"], "wall_s": wall,
+                      "mean_tokens": statistics.mean(lens), "max_tokens_seen": max(lens),
+                      "group_preemptions": stats.stats.num_group_preemptions if stats else None,
+                      "replayed_tokens": stats.stats.num_replayed_tokens if stats else None,
+                      "generated_tokens": sum(lens)}), flush=True)
+
+
 # -- output -------------------------------------------------------------------
 
 
@@ -421,12 +492,27 @@ def markdown(report: dict) -> str:
         body.append(f"| speculation speedup (steps; wall) | | | stock {s['stock_steps_ratio']:.2f}x, Hogwild "
                     f"{s['hogwild_steps_ratio']:.2f}x | | stock {s['stock_speedup']:.2f}x, Hogwild "
                     f"{s['hogwild_speedup']:.2f}x, stock n=1 greedy {s['greedy_speedup']:.2f}x | |")
+    elif kind == "capacity":
+        head = ("| KV blocks (x128 tokens) | configuration | engine steps | steps vs largest cache | wall s | "
+                "groups preempted | tokens replayed / generated |")
+        body = [f"| {r['blocks']} | {r['kind']} | {r['steps']} | {r['steps_vs_largest']:.2f}x | {r['wall_s']:.2f} | "
+                f"{_or_dash(r['group_preemptions'])} | {_replayed(r)} |" for r in rows]
     else:
         head = "| workers | budget per worker | tasks | accuracy | answered | mean sequential steps | wall s |"
         body = [f"| {r['workers']} | {r['budget']} | {r['tasks']} | {r['accuracy']:.2f} | {r['answered']:.2f} | "
                 f"{r['mean_sequential_steps']:.1f} | {r['wall_s']:.1f} |" for r in rows]
     sep = "|" + "|".join("---:" for _ in range(head.count("|") - 1)) + "|"
     return "\n".join([head, sep, *body])
+
+
+def _or_dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _replayed(row: dict) -> str:
+    if row["replayed_tokens"] is None:
+        return "-"
+    return f"{row['replayed_tokens']} / {row['generated_tokens']}"
 
 
 def plot(report: dict, path: str) -> None:
@@ -515,7 +601,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rounds", type=int, default=2)
     s.add_argument("--num-spec", type=int, default=4)
     s.add_argument("--temperature", type=float, default=0.1)
-    for p in (d, r, o, a, s):
+    c = sub.add_parser("capacity", help="engine steps under tight KV caches: Hogwild on-demand, reserve, stock n=N")
+    c.add_argument("--groups", type=int, default=16)
+    c.add_argument("--workers", type=int, default=4)
+    c.add_argument("--max-tokens", type=int, default=448)
+    c.add_argument("--prompt-len", type=int, default=64)
+    c.add_argument("--blocks", type=int, nargs="+", default=[2000, 96, 64, 48])
+    c.add_argument("--stop-every", type=int, default=60, help="stop tokens: every token id divisible by this")
+    cside = sub.add_parser("capacity-side", help=argparse.SUPPRESS)  # one engine of `capacity`, in its own process
+    cside.add_argument("--kind", choices=CAPACITY_KINDS, required=True)
+    for name in ("--blocks", "--groups", "--workers", "--max-tokens", "--prompt-len", "--stop-every"):
+        cside.add_argument(name, type=int, required=True)
+    cside.add_argument("--model", default="tiny")
+    for p in (d, r, o, a, s, c):
         p.add_argument("--model", default=None,
                        help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct")
         p.add_argument("--json", default=None, help="write the report here")
@@ -527,6 +625,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "overhead-side":
         return overhead_side(args)
+    if args.command == "capacity-side":
+        return capacity_side(args)
     report = run(args)
     print(markdown(report))
     if args.json:
@@ -538,13 +638,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    if llm is None and args.command not in ("overhead", "speculative"):  # these start engines of their own
+    if llm is None and args.command not in ("overhead", "speculative", "capacity"):  # these start their own
         length = 4096  # answer
         if args.command in ("decode", "recompute"):
             length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
         llm = _engine(args.model, length)
     return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,
-            "speculative": speculative}[args.command](llm, args)
+            "speculative": speculative, "capacity": capacity}[args.command](llm, args)
 
 
 if __name__ == "__main__":

@@ -387,6 +387,15 @@ def runner_hook() -> list[TouchPoint]:
         TouchPoint(INPUT_BATCH, "InputBatch.req_id_to_index", INIT_ATTRIBUTE, "runner/runner_hook.restore_generators"),
         TouchPoint(INPUT_BATCH, "InputBatch.generators", INIT_ATTRIBUTE, set_aside),
         TouchPoint(INPUT_BATCH, "InputBatch.num_reqs", ATTRIBUTE, set_aside),
+        TouchPoint(INPUT_BATCH, "InputBatch.num_computed_tokens_cpu", INIT_ATTRIBUTE,
+                   "runner/runner_hook.batch_rows (each lane's tokens before the step)"),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.requests", INIT_ATTRIBUTE,
+                   "runner/runner_hook.block_table (each lane's own block list)"),
+        TouchPoint("vllm.v1.worker.gpu_input_batch", "CachedRequestState.block_ids", FIELD,
+                   "runner/runner_hook.block_table"),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
+                   "core/group_views.py: the runner extends a request's block list in place",
+                   text="block_ids.extend(new_ids)"),
     ]
 
 
@@ -576,6 +585,56 @@ def scheduler() -> list[TouchPoint]:
         TouchPoint(REQUEST, "Request.is_finished", METHOD, HOGWILD_SCHEDULER, params=("self",)),
         *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("status",), lock_step),
         TouchPoint(REQUEST, "RequestStatus.RUNNING", CONSTANT, lock_step),
+        *preemption_and_replay(),
+    ]
+
+
+def preemption_and_replay() -> list[TouchPoint]:
+    """scheduler/scheduler.py and scheduler/kv.py: making room, preempting groups whole, replay requests."""
+    room = "scheduler/kv.RoomMaker"
+    replay = "scheduler/scheduler (replay of a resumed group)"
+    return [
+        TouchPoint(SCHEDULER, "Scheduler._preempt_request", METHOD, room + "; scheduler/scheduler.preempt_group",
+                   params=("self", "request", "timestamp")),
+        TouchPoint(SCHEDULER, "Scheduler.finish_requests", METHOD, replay + ": replay requests end",
+                   params=("self", "request_ids", "finished_status")),
+        TouchPoint(SCHEDULER, "Scheduler._reserve_prefill_lookahead", METHOD,
+                   replay + ": each lane's chunk end (an instance wrap while groups replay)",
+                   params=("self", "request", "num_computed_tokens", "num_new_tokens")),
+        TouchPoint(SCHEDULER, "Scheduler", SOURCE, replay + ": the running loop asks the instance's chunk hook",
+                   text="num_new_tokens = self._reserve_prefill_lookahead("),
+        TouchPoint(SCHEDULER, "Scheduler._get_local_prefix_cache_hit", METHOD,
+                   replay + ": a resumed lane's hit stops at its group's prompt", params=("self", "request")),
+        TouchPoint(SCHEDULER, "Scheduler", SOURCE, room + ": vLLM admits no waiting request after a preemption",
+                   text="if not preempted_reqs and self._pause_state != PauseState.PAUSED_ALL:"),
+        *same_kind(SCHEDULER, "Scheduler", INIT_ATTRIBUTE,
+                   ("max_num_scheduled_tokens", "num_lookahead_tokens", "max_model_len", "num_sampled_tokens_per_step",
+                    "adaptive_long_prefill_threshold", "hash_block_size", "scheduler_config"), room),
+        *same_kind("vllm.config.scheduler", "SchedulerConfig", FIELD,
+                   ("long_prefill_token_threshold", "max_num_batched_tokens"), room),
+        TouchPoint(KV_CACHE_MANAGER, "KVCacheManager.coordinator", INIT_ATTRIBUTE, room + " (blocks each request holds)"),
+        TouchPoint("vllm.v1.core.kv_cache_coordinator", "KVCacheCoordinator.get_blocks", METHOD, room,
+                   params=("self", "request_id")),
+        TouchPoint(KV_CACHE_MANAGER, "KVCacheManager.truncate_computed_blocks", METHOD,
+                   "scheduler/scheduler._get_local_prefix_cache_hit", params=("self", "blocks", "num_computed_tokens")),
+        TouchPoint(REQUEST_QUEUE, "create_request_queue", FUNCTION, room + ": the waiting queue held back",
+                   params=("policy",)),
+        TouchPoint(REQUEST_QUEUE, "RequestQueue.prepend_requests", METHOD, room, params=("self", "requests")),
+        TouchPoint(REQUEST, "Request.__init__", METHOD, replay + ": a finished lane's replay request",
+                   params=("self", "request_id", "prompt_token_ids", "sampling_params", "pooling_params"),
+                   keywords=("client_index", "arrival_time", "cache_salt", "priority", "lora_request",
+                             "block_hasher")),
+        *same_kind(REQUEST, "Request", INIT_ATTRIBUTE,
+                   ("client_index", "cache_salt", "priority", "lora_request", "num_output_placeholders",
+                    "block_hashes", "all_token_ids"), replay),
+        *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("_block_hasher",),
+                   "scheduler/kv.lane_private_hasher (a lane's blocks past its prompt hashed privately)", writes=True),
+        *same_kind(REQUEST, "Request", ATTRIBUTE, ("num_tokens_with_spec",), room),
+        TouchPoint(REQUEST, "Request.update_block_hashes", METHOD, replay, params=("self",)),
+        TouchPoint(REQUEST, "RequestStatus.FINISHED_STOPPED", CONSTANT, replay),
+        TouchPoint(REQUEST, "RequestStatus.FINISHED_ABORTED", CONSTANT, replay),
+        TouchPoint("vllm.sampling_params", "SamplingParams", CLASS, replay),
+        TouchPoint("vllm.v1.core.sched.request_queue", "SchedulingPolicy", CLASS, room + " (the policy's name)"),
     ]
 
 
