@@ -1,7 +1,8 @@
 """One real `vllm serve --plugin hogwild` (tiny random Llama) under load, and a killed engine.
 
 The module's server has a deliberately small KV cache (72 blocks of 32 tokens, a little more than one 2,048-token context)
-so that the load test's concurrency saturates it, and runs with ``--hogwild-client-patterns off``.
+and room for more sequences than that cache holds, so that the load test's concurrency saturates the cache (groups take
+their blocks as they grow, and some are preempted and replayed), and runs with ``--hogwild-client-patterns off``.
 The tests run in file order: the load test, then the fault test, which kills the engine.
 Hostile clients (fuzzing, patterns) have their own module, ``test_hostile_clients.py``.
 """
@@ -34,7 +35,7 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("load")
     model = build_tiny_llama(tmp / "tiny-llama")
     srv = Server(model, ["--plugin", "hogwild", "--hogwild-max-workers", "4", "--block-size", "32",
-                         "--num-gpu-blocks-override", str(KV_BLOCKS), "--max-num-seqs", "32",
+                         "--num-gpu-blocks-override", str(KV_BLOCKS), "--max-num-seqs", "64",
                          "--hogwild-client-patterns", "off"],
                  tmp / "server.log", name=NAME)
     try:
@@ -97,7 +98,8 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
     sampler.join()
     rows = summarize(outcomes)
     print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; most waiting {sampler.max_waiting:.0f}, "
-          f"highest KV use {sampler.max_kv_use:.2f}; preemptions {server.metric('vllm:num_preemptions_total'):.0f}; "
+          f"highest KV use {sampler.max_kv_use:.2f}; preemptions {server.metric('vllm:num_preemptions_total'):.0f} "
+          f"(group preemptions {server.metric('hogwild:group_preemptions_total'):.0f}); "
           f"plain p95 / group p95 = {fairness(rows):.2f}")
     (tmp_path / "load.json").write_text(json.dumps(rows))
 

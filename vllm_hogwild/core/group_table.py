@@ -111,6 +111,7 @@ class GroupTable:
         self._waiting: dict[str, Group] = {}  # groups not admitted (or preempted), oldest first
         self._running: dict[str, Group] = {}  # admitted groups, in admission order
         self._observing: dict[str, Group] = {}  # admitted groups whose text the driver reads
+        self._replaying: dict[str, Group] = {}  # admitted again after a preemption, re-feeding their lanes
         self._num_held = 0  # requests of waiting groups that have arrived and not finished
         self._promised: dict[str, int] = {}  # queued request id -> slots its first allocation takes
         self._promised_blocks = 0  # blocks those first allocations take
@@ -206,6 +207,8 @@ class GroupTable:
             self._observing[group.group_id] = group
         resumed = group.phase is Phase.PREEMPTED
         group.phase = Phase.REPLAYING if resumed else Phase.ADMITTED
+        if resumed:
+            self._replaying[group.group_id] = group
         group.counters.admitted_time = group.counters.admitted_time or self._clock()
         group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
         self._uneven.add(group.group_id)
@@ -313,6 +316,7 @@ class GroupTable:
         """
         group = self._running.pop(group_id)
         self._observing.pop(group_id, None)
+        self._replaying.pop(group_id, None)
         self._uneven.discard(group_id)
         if group.replay is None:
             group.replay = Replay(group.log, [w.length() for w in group.workers])
@@ -338,7 +342,7 @@ class GroupTable:
 
     @property
     def replaying(self) -> list[Group]:
-        return [g for g in self._running.values() if g.phase is Phase.REPLAYING]
+        return list(self._replaying.values())
 
     def replay_ends(self, budget: int, max_chunk: int = 0) -> dict[str, int]:
         """Where each replaying lane's tokens this step stop (request id -> position): every lane of a group
@@ -364,6 +368,7 @@ class GroupTable:
             rollbacks += [(r, v) for r, c, v in zip(lanes, computed, valid) if v < c]
             if group.replay.done(valid):
                 group.phase, group.replay = Phase.ADMITTED, None
+                del self._replaying[group.group_id]
                 self._uneven.add(group.group_id)
                 finished += [w.lane_request for w in group.workers if w.finished]
         return rollbacks, finished
@@ -568,6 +573,7 @@ class GroupTable:
         self._waiting.pop(group.group_id, None)
         self._running.pop(group.group_id, None)
         self._observing.pop(group.group_id, None)
+        self._replaying.pop(group.group_id, None)
         self._uneven.discard(group.group_id)
         if group.shape_sent or group.log.num_steps:
             self._ended.append(group.group_id)

@@ -78,15 +78,18 @@ class BudgetedAllocation:
         return blocks
 
 
-def lane_private_hasher(hasher: Callable[[Any], list[bytes]], shared_blocks: int, lane: str):
+def lane_private_hasher(hasher: Callable[[Any], list[bytes]], hash_block_size: int, shared_blocks: int, lane: str):
     """``hasher`` (vLLM's request block hasher), with the hashes of blocks from ``shared_blocks`` on (the first
     block past the group's prompt) salted with ``lane``: those blocks hold K/V computed under the lane's
     views, so only the lane itself could ever find them in the prefix cache. The prompt's full blocks keep
-    vLLM's own hashes (co-workers and other requests with the same prompt share them)."""
+    vLLM's own hashes (co-workers and other requests with the same prompt share them). vLLM calls it for
+    every token a request gains: until a block is full it costs what vLLM's own hasher costs."""
     salt = b"hogwild-lane:" + lane.encode()
 
     def hash_blocks(request) -> list[bytes]:
         first = len(request.block_hashes)
+        if (first + 1) * hash_block_size > request.num_tokens:
+            return []  # no block filled since the last call
         return [h if first + i < shared_blocks else hashlib.sha256(salt + h).digest()
                 for i, h in enumerate(hasher(request))]
 
@@ -104,9 +107,8 @@ class RoomMaker:
         """Preempt units, newest (or least urgent) first, until what this step's running requests ask for fits;
         True when something was preempted. O(1) when the pool has room for any step."""
         s = self.scheduler
-        pool, bs = s.kv_cache_manager.block_pool, s.block_size
-        per_request = -(-(1 + s.num_spec_tokens + s.num_lookahead_tokens) // bs) + 1
-        if pool.get_num_free_blocks() >= len(s.running) * per_request + -(-s.max_num_scheduled_tokens // bs):
+        pool = s.kv_cache_manager.block_pool
+        if pool.get_num_free_blocks() >= self.bound():
             return False  # no allocation of this step can fail
         needs = self.needs()
         total = sum(needs.values())
@@ -126,6 +128,18 @@ class RoomMaker:
             preempted = True
         return preempted
 
+    def bound(self) -> int:
+        """At most the blocks this step's allocations take: a decoding request feeds its last token and drafts
+        (and asks for look-ahead slots), one block's worth at most; a prefilling one its chunk. O(prefills)."""
+        s = self.scheduler
+        bs = s.block_size
+        per_decode = -(-(1 + s.num_spec_tokens + s.num_lookahead_tokens) // bs)
+        prefill = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
+                      for r in s._inflight_prefills)
+        replay = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
+                     for g in s.table.replaying for r in (w.lane_request for w in g.workers))
+        return len(s.running) * per_decode + prefill + replay  # (vLLM preempts for running requests only)
+
     def needs(self) -> dict[str, int]:
         """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks
         (its token budget, long-prefill threshold, replay chunk ends and look-ahead), in its order."""
@@ -137,21 +151,25 @@ class RoomMaker:
         elif threshold > 0 and s.adaptive_long_prefill_threshold:
             threshold = max(threshold, s.scheduler_config.max_num_batched_tokens // (num_running + num_waiting))
         ends = s.table.replay_ends(max(1, budget - len(s.running))) if s.table.replaying else {}
-        coordinator, needs = s.kv_cache_manager.coordinator, {}
+        held = s.kv_cache_manager.coordinator.get_blocks
+        bs, lookahead, limit = s.block_size, s.num_lookahead_tokens, s.max_model_len - s.num_sampled_tokens_per_step
+        needs = {}
         for request in s.running:
             computed = request.num_computed_tokens
             n = request.num_tokens_with_spec + request.num_output_placeholders - computed
             if 0 < threshold < n:
                 n = threshold
-            end = ends.get(request.request_id)
-            if end is not None:
-                n = min(n, end - computed)
-            n = min(n, budget, s.max_model_len - computed - s.num_sampled_tokens_per_step)
+            if ends:
+                end = ends.get(request.request_id)
+                if end is not None:
+                    n = min(n, end - computed)
+            n = min(n, budget, limit - computed)
             if n <= 0:
                 continue
             budget -= n
-            slots = min(computed + n + s.num_lookahead_tokens, s.max_model_len)
-            needs[request.request_id] = max(0, -(-slots // s.block_size) - len(coordinator.get_blocks(request.request_id)[0]))
+            blocks = -(-min(computed + n + lookahead, s.max_model_len) // bs) - len(held(request.request_id)[0])
+            if blocks > 0:
+                needs[request.request_id] = blocks
         return needs
 
     def units(self, needs: dict[str, int]) -> list[Unit]:

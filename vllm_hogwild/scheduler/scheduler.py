@@ -77,8 +77,8 @@ class HogwildScheduler(Scheduler):
         """A lane's blocks past its prompt hold K/V computed under Hogwild views: their prefix-cache hashes are
         its own, so no other request (a plain one with the same tokens, a sibling lane) ever reads them."""
         if request._block_hasher is not None:
-            request._block_hasher = lane_private_hasher(request._block_hasher, prompt_len // self.hash_block_size,
-                                                        request.request_id)
+            request._block_hasher = lane_private_hasher(request._block_hasher, self.hash_block_size,
+                                                        prompt_len // self.hash_block_size, request.request_id)
 
     def get_request_counts(self) -> tuple[int, int]:
         # Held workers wait too: the engine must keep stepping for them.
@@ -168,8 +168,8 @@ class HogwildScheduler(Scheduler):
         request_id = f"{worker.request_id}@replay{worker.group.counters.num_preemptions}"
         hasher = original._block_hasher
         if hasher is not None:
-            hasher = lane_private_hasher(getattr(hasher, "base", hasher), worker.group.prompt_len // self.hash_block_size,
-                                         request_id)
+            hasher = lane_private_hasher(getattr(hasher, "base", hasher), self.hash_block_size,
+                                         worker.group.prompt_len // self.hash_block_size, request_id)
         request = Request(request_id, list(tokens), SamplingParams(max_tokens=1, temperature=0.0), None,
                           client_index=original.client_index, arrival_time=original.arrival_time,
                           cache_salt=original.cache_salt, priority=original.priority, lora_request=original.lora_request,

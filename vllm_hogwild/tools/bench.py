@@ -25,8 +25,8 @@
   ``update_from_output``) with G Hogwild groups of N workers and P plain
   requests in a Hogwild engine, against the same load as stock ``n=N``
   requests in a stock engine (vLLM's own scheduler, no plugin switch), for
-  each G of ``--groups``; every sequence runs at once (``max_num_seqs`` is
-  set to fit them), rounds alternate the two engines. ``--model tiny`` uses a
+  each G of ``--groups``; every sequence runs at once (``max_num_seqs`` and
+  the KV cache are set to fit them), rounds alternate the two engines. ``--model tiny`` uses a
   tiny random model: the scheduler's work does not depend on the model.
 - ``answer``: time to answer on generated tasks with exactly checkable
   answers: each task is a list of independent additions whose results are to
@@ -304,8 +304,10 @@ def overhead_side(args) -> None:
     from vllm import SamplingParams
 
     total = max(args.groups) * args.workers + args.plain
-    llm = _engine(args.model, 4096, hogwild=args.kind == "hogwild", max_num_seqs=total,
-                  max_num_batched_tokens=max(4096, total * args.prompt_len))
+    # Every sequence at once, in KV too, with room to spare (no preemption on either side).
+    blocks = 3 * total * -(-(args.prompt_len + args.max_tokens) // 128)
+    llm = _engine(args.model, 4096, hogwild=args.kind == "hogwild", max_num_seqs=total, block_size=128,
+                  num_gpu_blocks_override=blocks, max_num_batched_tokens=max(4096, total * args.prompt_len))
     hogwild = {"layout": "contiguous"} if args.kind == "hogwild" else None
     # Warm up: the first run of an engine pays one-time costs (first calls, allocations) on either side.
     warm = [_prompt(args.prompt_len, 10 ** 6 + i) for i in range(8)]
@@ -452,13 +454,13 @@ def capacity_side(args) -> None:
               for i in range(args.groups)]
     with _timing(_scheduler(llm)) as spent:
         wall, outs = _timed(llm, prompts, params)
-    stats = getattr(_scheduler(llm), "table", None)
+    table = getattr(_scheduler(llm), "table", None)
     lens = [len(c.token_ids) for o in outs for c in o.outputs]
     print(json.dumps({"kind": args.kind, "blocks": args.blocks, "groups": args.groups, "workers": args.workers,
                       "max_tokens": args.max_tokens, "steps": spent["steps"], "wall_s": wall,
                       "mean_tokens": statistics.mean(lens), "max_tokens_seen": max(lens),
-                      "group_preemptions": stats.stats.num_group_preemptions if stats else None,
-                      "replayed_tokens": stats.stats.num_replayed_tokens if stats else None,
+                      "group_preemptions": None if table is None else table.stats.num_group_preemptions,
+                      "replayed_tokens": None if table is None else table.stats.num_replayed_tokens,
                       "generated_tokens": sum(lens)}), flush=True)
 
 
