@@ -7,8 +7,8 @@ list, of three kinds:
 
 - ``class``: a method of a vLLM class, wrapped here in every process;
 - ``instance``: a method of one vLLM object, wrapped by the plugin's code that
-  owns that object (this engine's KV-cache manager, this worker's model runner
-  and sampler), never the class;
+  owns that object (this engine's scheduler and KV-cache manager, this
+  worker's model runner and sampler), never the class;
 - ``override``: a method the Hogwild scheduler subclass overrides (vLLM names
   the class through its own ``scheduler_cls`` knob; private methods among them
   may move in any release).

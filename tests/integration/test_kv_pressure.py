@@ -1,4 +1,4 @@
-"""More Hogwild groups than the KV cache holds: groups wait, all finish, nothing leaks or is preempted.
+"""More Hogwild groups than the KV cache holds: groups wait, all finish, nothing leaks, no worker is preempted alone.
 
 The module's engine also has a small step budget (64 tokens: every longer prompt's prefill
 is chunked) and the operator switch ``client_patterns`` off.

@@ -105,6 +105,10 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
 
     # The load saturated the cache: requests queued for room.
     assert sampler.max_waiting > 0 and sampler.max_kv_use > 0.8
+    # Under pressure groups are preempted whole, never one worker alone.
+    exposed = server.metrics()
+    assert all(f"hogwild:{name}_total{{" in exposed for name in ("member_preemptions", "group_preemptions", "replayed_tokens"))
+    assert server.metric("hogwild:member_preemptions_total") == 0
     for o in outcomes:
         expected = "cancelled" if o.spec.cancel_after is not None else "completed"
         assert o.status == expected, (o.spec, o.status, o.reason)

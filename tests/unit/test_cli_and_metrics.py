@@ -44,6 +44,25 @@ def test_bad_flags_name_the_flag(argv, field) -> None:
     assert info.value.parameter == field
 
 
+def test_kv_flag_takes_the_two_modes_and_refuses_others() -> None:
+    assert _parse(["--plugin", "hogwild", "--hogwild-kv", "reserve"]) == {"other": 1, "hogwild": {"kv": "reserve"}}
+    assert _parse(["--plugin", "hogwild", "--hogwild-kv", "on-demand"]) == {"other": 1, "hogwild": {"kv": "on-demand"}}
+    assert _parse(["--plugin", "hogwild"]) == {"other": 1, "hogwild": {}}  # the default (on-demand) is the option's
+    parser = add_cli_args(argparse.ArgumentParser())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--plugin", "hogwild", "--hogwild-kv", "lazy"])
+
+
+def test_kv_option_given_in_additional_config_is_checked_by_name() -> None:
+    from vllm_hogwild.core.options import EngineOptions
+
+    assert EngineOptions.from_additional_config({"hogwild": {}}).kv == "on-demand"
+    assert EngineOptions.from_additional_config({"hogwild": {"kv": "reserve"}}).kv == "reserve"
+    with pytest.raises(HogwildOptionError) as info:
+        EngineOptions.from_additional_config({"hogwild": {"kv": ["lazy"]}})
+    assert info.value.parameter == "additional_config.hogwild.kv"
+
+
 def test_unknown_plugin_name_is_an_argparse_error() -> None:
     parser = add_cli_args(argparse.ArgumentParser())
     with pytest.raises(SystemExit):
@@ -106,6 +125,13 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     assert value("hogwild:prefill_tokens_saved_total") == 512
     assert value("hogwild:group_latency_seconds_count") == 2
     assert value("hogwild:admission_wait_seconds_count") == 1  # a group never admitted has no wait
+    # Preemption counters arrive as the engine's running totals and become increments.
+    base = {"engine": 0, "groups_running": 2, "groups_waiting": 1, "kv_free_blocks": 99, "ended": []}
+    logger.apply({**base, "group_preemptions": 2, "replayed_tokens": 40, "member_preemptions": 0})
+    logger.apply({**base, "group_preemptions": 2, "replayed_tokens": 40, "member_preemptions": 0})  # no change
+    logger.apply({**base, "group_preemptions": 3, "replayed_tokens": 65, "member_preemptions": 0})
+    assert value("hogwild:group_preemptions_total") == 3 and value("hogwild:replayed_tokens_total") == 65
+    assert value("hogwild:member_preemptions_total") == 0
     logger.record(SchedulerStats(), None, engine_idx=0)  # a step without a snapshot changes nothing
     assert value("hogwild:groups_running") == 2
     assert REGISTRY.get_sample_value("hogwild:attention_info", {"model_name": "m", "engine": "0", "path": "cpu-op"}) == 1

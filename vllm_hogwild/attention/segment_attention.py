@@ -108,7 +108,7 @@ def kind_for(path: str, rows: Sequence[QueryRow], block_size: int) -> PlanKind:
         return PlanKind.TRITON
     if path == "cpu-op" and single:
         return PlanKind.CPU_OP
-    if path in ("torch", "cpu-op") and single and _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES:
+    if path == "torch" and single and _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES:
         return PlanKind.DENSE_DECODE
     return PlanKind.BUCKETS
 

@@ -1,1 +1,2 @@
-"""The pure core: options, patterns, views, steps, RoPE, the protocol, admission, the planner. No vLLM import."""
+"""The pure core: options, patterns, views, paragraphs, the group table and its step log, RoPE, the protocol,
+admission, the planner. No vLLM import."""

@@ -1,8 +1,12 @@
 """When a complete Hogwild group may start, beside plain requests; lock-step; preemption order. Pure, no vLLM import.
 
-A group is admitted whole or not at all: only when every worker fits for its
-whole budget (:func:`fits`); its workers then start together and decode in
-lock-step (:func:`ahead_of_group`).
+A group is admitted whole or not at all: only when a slot and KV blocks are
+free for every worker (:func:`fits`). What "blocks for a worker" means is the
+engine's ``kv`` option: with ``on-demand`` (the default) its prompt and first
+token, and it takes the rest as it grows; with ``reserve`` its whole budget.
+The workers then start together and decode in lock-step
+(:func:`ahead_of_group`). Under KV pressure whole units are preempted, in the
+order of vLLM's policy (:func:`preemption_order`).
 
 Arrival order with a bounded overtake (``max_plain_wait`` seconds, on
 vLLM's request arrival times):
@@ -50,9 +54,12 @@ class Fairness:
 
 def fits(need_blocks: int, promised_blocks: int, watermark_blocks: int, free_blocks: int,
          num_active: int, num_workers: int, max_active: int) -> bool:
-    """Whether a whole group fits now: a slot for every worker, and KV blocks for every worker's whole budget.
+    """Whether a whole group fits now: a slot for every worker, and ``need_blocks`` free for them all.
 
-    ``promised_blocks``: blocks of workers already queued that have not allocated yet.
+    ``need_blocks``: the blocks the group's workers take at admission (under ``kv=reserve`` every worker's
+    whole budget, under ``kv=on-demand`` its prompt and first token; for a preempted group, every lane as it
+was and its next token). ``promised_blocks``: blocks of workers
+    already queued that have not allocated yet.
     """
     return (num_active + num_workers <= max_active
             and need_blocks + promised_blocks + watermark_blocks <= free_blocks)

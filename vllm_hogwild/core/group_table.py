@@ -384,9 +384,9 @@ class GroupTable:
         return True
 
     def prefix_hit_cap(self, request_id: str, block_size: int) -> int | None:
-        """A replaying lane's most prefix-cache hit tokens: its group's prompt, and a block short of the lane's
-        end (it re-feeds at least one token; its later blocks hold K/V of Hogwild views: they are re-fed with
-        them). None: no cap (not a lane of a replaying group)."""
+        """A replaying lane's most prefix-cache hit tokens: its group's prompt, and at most one token short of the
+        lane's end (it re-feeds at least one token), rounded down to whole blocks (its blocks past the prompt
+        hold K/V of Hogwild views: they are re-fed with them). None: no cap (not a lane of a replaying group)."""
         worker = self.workers.get(request_id) or self.replays.get(request_id)
         if worker is None or worker.group.phase is not Phase.REPLAYING:
             return None

@@ -10,8 +10,9 @@ and drafts) and from vLLM's own block tables, and from the few
 with speculative decoding, each lane's accepted length). It returns the
 segments of each decoding worker whose view is not its own lane alone, and,
 for a resumed group (:class:`~vllm_hogwild.core.wire.GroupReplay`), the
-segments of every re-fed token, each with the view of the step it was first
-produced under. Every tensor-parallel rank applies the same wire to the same
+segments of every re-fed token, each with the view of the last step that fed
+its position (the step its K/V in the cache came from: a rejected draft's
+position is fed again later). Every tensor-parallel rank applies the same wire to the same
 batch, so every rank holds the same views.
 """
 

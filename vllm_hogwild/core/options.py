@@ -110,7 +110,7 @@ class EngineOptions:
 class RequestOptions:
     layout: str = "contiguous"
     protocol: str = "raw"
-    step_end: str | None = None  # regex ending a step (combined, interleaved); None: steps.PARAGRAPH_END
+    step_end: str | None = None  # regex ending a paragraph (combined, interleaved); None: paragraphs.PARAGRAPH_END
     answer_pattern: str | None = None  # regex (one group): the group stops once a worker writes a match
     redundancy_every: int = 0  # named, collab: a step prefix asks "am I repeating?" every K group tokens
     task: str = "math"  # collab: the preamble's template and the default answer pattern

@@ -55,10 +55,10 @@ class Separators:
     :func:`combined_views`); ``None`` leaves that separator out.
     """
 
-    history: Span | None = None  # before the shared history ("### Past steps")
-    others: Span | None = None  # before co-workers' unfinished steps
-    pivot: Span | None = None  # after each co-worker's unfinished step ("<...>")
-    own: Span | None = None  # before the reader's own unfinished step
+    history: Span | None = None  # before the shared history ("### Past steps": finished paragraphs)
+    others: Span | None = None  # before co-workers' unfinished paragraphs
+    pivot: Span | None = None  # after each co-worker's unfinished paragraph ("<...>")
+    own: Span | None = None  # before the reader's own unfinished paragraph
 
 
 @dataclass(frozen=True)
@@ -175,12 +175,12 @@ def combined_views(
     separators: Separators = Separators(),
     prompt_end: int | None = None,
 ) -> list[View]:
-    """``[prompt][history][others' unfinished steps + pivot][own unfinished step]``.
+    """``[prompt][history][others' unfinished paragraphs + pivot][own unfinished paragraph]``.
 
-    ``history`` lists finished steps (spans of any lane) in the order they
-    finished; ``paragraph_starts[w]`` is where worker ``w``'s unfinished step starts
-    in its lane (so ``[paragraph_starts[w], lane_lens[w])`` is unfinished). A step's
-    tokens move into ``history`` when it finishes: a change of views only.
+    ``history`` lists finished paragraphs (spans of any lane) in the order they
+    finished; ``paragraph_starts[w]`` is where worker ``w``'s unfinished paragraph
+    starts in its lane (so ``[paragraph_starts[w], lane_lens[w])`` is unfinished). A
+    paragraph's tokens move into ``history`` when it finishes: a change of views only.
 
     ``prompt_end`` (default ``prompt_len``): the prompt part of every view is
     ``[0, prompt_end)``; the stored prompt's tail after it holds the separators,
@@ -198,9 +198,9 @@ def interleaved_views(
     separators: Separators = Separators(),
     prompt_end: int | None = None,
 ) -> list[View]:
-    """``[prompt][history][own unfinished step]``: ``combined`` without the others' live work.
+    """``[prompt][history][own unfinished paragraph]``: ``combined`` without the others' live work.
 
-    An ablation: co-workers are seen only through finished steps.
+    An ablation: co-workers are seen only through finished paragraphs.
     """
     return build_views("interleaved", prompt_len, lane_lens, history=history, paragraph_starts=paragraph_starts,
                        separators=separators, prompt_end=prompt_end)
@@ -253,7 +253,7 @@ def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], readers:
         return [View((Span(w, 0, lane_lens[w]),)) for w in readers]
     if layout in ("combined", "interleaved"):
         if paragraph_starts is None or len(paragraph_starts) != len(lane_lens):
-            raise ValueError("one step start per lane")
+            raise ValueError("one paragraph start per lane")
         prompt_end = prompt_len if prompt_end is None else prompt_end
         if not 0 <= prompt_end <= prompt_len:
             raise ValueError("the prompt part of a view ends within the prompt")

@@ -485,6 +485,8 @@ def markdown(report: dict) -> str:
         body = [f"| {r['kind']}: {r['groups']} x n={r['workers']} + {r['plain']} plain | {r['sequences']} | "
                 f"{r['steps']} | {r['schedule_ms_per_step']:.2f} | {r['update_ms_per_step']:.2f} | "
                 f"{r['schedule_ms_per_step'] + r['update_ms_per_step']:.2f} | {r['wall_s']:.1f} |" for r in rows]
+        body += [f"| Hogwild / stock, {g} groups (medians) | | | | | {ratio:.2f}x | |"
+                 for g, ratio in report["ratio"].items()]
     elif kind == "speculative":
         head = "| configuration | N | tokens per worker | engine steps | tokens per step | wall s | acceptance |"
         body = [f"| {r['config']} | {r['workers']} | {r['max_tokens']} | {r['steps']:.0f} | {r['tokens_per_step']:.2f} | "

@@ -1,0 +1,349 @@
+"""docs/architecture.md against the code: every number and name it states is what the code says.
+
+The doc states its checkable facts in fixed phrases ("the touch-point table has N rows",
+"`HOOKS` has N rows: ...", "wraps N methods of its runner instance", ...); each test
+reads one back with a small regular expression and compares it with the code, so the
+test fails when either side drifts. Pure: nothing here imports vLLM (the modules read
+are the plugin's pure ones; the rest is parsed with ``ast``).
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import re
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from vllm_hogwild import hooks
+from vllm_hogwild.attention.paths import PATHS
+from vllm_hogwild.attention.segment_attention import PlanKind
+from vllm_hogwild.core import options, paragraphs, wire
+from vllm_hogwild.core.group import Phase
+from vllm_hogwild.runner import runner_hook
+from vllm_hogwild.switch import SPECULATIVE_METHODS
+from vllm_hogwild.tools.upstream import TOUCH_POINTS
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "vllm_hogwild"
+DOC_PATH = ROOT / "docs" / "architecture.md"
+DOC = DOC_PATH.read_text()
+FLAT = re.sub(r"\s+", " ", DOC)  # phrases may wrap across lines
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+
+
+def stated(pattern: str) -> re.Match:
+    """The doc's fixed phrase (whitespace-insensitive); fails naming the phrase when the doc lost it."""
+    match = re.search(pattern, FLAT)
+    assert match, f"docs/architecture.md no longer states /{pattern}/"
+    return match
+
+
+def backticked(text: str = DOC) -> list[str]:
+    return re.findall(r"`([^`\n]+)`", text)
+
+
+def section(start: str, end: str = "\n\n") -> str:
+    """The doc's text from ``start`` to the next ``end``."""
+    i = DOC.index(start)
+    j = DOC.find(end, i + len(start))
+    return DOC[i: j if j >= 0 else None]
+
+
+# -- numbers ------------------------------------------------------------------------------------------
+
+
+def test_touch_point_count() -> None:
+    assert int(stated(r"[Tt]he touch-point table has (\d+) rows").group(1)) == len(TOUCH_POINTS)
+
+
+def test_hooks_rows_per_kind() -> None:
+    m = stated(r"`HOOKS` has (\d+) rows: (\d+) class wraps, (\d+) instance wraps and (\d+) scheduler overrides")
+    kinds = Counter(h.kind for h in hooks.HOOKS)
+    assert int(m.group(1)) == len(hooks.HOOKS)
+    assert (int(m.group(2)), int(m.group(3)), int(m.group(4))) == (kinds["class"], kinds["instance"],
+                                                                      kinds["override"])
+
+
+def test_class_wraps_by_module() -> None:
+    text = stated(r"by module: ((?:`[\w.]+` \d+[,.] ?)+)").group(1)
+    doc = {name: int(n) for name, n in re.findall(r"`([\w.]+)` (\d+)", text)}
+    code = Counter(h.where.removeprefix("vllm_hogwild.") for h in hooks.HOOKS if h.kind == "class")
+    assert doc == dict(code)
+
+
+def test_instance_wraps_table_names_every_instance_hook_and_its_patch() -> None:
+    rows = [line for line in section("**Instance wraps**", "**Scheduler overrides**").splitlines() if line.strip().startswith("| `")]
+    instance = [h for h in hooks.HOOKS if h.kind == "instance"]
+    assert len(rows) == len(instance)
+    for hook in instance:
+        cls, method = hook.owner[1], hook.method
+        row = next((r for r in rows if f"`{cls}.{method}`" in r), None)
+        assert row is not None, f"the instance-wrap table lacks {cls}.{method}"
+        if hook.patch.startswith("none"):
+            assert row.rstrip().endswith("| none |"), row
+        else:
+            assert f"`patches/{hook.patch}`" in row, (hook.patch, row)
+
+
+def test_scheduler_overrides_are_named() -> None:
+    text = section("**Scheduler overrides**")
+    doc = {name for name in backticked(text) if name != "scheduler_cls"}
+    assert doc == {h.method for h in hooks.HOOKS if h.kind == "override"}
+
+
+def test_runner_hook_wrapped_methods() -> None:
+    assert int(stated(r"wraps (\d+) methods of its runner instance").group(1)) == len(runner_hook.WRAPPED_METHODS)
+    for name in runner_hook.WRAPPED_METHODS:
+        assert f"- `{name}`:" in DOC, name
+
+
+def test_every_plan_kind_is_named() -> None:
+    assert int(stated(r"`PlanKind` has (\d+) values").group(1)) == len(PlanKind)
+    for kind in PlanKind:
+        assert f"| `{kind.name}` (`{kind.value}`) |" in DOC, kind
+    table = re.findall(r"^\| `(\w+)` \(`[\w-]+`\) \|", DOC, re.M)
+    assert table == [k.name for k in PlanKind]
+
+
+def test_every_phase_is_named() -> None:
+    assert int(stated(r"`Phase` has (\d+) values").group(1)) == len(Phase)
+    table = [name for name in re.findall(r"^\| `([A-Z_]+)` \|", DOC, re.M) if name in Phase.__members__]
+    assert table == [p.name for p in Phase]
+
+
+def test_patch_count() -> None:
+    assert int(stated(r"`patches/` holds (\d+) patches").group(1)) == len(list((ROOT / "patches").glob("*.patch")))
+
+
+# -- the layering -------------------------------------------------------------------------------------
+
+
+def _importlinter() -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    return config
+
+
+def test_layer_order_is_the_contract() -> None:
+    config = _importlinter()
+    layers = [line.strip() for line in config["importlinter:contract:layers"]["layers"].splitlines() if line.strip()]
+    block = re.search(r"as `\.importlinter` states them.*?```text\n(.*?)```", DOC, re.S)
+    assert block, "the doc lost its layer block"
+    assert [line.strip() for line in block.group(1).splitlines() if line.strip()] == layers
+
+
+def test_number_of_other_contracts() -> None:
+    contracts = [s for s in _importlinter().sections() if s.startswith("importlinter:contract:")]
+    word = stated(r"(\w+) more contracts").group(1).lower()
+    assert WORDS[word] == len(contracts) - 1
+
+
+def _imports_vllm(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name == "vllm" or a.name.startswith("vllm.") for a in node.names):
+            return True
+        if (isinstance(node, ast.ImportFrom) and not node.level and node.module
+                and (node.module == "vllm" or node.module.startswith("vllm."))):
+            return True
+    return False
+
+
+def test_which_packages_import_vllm() -> None:
+    m = stated(r"Static `vllm` imports appear in (.*?); never in (.*?)\.")
+    appear, never = set(backticked(m.group(1))), set(backticked(m.group(2)))
+    importing = set()
+    for entry in sorted(PACKAGE.iterdir()):
+        if entry.is_dir() and (entry / "__init__.py").exists():
+            if any(_imports_vllm(f) for f in entry.rglob("*.py")):
+                importing.add(f"{entry.name}/")
+        elif entry.suffix == ".py" and _imports_vllm(entry):
+            importing.add(entry.name)
+    assert appear == importing
+    assert never and not never & importing
+
+
+# -- names and constants ------------------------------------------------------------------------------
+
+
+def test_kv_modes_and_default() -> None:
+    m = stated(r"`kv` is `([\w-]+)` by default; `([\w-]+)` is the other value")
+    assert m.group(1) == options.EngineOptions().kv
+    assert {m.group(1), m.group(2)} == set(options.KV_MODES)
+
+
+def test_layouts_paths_and_speculative_methods() -> None:
+    m = stated(r"`(\w+)` and `(\w+)` \(`HISTORY_LAYOUTS`\)\. `(\w+)` and `(\w+)` have none")
+    assert (m.group(1), m.group(2)) == options.HISTORY_LAYOUTS
+    assert {m.group(3), m.group(4)} == set(options.REQUEST_LAYOUTS) - set(options.HISTORY_LAYOUTS)
+    m = stated(r"`vllm_hogwild/attention/paths\.py`: `([\w-]+)`, `([\w-]+)` or `([\w-]+)`")
+    assert m.groups() == PATHS
+    m = stated(r"With `speculative_config` \(`(\w+)` or `(\w+)`;")
+    assert m.groups() == SPECULATIVE_METHODS
+    assert "`PARAGRAPH_END`" in DOC and paragraphs.PARAGRAPH_END
+
+
+def test_what_crosses_between_processes() -> None:
+    assert f"attribute `{wire.STEP_ATTR}`" in FLAT
+    assert f'`SamplingParams.extra_args["{options.SPEC_KEY}"]`' in FLAT
+    assert f'`additional_config["{options.RUNTIME_KEY}"]`' in FLAT
+    assert f'`additional_config["{options.ENGINE_KEY}"]`' in FLAT
+
+
+def test_replay_request_id() -> None:
+    assert "`{request id}@replay{k}`" in DOC
+    source = (PACKAGE / "scheduler" / "scheduler.py").read_text()
+    assert 'f"{worker.request_id}@replay{worker.group.counters.num_preemptions}"' in source
+
+
+def test_metric_names_exist() -> None:
+    names = set(re.findall(r"`(hogwild:\w+)`", DOC))
+    assert names
+    metrics = (PACKAGE / "serving" / "metrics.py").read_text()
+    for name in names:
+        assert f"``{name}``" in metrics, name
+
+
+def test_version_pin() -> None:
+    pin = stated(r"The pin stays `([^`]+)` \(`setup\.py`\)").group(1)
+    assert f'"{pin}"' in (ROOT / "setup.py").read_text()
+
+
+# -- paths and code references ------------------------------------------------------------------------
+
+PATH_PREFIXES = ("vllm_hogwild/", "tests/", "patches/", "docs/", "benchmarks/")
+
+
+def test_every_cited_file_exists() -> None:
+    cited = set()
+    for text in backticked():
+        for token in re.findall(r"[\w./-]+", text):
+            if token.startswith(PATH_PREFIXES) or token in (".importlinter", "setup.py"):
+                cited.add(token.rstrip("."))
+    assert len(cited) > 20  # the scan sees the doc's citations
+    missing = sorted(p for p in cited if not (ROOT / p).exists())
+    assert not missing, missing
+
+
+def _module_file(dotted: str) -> Path | None:
+    path = ROOT / dotted.replace(".", "/")
+    if (path / "__init__.py").exists():
+        return path / "__init__.py"
+    if path.with_suffix(".py").exists():
+        return path.with_suffix(".py")
+    return None
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def test_every_cited_module_exists() -> None:
+    refs = {m for text in backticked() for m in re.findall(r"vllm_hogwild(?:\.\w+)+(?::\w+)?", text)}
+    assert refs
+    for ref in refs:
+        dotted, _, attr = ref.partition(":")
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest prefix that is a module; the rest one name in it
+            module = _module_file(".".join(parts[:cut]))
+            if module is not None:
+                break
+        assert module is not None, ref
+        rest = parts[cut:] + ([attr] if attr else [])
+        assert len(rest) <= 1, ref
+        if rest:
+            assert rest[0] in _top_level_names(module), ref
+
+
+@lru_cache(maxsize=None)
+def _plugin_classes() -> dict[str, tuple[set[str], set[str]]]:
+    """Every class the plugin defines, by simple name: (its members, its base names); same names merged."""
+    classes: dict[str, tuple[set[str], set[str]]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            members, bases = classes.setdefault(node.name, (set(), set()))
+            bases |= {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    members.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    members |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    members.add(item.target.id)
+            for sub in ast.walk(node):  # self.x = ... in its methods
+                if isinstance(sub, (ast.Assign, ast.AnnAssign)):
+                    for t in sub.targets if isinstance(sub, ast.Assign) else [sub.target]:
+                        if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self":
+                            members.add(t.attr)
+    return classes
+
+
+def _has_member(cls: str, member: str, seen: frozenset = frozenset()) -> bool:
+    classes = _plugin_classes()
+    if cls not in classes or cls in seen:
+        return False
+    members, bases = classes[cls]
+    return member in members or any(_has_member(b, member, seen | {cls}) for b in bases)
+
+
+def test_every_member_of_a_plugin_class_the_doc_names_exists() -> None:
+    classes = _plugin_classes()
+    refs = {m.groups() for text in backticked() for m in re.finditer(r"^([A-Z]\w+)\.(\w+)$", text)}
+    checked = [(c, m) for c, m in refs if c in classes and c not in ("Worker", "Scheduler")]  # vLLM has these too
+    assert len(checked) > 10  # the scan sees GroupTable.arrive, Replay.chunk_ends, ...
+    missing = sorted(f"{c}.{m}" for c, m in checked if not _has_member(c, m))
+    assert not missing, missing
+    assert _has_member("Worker", "sampled_steps")  # the one Worker.* the doc names is the plugin's
+
+
+@pytest.mark.parametrize("name", [
+    "GroupTable", "Group", "Worker", "Lane", "Phase", "StepLog", "Replay", "StepWire", "GroupShape", "GroupStep",
+    "GroupReplay", "ViewRegistry", "BatchRow", "StepContext", "StepViews", "RoomMaker", "BudgetedAllocation",
+    "HogwildBuilderMixin", "HogwildImplMixin", "HogwildViewsMismatch", "HogwildCPUWorker", "HogwildGPUWorker",
+    "ForcedTokens", "Fairness", "RequestSpec", "EngineOptions", "HogwildScheduler", "PlanKind",
+])
+def test_the_classes_the_doc_names_exist(name: str) -> None:
+    assert f"`{name}`" in DOC or f"`{name}." in DOC, name
+    assert name in _plugin_classes(), name
+
+
+# -- links --------------------------------------------------------------------------------------------
+
+
+def _slugs(markdown: str) -> set[str]:
+    """GitHub's heading anchors."""
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", markdown, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", "")).replace(" ", "-")
+        out.add(slug)
+    return out
+
+
+def test_links_from_the_doc_resolve() -> None:
+    for target, anchor in re.findall(r"\]\(([\w./-]+\.md)(?:#([\w-]+))?\)", DOC):
+        path = DOC_PATH.parent / target
+        assert path.exists(), target
+        if anchor:
+            assert anchor in _slugs(path.read_text()), f"{target}#{anchor}"
+
+
+def test_links_into_the_doc_resolve() -> None:
+    anchors = _slugs(DOC)
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for anchor in re.findall(r"architecture\.md#([\w-]+)", path.read_text()):
+            assert anchor in anchors, f"{path.name} links to architecture.md#{anchor}"
