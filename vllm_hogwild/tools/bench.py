@@ -548,6 +548,14 @@ def plot(report: dict, path: str) -> None:
             ax.plot([r["sequences"] for r in pts], [r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in pts],
                     "o", label=k)
         ax.set(xlabel="sequences running", ylabel="scheduler ms per engine step", title="Scheduler time per step")
+    elif kind == "capacity":
+        for k in dict.fromkeys(r["kind"] for r in rows):
+            pts = sorted((r for r in rows if r["kind"] == k), key=lambda r: r["blocks"])
+            ax.plot([r["blocks"] for r in pts], [r["steps_vs_largest"] for r in pts], "o-", label=k)
+        ax.set_xscale("log", base=2)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set(xlabel="KV blocks", ylabel="engine steps / own steps with the largest cache",
+               title="Capacity under a tight cache")
     elif kind == "speculative":
         ax.bar([r["config"] for r in rows], [r["tokens_per_step"] for r in rows], label="tokens per engine step")
         ax.set(ylabel="tokens per engine step", title="Speculative decoding, stock and Hogwild")
