@@ -304,9 +304,11 @@ def overhead_side(args) -> None:
     from vllm import SamplingParams
 
     total = max(args.groups) * args.workers + args.plain
-    # Every sequence at once, in KV too, with room to spare (no preemption on either side).
-    blocks = 3 * total * -(-(args.prompt_len + args.max_tokens) // 128)
-    llm = _engine(args.model, 4096, hogwild=args.kind == "hogwild", max_num_seqs=total, block_size=128,
+    # Every sequence at once, in KV too, with room to spare (no preemption on either side); vLLM wants at
+    # least one whole context in the cache (and it keeps one block for itself).
+    max_model_len = 4096
+    blocks = max(3 * total * -(-(args.prompt_len + args.max_tokens) // 128), max_model_len // 128 + 2)
+    llm = _engine(args.model, max_model_len, hogwild=args.kind == "hogwild", max_num_seqs=total, block_size=128,
                   num_gpu_blocks_override=blocks, max_num_batched_tokens=max(4096, total * args.prompt_len))
     hogwild = {"layout": "contiguous"} if args.kind == "hogwild" else None
     # Warm up: the first run of an engine pays one-time costs (first calls, allocations) on either side.
