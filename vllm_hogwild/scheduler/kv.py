@@ -134,11 +134,10 @@ class RoomMaker:
         s = self.scheduler
         bs = s.block_size
         per_decode = -(-(1 + s.num_spec_tokens + s.num_lookahead_tokens) // bs)
-        prefill = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
-                      for r in s._inflight_prefills)
-        replay = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
-                     for g in s.table.replaying for r in (w.lane_request for w in g.workers))
-        return len(s.running) * per_decode + prefill + replay  # (vLLM preempts for running requests only)
+        chunked = [*s._inflight_prefills, *(w.lane_request for g in s.table.replaying for w in g.workers)]
+        chunks = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
+                     for r in chunked)
+        return len(s.running) * per_decode + chunks  # (vLLM preempts for running requests only)
 
     def needs(self) -> dict[str, int]:
         """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks
