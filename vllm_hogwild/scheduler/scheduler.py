@@ -66,19 +66,22 @@ class HogwildScheduler(Scheduler):
         spec = spec_of(request.sampling_params.extra_args if request.sampling_params else None)
         if spec is None:
             return super().add_request(request)
-        self._private_blocks(request, request.num_prompt_tokens)
+        request._block_hasher = self._lane_hasher(request._block_hasher, request.num_prompt_tokens,
+                                                  request.request_id)
         super().add_request(request)
         self.waiting.remove_request(request)  # held out of the waiting queue until its group is admitted
         self.table.arrive(request.request_id, spec, request, prompt_len=request.num_prompt_tokens,
                           max_tokens=request.max_tokens, eos_token_id=request.sampling_params.eos_token_id,
                           arrival=request.arrival_time)
 
-    def _private_blocks(self, request: Request, prompt_len: int) -> None:
+    def _lane_hasher(self, hasher, prompt_len: int, request_id: str):
         """A lane's blocks past its prompt hold K/V computed under Hogwild views: their prefix-cache hashes are
-        its own, so no other request (a plain one with the same tokens, a sibling lane) ever reads them."""
-        if request._block_hasher is not None:
-            request._block_hasher = lane_private_hasher(request._block_hasher, self.hash_block_size,
-                                                        prompt_len // self.hash_block_size, request.request_id)
+        its own, so no other request (a plain one with the same tokens, a sibling lane) ever reads them.
+        ``hasher``: vLLM's block hasher, or a lane's (its own is taken back); None: prefix caching is off."""
+        if hasher is None:
+            return None
+        return lane_private_hasher(getattr(hasher, "base", hasher), self.hash_block_size,
+                                   prompt_len // self.hash_block_size, request_id)
 
     def get_request_counts(self) -> tuple[int, int]:
         # Held workers wait too: the engine must keep stepping for them.
@@ -166,10 +169,7 @@ class HogwildScheduler(Scheduler):
         which it never feeds). It is internal: it never samples, and nothing of it reaches the client."""
         original = worker.request
         request_id = f"{worker.request_id}@replay{worker.group.counters.num_preemptions}"
-        hasher = original._block_hasher
-        if hasher is not None:
-            hasher = lane_private_hasher(getattr(hasher, "base", hasher), self.hash_block_size,
-                                         worker.group.prompt_len // self.hash_block_size, request_id)
+        hasher = self._lane_hasher(original._block_hasher, worker.group.prompt_len, request_id)
         request = Request(request_id, list(tokens), SamplingParams(max_tokens=1, temperature=0.0), None,
                           client_index=original.client_index, arrival_time=original.arrival_time,
                           cache_salt=original.cache_salt, priority=original.priority, lora_request=original.lora_request,
