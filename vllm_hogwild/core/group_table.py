@@ -113,9 +113,10 @@ class GroupTable:
         self._observing: dict[str, Group] = {}  # admitted groups whose text the driver reads
         self._replaying: dict[str, Group] = {}  # admitted again after a preemption, re-feeding their lanes
         self._num_held = 0  # requests of waiting groups that have arrived and not finished
-        self._promised: dict[str, int] = {}  # queued request id -> slots its first allocation takes
+        # requests handed to the engine's waiting queue, not scheduled yet -> slots their first allocation takes
+        # (with `reserve` the whole budget, which that allocation reserves: :meth:`first_allocation`)
+        self._promised: dict[str, int] = {}
         self._promised_blocks = 0  # blocks those first allocations take
-        self._queued: set[str] = set()  # requests handed to the engine's waiting queue, not scheduled yet
         self._uneven: set[str] = set()  # groups that may be out of lock-step
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
@@ -198,7 +199,7 @@ class GroupTable:
             need = blocks_for_group(group.prompt_len, group.max_tokens if not self.on_demand else 1, n, bs,
                                     self.slack)
         return fits(need, self._promised_blocks, room.watermark_blocks, room.free_blocks,
-                    room.num_running + len(self._queued), n, room.max_running)
+                    room.num_running + len(self._promised), n, room.max_running)
 
     def _admit(self, group: Group, admission: Admission) -> None:
         del self._waiting[group.group_id]
@@ -217,7 +218,7 @@ class GroupTable:
         for worker in live:
             slots = (group.replay.targets[worker.index] + 1 if resumed
                      else group.prompt_len + (1 if self.on_demand else group.max_tokens)) + self.slack
-            self._promise(worker.request_id, slots, reserve=not self.on_demand)
+            self._promise(worker.request_id, slots)
         admission.queue += [w.request for w in live]
         if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)
             admission.replays += [(w, w.request.all_token_ids[: w.lane_len + 1])
@@ -229,33 +230,29 @@ class GroupTable:
         self.replays[request.request_id] = worker
         self._promise(request.request_id, worker.lane_len + 1 + self.slack)
 
-    def _promise(self, request_id: str, slots: int | None, reserve: bool = False) -> None:
-        """Record (``slots``) or drop (None) what a queued request's first allocation takes; ``reserve``:
-        the whole budget, which its first allocation reserves (:meth:`first_allocation`)."""
+    def _promise(self, request_id: str, slots: int | None) -> None:
+        """Record (``slots``) or drop (None) what a queued request's first allocation takes."""
         before = self._promised.pop(request_id, None)
         if before is not None:
-            self._promised_blocks -= -(-abs(before) // self.block_size)
-        self._queued.discard(request_id)
+            self._promised_blocks -= -(-before // self.block_size)
         if slots is not None:
-            self._promised[request_id] = slots if reserve else -slots  # > 0: a reservation to make
+            self._promised[request_id] = slots
             self._promised_blocks += -(-slots // self.block_size)
-            self._queued.add(request_id)
 
     @property
     def num_queued(self) -> int:
         """Requests handed to the engine's waiting queue that it has not scheduled yet."""
-        return len(self._queued)
+        return len(self._promised)
 
     @property
     def has_reservations(self) -> bool:
         """``reserve``: whether a queued worker's first allocation (its whole budget) is still to come."""
-        return not self.on_demand and any(slots > 0 for slots in self._promised.values())
+        return not self.on_demand and bool(self._promised)
 
     def first_allocation(self, request_id: str) -> int | None:
         """``reserve``: the slots (tokens) the request's first allocation must cover, its whole budget; None:
         not a first allocation."""
-        slots = self._promised.get(request_id)
-        return slots if slots is not None and slots > 0 else None
+        return None if self.on_demand else self._promised.get(request_id)
 
     def allocated(self, request_id: str) -> None:
         """The request's first allocation succeeded."""
@@ -267,7 +264,7 @@ class GroupTable:
         worker = self.workers[request_id]
         self.stats.num_member_preemptions += 1
         if not self.on_demand:
-            self._promise(request_id, worker.group.prompt_len + worker.group.max_tokens + self.slack, reserve=True)
+            self._promise(request_id, worker.group.prompt_len + worker.group.max_tokens + self.slack)
 
     # -- hold -------------------------------------------------------------------------------------------
 
@@ -412,8 +409,8 @@ class GroupTable:
         worker one token more, no paragraph to join) costs one counter: O(1); any other, O(N).
         """
         shapes, steps, replays, forced = [], [], [], {}
-        if self._queued:
-            for request_id in [r for r in self._queued if r in scheduled]:
+        if self._promised:
+            for request_id in [r for r in self._promised if r in scheduled]:
                 self._promise(request_id, None)
         for group in self._running.values():
             workers = group.workers
