@@ -83,3 +83,18 @@ def test_speculative_compares_four_configurations_in_one_run(tmp_path) -> None:
     assert set(report["summary"]) == {"greedy_speedup", "stock_speedup", "hogwild_speedup", "stock_steps_ratio",
                                       "hogwild_steps_ratio"}
     assert "| speculation speedup" in bench.markdown(report)
+
+
+def test_capacity_runs_every_configuration_at_every_size(tmp_path) -> None:
+    """Each (size, configuration) is an engine in a process of its own; at the tight size on-demand groups are
+    preempted and replayed, reserve never preempts and takes more engine steps."""
+    report = _run(None, ["capacity", "--groups", "4", "--workers", "2", "--max-tokens", "96", "--blocks", "64", "6",
+                         "--stop-every", "90"], tmp_path)
+    rows = {(r["blocks"], r["kind"]): r for r in report["results"]}
+    assert list(rows) == [(b, k) for b in (64, 6) for k in bench.CAPACITY_KINDS]
+    assert all(rows[64, k]["steps_vs_largest"] == 1.0 for k in bench.CAPACITY_KINDS)
+    assert rows[64, "on-demand"]["group_preemptions"] == 0 and rows[64, "stock"]["group_preemptions"] is None
+    tight = rows[6, "on-demand"]
+    assert tight["group_preemptions"] >= 1 and tight["replayed_tokens"] > 0
+    assert rows[6, "reserve"]["group_preemptions"] == 0 and rows[6, "reserve"]["replayed_tokens"] == 0
+    assert tight["steps"] < rows[6, "reserve"]["steps"]

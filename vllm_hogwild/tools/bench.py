@@ -267,27 +267,34 @@ def recompute(llm, args) -> dict:
 # -- scheduler overhead --------------------------------------------------------
 
 
-def overhead(llm, args) -> dict:
-    """Each side in its own process (two engines in one process share vLLM's global parallel state, and
-    shutting one down breaks the other): for each round, a stock engine's run, then a Hogwild engine's."""
+def _side_rows(argv: list[str], expected: int, what: str) -> list[dict]:
+    """Run one side of a benchmark (``python -m vllm_hogwild.tools.bench <side> ...``) in a process of its own
+    (two engines in one process share vLLM's global parallel state, and shutting one down breaks the other);
+    its JSON rows, each printed as it comes."""
     import subprocess
     import sys
 
+    run = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", *argv], capture_output=True, text=True,
+                         timeout=3600)
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"kind"')]
+    if run.returncode != 0 or len(rows) != expected:
+        raise RuntimeError(f"{what} failed:\n{run.stdout[-2000:]}{run.stderr[-3000:]}")
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def overhead(llm, args) -> dict:
+    """Each side in its own process: for each round, a stock engine's run, then a Hogwild engine's."""
     results = []
     for _ in range(args.rounds):
         for kind in ("stock", "hogwild"):
-            argv = [sys.executable, "-m", "vllm_hogwild.tools.bench", "overhead-side", "--kind", kind,
+            argv = ["overhead-side", "--kind", kind,
                     "--groups", *map(str, args.groups), "--workers", str(args.workers), "--plain", str(args.plain),
                     "--prompt-len", str(args.prompt_len), "--max-tokens", str(args.max_tokens)]
             if args.model:
                 argv += ["--model", args.model]
-            run = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-            rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"kind"')]
-            if run.returncode != 0 or len(rows) != len(args.groups):
-                raise RuntimeError(f"overhead {kind} run failed:\n{run.stdout[-2000:]}{run.stderr[-3000:]}")
-            for row in rows:
-                print(json.dumps(row), flush=True)
-            results += rows
+            results += _side_rows(argv, len(args.groups), f"overhead {kind} run")
     results.sort(key=lambda r: (r["groups"], r["kind"] != "stock"))
     per_step = {}
     for groups in args.groups:
@@ -414,22 +421,14 @@ CAPACITY_KINDS = ("stock", "on-demand", "reserve")
 def capacity(llm, args) -> dict:
     """Each (KV size, configuration) in its own process; steps relative to the same configuration's at the
     largest size."""
-    import subprocess
-    import sys
-
     results = []
     for blocks in args.blocks:
         for kind in CAPACITY_KINDS:
-            argv = [sys.executable, "-m", "vllm_hogwild.tools.bench", "capacity-side", "--kind", kind,
+            argv = ["capacity-side", "--kind", kind,
                     "--blocks", str(blocks), "--groups", str(args.groups), "--workers", str(args.workers),
                     "--max-tokens", str(args.max_tokens), "--prompt-len", str(args.prompt_len),
                     "--stop-every", str(args.stop_every), "--model", args.model or "tiny"]
-            run = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-            rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"kind"')]
-            if run.returncode != 0 or len(rows) != 1:
-                raise RuntimeError(f"capacity {kind} {blocks} failed:\n{run.stdout[-2000:]}{run.stderr[-3000:]}")
-            print(json.dumps(rows[0]), flush=True)
-            results += rows
+            results += _side_rows(argv, 1, f"capacity {kind} {blocks}")
     largest = max(args.blocks)
     base = {r["kind"]: r["steps"] for r in results if r["blocks"] == largest}
     for r in results:
