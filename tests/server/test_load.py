@@ -195,8 +195,9 @@ def test_killed_engine_worker_gives_clean_errors_and_no_zombies(server) -> None:
     streaming = threading.Semaphore(0)  # released once per stream that has received tokens
 
     def stream_one(i: int) -> None:
-        # 4 groups of 2 x 400 tokens: two decode while two wait for KV room; all are in flight.
-        body = {"model": NAME, "prompt": f"Request {i}: keep going.", "max_tokens": 400, "n": 2, "stream": True,
+        # 4 groups of 2 x 1,000 tokens: one group's 2,000 tokens take 63 of the 72 blocks, so the groups share the
+        # cache by preemption and replay, and the work (thousands of steps) outlasts any delay in the kill.
+        body = {"model": NAME, "prompt": f"Request {i}: keep going.", "max_tokens": 1000, "n": 2, "stream": True,
                 "ignore_eos": True, "vllm_xargs": {"hogwild_protocol": "raw", "hogwild_layout": "contiguous"}}
         try:
             with httpx.Client(base_url=server.base_url, timeout=60) as http:
@@ -228,7 +229,7 @@ def test_killed_engine_worker_gives_clean_errors_and_no_zombies(server) -> None:
     threads = [threading.Thread(target=stream_one, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    for _ in range(2):  # the two admitted groups are decoding
+    for _ in range(2):  # two groups are decoding
         assert streaming.acquire(timeout=60), results
     start = time.monotonic()
     os.kill(worker.pid, signal.SIGKILL)
@@ -236,11 +237,11 @@ def test_killed_engine_worker_gives_clean_errors_and_no_zombies(server) -> None:
         t.join(90)
     elapsed = time.monotonic() - start
     assert not any(t.is_alive() for t in threads), "a client hung after the engine died"
-    # A group that completed its 400 tokens before the kill (a busy machine may delay the kill, and its last
+    # A group that completed its 1,000 tokens before the kill (a busy machine may delay the kill, and its last
     # chunks may reach the client after it) ended normally, with both sequences at their length; every request
     # in flight ended with an error (an error event, a cut stream, or a 5xx for a request whose stream had not
-    # begun), never a false success or a client error. The group decoding at the kill is in flight, and so is
-    # at least one waiting group.
+    # begun), never a false success or a client error. At least two groups are in flight: the cache holds one whole
+    # group, so the four end one after another, thousands of steps after the kill.
     assert len(results) == 4, results
     assert not any(r.startswith(("http 4", "false success")) for r in results), results
     assert results.count("finished") <= 2, results
