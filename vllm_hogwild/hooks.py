@@ -3,7 +3,7 @@
 :func:`install` runs from :func:`vllm_hogwild.plugin.register` in every vLLM
 process. Each hook calls straight through unless Hogwild is switched on for
 the engine or the request carries Hogwild options. :data:`HOOKS` is the whole
-list, of three kinds:
+list, of five kinds:
 
 - ``class``: a method of a vLLM class, wrapped here in every process;
 - ``instance``: a method of one vLLM object, wrapped by the plugin's code that
@@ -11,7 +11,12 @@ list, of three kinds:
   worker's model runner and sampler), never the class;
 - ``override``: a method the Hogwild scheduler subclass overrides (vLLM names
   the class through its own ``scheduler_cls`` knob; private methods among them
-  may move in any release).
+  may move in any release);
+- ``kernel``: a Triton kernel whose CPU fallback the plugin's worker
+  re-registers through vLLM's own kernel dispatcher (``register_kernels``),
+  in its process, only where vLLM's fallback is broken;
+- ``function``: a vLLM module function the plugin's worker replaces in its
+  process, only where vLLM's is broken.
 
 Each row names the upstream vLLM change in ``patches/`` that would make it
 unnecessary, or says why there is none. What each hook does lives beside the
@@ -37,8 +42,8 @@ NO_PATCH_OVERRIDE = "none: subclassing through scheduler_cls is vLLM's own exten
 
 @dataclass(frozen=True)
 class Hook:
-    target: str  # "module:Class.method"
-    kind: str  # "class", "instance" or "override"
+    target: str  # "module:Class.method", or "module:name" for a kernel or a function
+    kind: str  # "class", "instance", "override", "kernel" or "function"
     where: str  # the plugin module whose code it drives
     patch: str  # the file in patches/ that would retire it, or "none: why"
     hook: str = ""  # class wraps: "module:function" of the wrapper, called as wrapper(original, self, ...)
@@ -50,7 +55,7 @@ class Hook:
 
     @property
     def method(self) -> str:
-        return self.target.rpartition(".")[2]
+        return self.target.partition(":")[2].rpartition(".")[2]
 
 
 def _class(target: str, where: str, wrapper: str, patch: str) -> Hook:
@@ -106,6 +111,11 @@ HOOKS: tuple[Hook, ...] = (
     Hook("vllm.v1.sample.sampler:Sampler.apply_logits_processors", "instance", "vllm_hogwild.runner.forcing",
          "none: vLLM refuses custom logits processors with speculative decoding by design; forcing runs "
          "as one where it applies, in the sampler"),
+    # -- vLLM 0.32 bugs fixed in a Hogwild worker process (the CPU, with speculative decoding) --
+    Hook("vllm.v1.sample.rejection_sampler:expand_kernel", "kernel", "vllm_hogwild.runner.cpu_sampling",
+         "11-cpu-rejection-sampler.patch"),
+    Hook("vllm.v1.sample.ops.topk_topp_sampler:apply_top_k_only", "function", "vllm_hogwild.runner.cpu_sampling",
+         "11-cpu-rejection-sampler.patch"),
     # -- overrides of the scheduler subclass --
     *(Hook(f"{_SCHEDULER}.{name}", "override", "vllm_hogwild.scheduler.scheduler", NO_PATCH_OVERRIDE)
       for name in ("add_request", "get_request_counts", "schedule", "update_from_output", "_free_blocks",

@@ -88,3 +88,8 @@ def test_plain_and_streamed_groups_run_beside_speculation(client) -> None:
     assert finish == {0: "length", 1: "length"}
     plain = client.completions.create(model=NAME, prompt="a b a b", max_tokens=6, temperature=0.0)
     assert plain.choices[0].finish_reason in ("length", "stop")
+    # top_k and top_p reach the rejection sampler (vLLM 0.32's CPU sampler died on top_k without the plugin's fix)
+    group = client.completions.create(model=NAME, prompt="a b a b a b", n=2, max_tokens=12, temperature=0.7,
+                                      top_p=0.9, extra_body={"top_k": 5, "ignore_eos": True,
+                                                             "vllm_xargs": {"hogwild_layout": "contiguous"}})
+    assert [c.finish_reason for c in group.choices] == ["length", "length"]

@@ -61,11 +61,19 @@ def test_touch_point_count() -> None:
 
 
 def test_hooks_rows_per_kind() -> None:
-    m = stated(r"`HOOKS` has (\d+) rows: (\d+) class wraps, (\d+) instance wraps and (\d+) scheduler overrides")
+    m = stated(r"`HOOKS` has (\d+) rows: (\d+) class wraps, (\d+) instance wraps, (\d+) scheduler overrides, "
+               r"(\d+) kernel and (\d+) function")
     kinds = Counter(h.kind for h in hooks.HOOKS)
     assert int(m.group(1)) == len(hooks.HOOKS)
-    assert (int(m.group(2)), int(m.group(3)), int(m.group(4))) == (kinds["class"], kinds["instance"],
-                                                                      kinds["override"])
+    assert tuple(int(n) for n in m.groups()[1:]) == tuple(
+        kinds[k] for k in ("class", "instance", "override", "kernel", "function"))
+
+
+def test_kernel_and_function_rows_are_named_with_their_patch() -> None:
+    text = section("**A kernel and a function**")
+    for hook in hooks.HOOKS:
+        if hook.kind in ("kernel", "function"):
+            assert f"`{hook.method}`" in text and f"`patches/{hook.patch}`" in text, hook
 
 
 def test_class_wraps_by_module() -> None:
@@ -90,7 +98,7 @@ def test_instance_wraps_table_names_every_instance_hook_and_its_patch() -> None:
 
 
 def test_scheduler_overrides_are_named() -> None:
-    text = section("**Scheduler overrides**")
+    text = section("**Scheduler overrides**", end="\n- ")
     doc = {name for name in backticked(text) if name != "scheduler_cls"}
     assert doc == {h.method for h in hooks.HOOKS if h.kind == "override"}
 

@@ -17,7 +17,7 @@ def test_every_hook_names_its_upstream_patch_or_why_there_is_none() -> None:
             assert len(hook.patch) > 40, hook  # a reason, not a placeholder
         else:
             assert hook.patch in patches, hook
-    assert {h.kind for h in hooks.HOOKS} == {"class", "instance", "override"}
+    assert {h.kind for h in hooks.HOOKS} == {"class", "instance", "override", "kernel", "function"}
     assert len({h.target for h in hooks.HOOKS}) == len(hooks.HOOKS)
 
 
@@ -64,3 +64,16 @@ def test_instance_wraps_are_the_ones_the_code_installs() -> None:
         assert methods <= _setattr_names(path), (where, methods, _setattr_names(path))
     runner_hook = _setattr_names(ROOT / "vllm_hogwild/runner/runner_hook.py")
     assert {"_prepare_inputs", "_dummy_run", "propose_draft_token_ids"} <= runner_hook
+
+
+def test_kernels_and_functions_are_the_ones_the_code_replaces() -> None:
+    """Each kernel or function row is replaced by its module, under the name the row gives."""
+    rows = [h for h in hooks.HOOKS if h.kind in ("kernel", "function")]
+    assert rows
+    for hook in rows:
+        module, _, name = hook.target.partition(":")
+        source = (ROOT / (hook.where.replace(".", "/") + ".py")).read_text()
+        if hook.kind == "kernel":  # registered under vLLM's dotted kernel name
+            assert f'"{module}.{name}"' in source, hook
+        else:  # assigned on its module
+            assert f".{name} = " in source and module.rpartition(".")[2] in source, hook

@@ -21,6 +21,7 @@ from vllm_hogwild.attention.paths import path_of
 from vllm_hogwild.runner.backend import CPU_BACKEND_PATH, HogwildImplMixin
 from vllm_hogwild.runner.backend_override import override_backend
 from vllm_hogwild.core.errors import HogwildOptionError
+from vllm_hogwild.runner.cpu_sampling import install as install_cpu_sampling_fixes
 from vllm_hogwild.runner.forcing import install_sampler_forcing
 from vllm_hogwild.runner.runner_hook import install_runner_hook
 from vllm_hogwild.core.log import get_logger
@@ -91,3 +92,10 @@ class HogwildWorkerMixin:
 class HogwildCPUWorker(HogwildWorkerMixin, CPUWorker):
     hogwild_backend = AttentionBackendEnum.CPU_ATTN
     hogwild_backend_path = CPU_BACKEND_PATH
+
+    def init_device(self) -> None:
+        if self.vllm_config.speculative_config is not None:
+            # Before the model runner exists: its n-gram proposer loads numba, and vLLM 0.32's kernel-override
+            # scan (which re-registering a kernel runs) trips on numba's llvmlite objects.
+            install_cpu_sampling_fixes()
+        super().init_device()

@@ -46,15 +46,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", type=Path, default=None, help=f"where --wheel keeps sources ({default_cache()})")
     parser.add_argument("--keep-wheel", action="store_true", help="keep the downloaded wheel in the cache")
     parser.add_argument("--patches", type=Path, default=None, metavar="DIR",
-                        help="also apply DIR/0*.patch in order to a copy of the sources")
+                        help="also apply DIR/[0-9]*.patch in order to a copy of the sources")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only what broke, and the summary")
     return parser
 
 
 def _print_patches(root: Path, directory: Path) -> bool:
-    """Apply ``directory/0*.patch`` in order to a copy of ``root``; print one line each; True when all apply."""
+    """Apply ``directory/[0-9]*.patch`` in order to a copy of ``root``; print one line each; True when all apply."""
     all_apply = True
-    for name, applies, message in check_patches(root, sorted(directory.glob("0*.patch"))):
+    for name, applies, message in check_patches(root, sorted(directory.glob("[0-9]*.patch"))):
         first_line = f": {message.splitlines()[0]}" if message else ""
         print(f"PATCH {'applies' if applies else 'FAILS  '} {name}{first_line}")
         for extra in message.splitlines()[1:6]:

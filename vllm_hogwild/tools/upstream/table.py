@@ -134,6 +134,7 @@ CUDA_BACKEND = "runner/backend_cuda.py"
 CPU_WORKER = "runner/worker.py"
 CUDA_WORKER = "runner/worker_cuda.py"
 FORCING = "runner/forcing.py"
+CPU_SAMPLING = "runner/cpu_sampling.py"
 HOGWILD_SCHEDULER = "scheduler/scheduler.py"
 TEXT_STREAM = "scheduler/detok.TextStream"
 TOOLS = "tools/demo.py, tools/bench.py"
@@ -513,6 +514,33 @@ def workers() -> list[TouchPoint]:
     ]
 
 
+def cpu_sampling() -> list[TouchPoint]:
+    """runner/cpu_sampling.py: vLLM 0.32's CPU rejection sampler, fixed in the worker process."""
+    rejection = "vllm.v1.sample.rejection_sampler"
+    topk = "vllm.v1.sample.ops.topk_topp_sampler"
+    return [
+        TouchPoint("vllm.triton_utils", "HAS_TRITON", CONSTANT, CPU_SAMPLING + " (CPU fallbacks are registered "
+                   "only without Triton)"),
+        TouchPoint("vllm.triton_utils.dispatcher", "register_kernels", FUNCTION, CPU_SAMPLING, params=("overrides",)),
+        TouchPoint("vllm.triton_utils.dispatcher", "KernelOverride.func", INIT_ATTRIBUTE,
+                   CPU_SAMPLING + ": the fallback registered now, probed"),
+        TouchPoint("vllm.platforms.cpu", "CpuPlatform.register_triton_kernel_overrides", SOURCE,
+                   CPU_SAMPLING + ": the kernel it replaces has a CPU fallback",
+                   text='"vllm.v1.sample.rejection_sampler.expand_kernel"'),
+        TouchPoint("vllm.v1.worker.worker_base", "WorkerWrapperBase.init_worker", SOURCE,
+                   CPU_SAMPLING + ": vLLM registers its fallbacks before the worker exists",
+                   text="current_platform.register_triton_kernel_overrides()"),
+        TouchPoint(rejection, "expand_kernel", CONSTANT, CPU_SAMPLING),
+        TouchPoint("vllm.utils.cpu_triton_utils", "_expand_kernel_impl", FUNCTION,
+                   CPU_SAMPLING + ": the fix takes its parameters", exact=True,
+                   params=("output", "input_val", "cu_num_tokens", "replace_from", "replace_to", "MAX_NUM_TOKENS")),
+        TouchPoint(topk, "apply_top_k_only", FUNCTION, CPU_SAMPLING, exact=True, params=("logits", "k")),
+        TouchPoint(topk, "apply_top_k_top_p_pytorch", SOURCE,
+                   CPU_SAMPLING + ": the sampler finds apply_top_k_only on its module",
+                   text="return apply_top_k_only(logits, k)"),
+    ]
+
+
 def forcing() -> list[TouchPoint]:
     """runner/forcing.py: forced tokens as a logits processor."""
     return [
@@ -679,7 +707,7 @@ def tools() -> list[TouchPoint]:
 
 
 SECTIONS = (switch_and_flags, request_check, stream_check, metrics, chat_and_answers, request_and_response_models,
-            cpu_dist, accept_steps, runner_hook, step_wire, attention_backends, workers, forcing, scheduler,
+            cpu_dist, accept_steps, runner_hook, step_wire, attention_backends, workers, cpu_sampling, forcing, scheduler,
             detokenizer, tools)
 
 TOUCH_POINTS: tuple[TouchPoint, ...] = tuple(row for section in SECTIONS for row in section())
