@@ -62,7 +62,7 @@ def test_answer_suite_scores_groups(llm, tmp_path) -> None:
         assert 0 <= r["accuracy"] <= r["answered"] <= 1 and 0 < r["mean_sequential_steps"] <= 48
 
 
-def test_speculative_compares_four_configurations_in_one_run(tmp_path) -> None:
+def test_speculative_compares_four_configurations_per_point_in_one_run(tmp_path) -> None:
     """In a process of its own: once the n-gram proposer ran, vLLM 0.32 cannot start another engine there."""
     import json
     import os
@@ -71,18 +71,26 @@ def test_speculative_compares_four_configurations_in_one_run(tmp_path) -> None:
 
     out = tmp_path / "spec.json"
     proc = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", "speculative", "--model", "tiny",
-                           "--items", "6", "--max-tokens", "16", "--rounds", "1", "--json", str(out)],
+                           "--workers", "2", "--temperatures", "0.7", "--items", "6", "--max-tokens", "16",
+                           "--rounds", "1", "--json", str(out)],
                           env=dict(os.environ), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert [r["config"] for r in report["results"]] == [
-        "stock", "hogwild", "stock n=1 greedy", "stock + n-gram", "hogwild + n-gram", "stock n=1 greedy + n-gram"]
+        f"{kind}{spec}" for spec in ("", " + draft model", " + n-gram") for kind in ("stock", "hogwild", "stock n=1 greedy")]
     for row in report["results"]:
         assert row["tokens_per_step"] >= row["workers"] - 1e-9  # at least one token per sequence and step
-        assert (row["acceptance"] is None) == ("n-gram" not in row["config"])
-    assert set(report["summary"]) == {"greedy_speedup", "stock_speedup", "hogwild_speedup", "stock_steps_ratio",
-                                      "hogwild_steps_ratio"}
-    assert "| speculation speedup" in bench.markdown(report)
+        if row["speculation"] is None:  # with speculation: None only when nothing was drafted
+            assert row["acceptance"] is None
+    # the model as its own draft: the greedy reference accepts its drafts
+    greedy_draft = next(r for r in report["results"] if r["config"] == "stock n=1 greedy + draft model")
+    assert greedy_draft["acceptance"] > 0.9 and greedy_draft["tokens_per_step"] > 2
+    summary = report["summary"]
+    assert [(s["speculation"], s["workers"], s["temperature"]) for s in summary] == [
+        ("draft model", 2, 0.7), ("n-gram", 2, 0.7)]
+    for s in summary:
+        assert abs(s["vs_product"] * s["speculation_speedup"] * s["hogwild_speedup"] - s["combined_speedup"]) < 1e-9
+    assert "| both / product |" in bench.markdown(report)
 
 
 def test_capacity_runs_every_configuration_at_every_size(tmp_path) -> None:

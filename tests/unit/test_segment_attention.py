@@ -128,9 +128,10 @@ def ours(c: Case, group, rows, query, path: str = "batched") -> torch.Tensor:
 
 
 def paths_for(c: Case, rows) -> list[str]:
-    """Every path that serves these rows: the compiled op takes single-token rows on vLLM's CPU layout."""
-    single = all(r.num_query_tokens == 1 for r in rows)
-    return ["batched", "buckets"] + (["compiled"] if single and c.kv_layout != "plain" else [])
+    """Every path that serves these rows: the compiled op takes rows of up to CPU_OP_MAX_ROW_TOKENS tokens (one
+    row per token) on vLLM's CPU layout."""
+    short = all(r.num_query_tokens <= sa.CPU_OP_MAX_ROW_TOKENS for r in rows)
+    return ["batched", "buckets"] + (["compiled"] if short and c.kv_layout != "plain" else [])
 
 
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -182,6 +183,25 @@ def test_oracle_block_boundaries(block_size: int, prompt_len: int) -> None:
 def test_oracle_multi_token_rows(layout: str) -> None:
     """Prefill-like rows: several query tokens, causal within the own segment."""
     check(Case(num_workers=3, layout=layout, max_query_tokens=12, max_gen=30, seed=3))
+
+
+def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
+    """Speculative verify rows (1 + 4 tokens per worker) take the compiled op, exact against the oracle; token t
+    of a row reads its own text up to itself."""
+    c = Case(num_workers=4, layout="contiguous", max_query_tokens=5, max_gen=40, seed=13)
+    group, views, rows, query = setup(c)
+    assert any(r.num_query_tokens > 1 for r in rows)
+    assert sa.kind_for("cpu-op", rows, c.block_size) is sa.PlanKind.CPU_OP
+    split = sa.single_token_rows(rows)
+    assert len(split) == sum(r.num_query_tokens for r in rows) and all(r.num_query_tokens == 1 for r in split)
+    for row in rows:
+        own = row.segments[-1]
+        mine = [r for r in split if row.query_start <= r.query_start < row.query_start + row.num_query_tokens]
+        assert [r.segments[-1].end for r in mine] == list(range(own.end - row.num_query_tokens + 1, own.end + 1))
+        assert all(r.segments[:-1] == row.segments[:-1] for r in mine)
+    assert rel_err(ours(c, group, rows, query, "compiled"), oracle(c, group, views, rows, query)) <= 1e-5
+    long = sa.QueryRow(0, sa.CPU_OP_MAX_ROW_TOKENS + 1, rows[0].segments)
+    assert sa.kind_for("cpu-op", [long], c.block_size) is sa.PlanKind.BUCKETS
 
 
 def test_oracle_prefill_row_reads_only_prompt() -> None:

@@ -5,8 +5,9 @@ and carried to every process in ``additional_config`` (:data:`vllm_hogwild.core.
 the workers run exactly this path or refuse to start, and ``/metrics`` labels
 it. No vLLM import.
 
-- ``cpu-op``: the compiled CPU op for single-token rows (the PyTorch
-  block-bucket path for multi-token rows). CPU only. The default on the CPU
+- ``cpu-op``: the compiled CPU op for decode and speculative verify rows (up
+  to 16 tokens; the PyTorch block-bucket path for steps with longer rows:
+  prefill chunks, replay). CPU only. The default on the CPU
   when the op builds.
 - ``torch``: the PyTorch paths (any device). The CPU's fallback when the op
   cannot be built (logged as a warning), and CUDA's when Triton is missing.

@@ -15,7 +15,9 @@ dense oracle in the tests (the Triton one on CPU through Triton's interpreter):
 - **batched decode** (PyTorch, single-token rows, small views): rows batched by
   the lanes they read; every (row, segment) pair scores all of its batch's keys
   under an additive mask; one softmax per row. Few large ops per layer.
-- **compiled** (vLLM's CPU cache layout, single-token rows): the C++ op of
+- **compiled** (vLLM's CPU cache layout; single-token rows, and rows of up to
+  :data:`CPU_OP_MAX_ROW_TOKENS` tokens such as speculative verify rows, split
+  into one row per token by :func:`single_token_rows`): the C++ op of
   :mod:`vllm_hogwild.attention.cpu_ops` reads the cache in place, one online softmax per
   (row, query head) over all segments.
 - **Triton** (any cache layout, read through its strides; any rows): the block
@@ -28,7 +30,7 @@ No Python loop over workers, segments or tokens per layer in any path.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Sequence
 
@@ -101,12 +103,20 @@ class PlanKind(Enum):
     TRITON = "triton"  # the Triton kernel over block buckets (any rows, any cache)
 
 
+# The compiled op takes a multi-token row as one row per token (each reads the
+# whole view again): a verify row (1 + the speculative tokens) costs its tokens'
+# decode rows, as a stock verify row costs its tokens. Longer rows (prefill
+# chunks, replay) go to the block buckets, which read each block once for all
+# of a row's tokens and plan without a Python loop per token.
+CPU_OP_MAX_ROW_TOKENS = 16
+
+
 def kind_for(path: str, rows: Sequence[QueryRow], block_size: int) -> PlanKind:
     """The plan an attention path (:mod:`vllm_hogwild.attention.paths`) uses for this step's rows."""
     single = bool(rows) and all(r.num_query_tokens == 1 for r in rows)
     if path == "triton":
         return PlanKind.TRITON
-    if path == "cpu-op" and single:
+    if path == "cpu-op" and rows and all(r.num_query_tokens <= CPU_OP_MAX_ROW_TOKENS for r in rows):
         return PlanKind.CPU_OP
     if path == "torch" and single and _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES:
         return PlanKind.DENSE_DECODE
@@ -144,17 +154,19 @@ def plan(
 ) -> SegmentAttentionPlan:
     """Build the step's index tensors for ``kind``; ``num_tokens``: rows of the query tensor (default: what the rows use).
 
-    ``DENSE_DECODE`` and ``CPU_OP`` take single-token rows only
-    (:func:`kind_for` chooses); ``CPU_OP`` plans for the compiled CPU op
+    ``DENSE_DECODE`` takes single-token rows only, ``CPU_OP`` rows of up to
+    :data:`CPU_OP_MAX_ROW_TOKENS` tokens (:func:`kind_for` chooses); ``CPU_OP`` plans for the compiled CPU op
     (:mod:`vllm_hogwild.attention.cpu_ops`; ``run`` then needs vLLM's CPU cache
     layout); ``TRITON`` plans block buckets for the Triton kernel
     (:mod:`vllm_hogwild.attention.triton_attention`; ``run`` then reads any cache
     layout through its strides).
     """
-    if kind in (PlanKind.DENSE_DECODE, PlanKind.CPU_OP) and not all(r.num_query_tokens == 1 for r in rows):
+    if kind is PlanKind.DENSE_DECODE and not all(r.num_query_tokens == 1 for r in rows):
         raise ValueError(f"a {kind.value} plan takes single-token rows only")
     if kind is PlanKind.CPU_OP:
-        return _plan_csr(rows, block_size, rope, num_tokens)
+        if not all(r.num_query_tokens <= CPU_OP_MAX_ROW_TOKENS for r in rows):
+            raise ValueError(f"a {kind.value} plan takes rows of up to {CPU_OP_MAX_ROW_TOKENS} tokens")
+        return _plan_csr(single_token_rows(rows), block_size, rope, num_tokens)
     if kind is PlanKind.DENSE_DECODE:
         return _plan_decode(rows, block_size, rope, num_tokens, device)
     entries = [_row_entries(row, block_size) for row in rows]
@@ -243,6 +255,23 @@ def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) 
         pair_token=to(torch.tensor(pair_token)), pair_cos=to(cos), pair_sin=to(sin), buckets=[], rope=rope,
         decode=decode,
     )
+
+
+def single_token_rows(rows: Sequence[QueryRow]) -> list[QueryRow]:
+    """Every row as one row per query token: token ``t`` of a row of ``T`` reads the other segments whole and its
+    own text up to itself (the row's causal mask, as segments)."""
+    split = []
+    for row in rows:
+        if row.num_query_tokens == 1:
+            split.append(row)
+            continue
+        *others, own = row.segments
+        if own.end - own.start < row.num_query_tokens:
+            raise ValueError("the row's query tokens must lie in its last segment")
+        last = row.num_query_tokens - 1
+        split += [QueryRow(row.query_start + t, 1, (*others, replace(own, end=own.end - (last - t))))
+                  for t in range(row.num_query_tokens)]
+    return split
 
 
 def _plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None) -> SegmentAttentionPlan:

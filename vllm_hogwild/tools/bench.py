@@ -4,7 +4,8 @@
     python -m vllm_hogwild.tools.bench recompute [--workers 2 4] [--prompt-lens 1000] [--max-tokens 64] [--every 1 16 64]
     python -m vllm_hogwild.tools.bench overhead  [--groups 64] [--workers 4] [--plain 64] [--max-tokens 16]
     python -m vllm_hogwild.tools.bench answer    [--workers 1 2 4] [--budgets 96 192] [--tasks 8] [--parts 4]
-    python -m vllm_hogwild.tools.bench speculative [--workers 2] [--items 40] [--max-tokens 160] [--rounds 2]
+    python -m vllm_hogwild.tools.bench speculative [--workers 2 4] [--temperatures 0.1 0.7] [--methods ngram draft]
+                                                   [--items 40] [--max-tokens 160] [--rounds 2]
     python -m vllm_hogwild.tools.bench capacity  [--groups 16] [--workers 4] [--max-tokens 448] [--blocks 2000 96 64 48]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
 
@@ -36,17 +37,21 @@
   reasoning model (``--model``) this is the paper-style curve; the embedded
   135M model mostly fails the arithmetic, so on it the curve shows the
   machinery, not the gain.
-- ``speculative``: Hogwild with n-gram speculative decoding on a workload
+- ``speculative``: speculative decoding inside Hogwild groups, on a workload
   where n-gram lookup accepts well: every worker copies a numbered list from
-  the prompt and goes on with it. Four configurations on the same prompts:
-  stock ``n=N``, stock ``n=N`` with speculation, a Hogwild group, a Hogwild
-  group with speculation; two engines, one without and one with
-  ``speculative_config`` (plain requests in a Hogwild engine run exactly as in
+  the prompt and goes on with it. For each N and temperature, four
+  configurations on the same prompts: stock ``n=N``, stock ``n=N`` with
+  speculation, a Hogwild group, a Hogwild group with speculation. One engine
+  without ``speculative_config``, then one per method: a draft model (the
+  model as its own draft: the mechanics, at a target's cost per draft token)
+  and n-gram lookup (plain requests in a Hogwild engine run exactly as in
   stock vLLM). Per configuration: engine steps, tokens per step, wall time
-  (medians over rounds) and the acceptance rate; the speedup speculation gives
-  each side, and whether it carries over to Hogwild (the speedups multiply
-  when the two ratios agree). A greedy stock ``n=1`` request, with and without
-  speculation, is the reference (vLLM refuses ``n > 1`` with greedy sampling).
+  (medians over rounds) and the acceptance rate. The summary gives each
+  speedup over stock ``n=N`` in wall time, speculation's and Hogwild's, and
+  the two together against their product. A greedy stock ``n=1`` request per
+  engine is the reference. On the CPU the plugin's worker first fixes vLLM
+  0.32's rejection sampler (``vllm_hogwild/runner/cpu_sampling.py``); the
+  stock rows run in the same Hogwild engine, so they get the fix too.
 - ``capacity``: many groups with long budgets whose workers mostly stop early
   (at one of a few stop tokens, the reasoning-serving case), all submitted at
   once, in KV caches of decreasing size (``num_gpu_blocks_override``, block
@@ -143,30 +148,51 @@ def _spec_counts(llm) -> tuple[float, float]:
             values.get("vllm:spec_decode_num_accepted_tokens", 0) or 0)
 
 
+SPEC_KINDS = ("stock", "hogwild")
+SPEC_METHODS = {"ngram": "n-gram", "draft": "draft model"}
+
+
+def _speculative_config(method: str | None, args, model: str) -> dict | None:
+    if method is None:
+        return None
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": args.num_spec, "prompt_lookup_min": 2,
+                "prompt_lookup_max": 5}
+    # the model as its own draft: every draft is what the target would sample greedily, so this shows
+    # the mechanics (acceptance, tokens per step); the draft costs a target's forward pass per token
+    return {"method": "draft_model", "model": model, "num_speculative_tokens": args.num_spec}
+
+
 def speculative(llm, args) -> dict:
+    """Stock ``n=N`` and a Hogwild group of N, each without and with speculation, for every N and temperature.
+
+    Engines in order: none, the draft model, n-gram (once the n-gram proposer has loaded numba, vLLM 0.32 cannot
+    start another engine in the same process: its CPU kernel-override scan trips on llvmlite objects)."""
     from vllm import SamplingParams
 
     from vllm_hogwild.scheduler.scheduler import HogwildScheduler  # noqa: F401  (the plugin is installed)
+    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.tools.tiny_model import build_tiny_llama
 
-    n, rows = args.workers, []
-    length = max(2048, 16 * args.items + n * args.max_tokens + 64)
-    spec = {"method": "ngram", "num_speculative_tokens": args.num_spec, "prompt_lookup_min": 2,
-            "prompt_lookup_max": 5}
-    # The engine without speculation first: once the n-gram proposer has loaded numba, vLLM 0.32 cannot
-    # start another engine in the same process (its CPU kernel-override scan trips on llvmlite objects).
-    for speculation in (None, spec):
+    model = str(build_tiny_llama()) if args.model == "tiny" else args.model or str(prepare())
+    length = max(2048, 16 * args.items + max(args.workers) * args.max_tokens + 64)
+    methods = [None] + [m for m in ("draft", "ngram") if m in args.methods]
+    rows = []
+    for method in methods:
+        what = f" + {SPEC_METHODS[method]}" if method else ""
         if llm is None:
-            llm = _engine(args.model, length, speculative_config=speculation, disable_log_stats=False,
-                          block_size=32)
+            llm = _engine(model, length, speculative_config=_speculative_config(method, args, model),
+                          disable_log_stats=False, block_size=32)
         steps = _count_steps(llm)
         llm.generate([list_prompt(4, salt=-1)], SamplingParams(max_tokens=8), use_tqdm=False)  # warm-up
-        for kind in ("stock", "hogwild", "stock n=1 greedy"):
+        points = [(kind, n, t) for n in args.workers for t in args.temperatures for kind in SPEC_KINDS]
+        points.append(("stock n=1 greedy", 1, 0.0))  # the reference: vLLM refuses n > 1 with greedy sampling
+        for kind, n, temperature in points:
             walls, counts, tokens = [], [], []
             drafted0, accepted0 = _spec_counts(llm)
             for r in range(args.rounds):
-                greedy = kind == "stock n=1 greedy"  # the reference: vLLM refuses n > 1 with greedy sampling
-                params = SamplingParams(n=1 if greedy else n, temperature=0.0 if greedy else args.temperature,
-                                        seed=r, max_tokens=args.max_tokens, ignore_eos=True,
+                params = SamplingParams(n=n, temperature=temperature, seed=r, max_tokens=args.max_tokens,
+                                        ignore_eos=True,
                                         extra_args={"hogwild": {"layout": "contiguous"}} if kind == "hogwild" else None)
                 before = steps[0]
                 wall, (out,) = _timed(llm, [list_prompt(args.items, salt=r)], params)
@@ -174,24 +200,33 @@ def speculative(llm, args) -> dict:
                 counts.append(steps[0] - before)
                 tokens.append(sum(len(c.token_ids) for c in out.outputs))
             drafted, accepted = (a - b for a, b in zip(_spec_counts(llm), (drafted0, accepted0)))
-            row = {"config": kind + (" + n-gram" if speculation else ""), "workers": 1 if greedy else n,
-                   "max_tokens": args.max_tokens, "steps": statistics.median(counts),
+            row = {"config": kind + what, "kind": kind, "speculation": SPEC_METHODS.get(method), "workers": n,
+                   "temperature": temperature, "max_tokens": args.max_tokens, "steps": statistics.median(counts),
                    "tokens_per_step": sum(tokens) / sum(counts), "wall_s": statistics.median(walls),
                    "acceptance": accepted / drafted if drafted else None}
             rows.append(row)
             print(json.dumps(row), flush=True)
         llm.llm_engine.engine_core.shutdown()
         llm = None
-    by = {r["config"]: r for r in rows}
-    summary = {
-        "greedy_speedup": by["stock n=1 greedy"]["wall_s"] / by["stock n=1 greedy + n-gram"]["wall_s"],
-        "stock_speedup": by["stock"]["wall_s"] / by["stock + n-gram"]["wall_s"],
-        "hogwild_speedup": by["hogwild"]["wall_s"] / by["hogwild + n-gram"]["wall_s"],
-        "stock_steps_ratio": by["stock"]["steps"] / by["stock + n-gram"]["steps"],
-        "hogwild_steps_ratio": by["hogwild"]["steps"] / by["hogwild + n-gram"]["steps"],
-    }
-    print(json.dumps(summary), flush=True)
-    return {"benchmark": "speculative", "results": rows, "summary": summary}
+    return {"benchmark": "speculative", "results": rows, "summary": _speculative_summary(rows)}
+
+
+def _speculative_summary(rows: list[dict]) -> list[dict]:
+    """Per speculation method, N and temperature: the speedups over stock ``n=N`` (wall time), and whether they
+    multiply: a Hogwild group with speculation against the product of speculation's on stock and Hogwild's."""
+    at = {(r["kind"], r["speculation"], r["workers"], r["temperature"]): r for r in rows}
+    summary = []
+    for (kind, method, n, t), row in at.items():
+        if kind != "hogwild" or method is None:
+            continue
+        stock, stock_spec, hog = at["stock", None, n, t], at["stock", method, n, t], at["hogwild", None, n, t]
+        speculation, hogwild, both = (stock["wall_s"] / x["wall_s"] for x in (stock_spec, hog, row))
+        summary.append({"speculation": method, "workers": n, "temperature": t,
+                        "speculation_speedup": speculation, "hogwild_speedup": hogwild, "combined_speedup": both,
+                        "vs_product": both / (speculation * hogwild),
+                        "speculation_steps_ratio": stock["steps"] / stock_spec["steps"],
+                        "combined_steps_ratio": stock["steps"] / row["steps"]})
+    return summary
 
 
 # -- decode -------------------------------------------------------------------
@@ -489,14 +524,15 @@ def markdown(report: dict) -> str:
         body += [f"| Hogwild / stock, {g} groups (medians) | | | | | {ratio:.2f}x | |"
                  for g, ratio in report["ratio"].items()]
     elif kind == "speculative":
-        head = "| configuration | N | tokens per worker | engine steps | tokens per step | wall s | acceptance |"
-        body = [f"| {r['config']} | {r['workers']} | {r['max_tokens']} | {r['steps']:.0f} | {r['tokens_per_step']:.2f} | "
-                f"{r['wall_s']:.2f} | {'-' if r['acceptance'] is None else format(r['acceptance'], '.2f')} |"
-                for r in rows]
-        s = report["summary"]
-        body.append(f"| speculation speedup (steps; wall) | | | stock {s['stock_steps_ratio']:.2f}x, Hogwild "
-                    f"{s['hogwild_steps_ratio']:.2f}x | | stock {s['stock_speedup']:.2f}x, Hogwild "
-                    f"{s['hogwild_speedup']:.2f}x, stock n=1 greedy {s['greedy_speedup']:.2f}x | |")
+        head = ("| configuration | N | temperature | engine steps | tokens per step | wall s | acceptance |")
+        body = [f"| {r['config']} | {r['workers']} | {r['temperature']:g} | {r['steps']:.0f} | "
+                f"{r['tokens_per_step']:.2f} | {r['wall_s']:.2f} | "
+                f"{'-' if r['acceptance'] is None else format(r['acceptance'], '.2f')} |" for r in rows]
+        body += ["", "| speculation | N | temperature | speculation on stock | Hogwild over stock | both | "
+                 "both / product | steps: speculation on stock, both |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        body += [f"| {s['speculation']} | {s['workers']} | {s['temperature']:g} | {s['speculation_speedup']:.2f}x | "
+                 f"{s['hogwild_speedup']:.2f}x | {s['combined_speedup']:.2f}x | {s['vs_product']:.2f} | "
+                 f"{s['speculation_steps_ratio']:.2f}x, {s['combined_steps_ratio']:.2f}x |" for s in report["summary"]]
     elif kind == "capacity":
         head = ("| KV blocks (x128 tokens) | configuration | engine steps | steps vs largest cache | wall s | "
                 "groups preempted | tokens replayed / generated |")
@@ -558,7 +594,9 @@ def plot(report: dict, path: str) -> None:
         ax.set(xlabel="KV blocks", ylabel="engine steps / own steps with the largest cache",
                title="Capacity under a tight cache")
     elif kind == "speculative":
-        ax.bar([r["config"] for r in rows], [r["tokens_per_step"] for r in rows], label="tokens per engine step")
+        ax.bar([f"{r['config']} N={r['workers']} t={r['temperature']:g}" for r in rows],
+               [r["tokens_per_step"] for r in rows], label="tokens per engine step")
+        ax.tick_params(axis="x", labelrotation=90)
         ax.set(ylabel="tokens per engine step", title="Speculative decoding, stock and Hogwild")
     else:
         for n in sorted({r["workers"] for r in rows}):
@@ -607,13 +645,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--tasks", type=int, default=8)
     a.add_argument("--parts", type=int, default=4)
     a.add_argument("--seed", type=int, default=0)
-    s = sub.add_parser("speculative", help="stock and Hogwild, each with and without n-gram speculation")
-    s.add_argument("--workers", type=int, default=2)
+    s = sub.add_parser("speculative", help="stock and Hogwild, each without and with speculation (n-gram, draft model)")
+    s.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    s.add_argument("--temperatures", type=float, nargs="+", default=[0.1, 0.7])
+    s.add_argument("--methods", nargs="+", choices=list(SPEC_METHODS), default=list(SPEC_METHODS))
     s.add_argument("--items", type=int, default=40)
     s.add_argument("--max-tokens", type=int, default=160)
     s.add_argument("--rounds", type=int, default=2)
     s.add_argument("--num-spec", type=int, default=4)
-    s.add_argument("--temperature", type=float, default=0.1)
     c = sub.add_parser("capacity", help="engine steps under tight KV caches: Hogwild on-demand, reserve, stock n=N")
     c.add_argument("--groups", type=int, default=16)
     c.add_argument("--workers", type=int, default=4)
