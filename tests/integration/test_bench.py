@@ -93,6 +93,31 @@ def test_speculative_compares_four_configurations_per_point_in_one_run(tmp_path)
     assert "| both / product |" in bench.markdown(report)
 
 
+def test_verify_splits_a_speculative_step_by_part(tmp_path) -> None:
+    """In a process of its own (the n-gram proposer). Stock rows run no segment attention; Hogwild rows do, inside
+    the model forward, whose time holds both attention parts."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "verify.json"
+    proc = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", "verify", "--model", "tiny",
+                           "--items", "6", "--max-tokens", "24", "--rounds", "1", "--json", str(out)],
+                          env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {r["config"]: r for r in report["results"]}
+    assert list(rows) == list(bench.VERIFY_CONFIGS)
+    for config, row in rows.items():
+        parts = row["parts_ms"]
+        assert set(parts) == {p for p, _, _ in bench.VERIFY_PARTS}
+        assert parts["model forward"] >= parts["native attention"] + parts["segment attention"]
+        assert parts["model forward"] + parts["segment plan"] + parts["sampler"] <= row["step_ms"]
+        assert (parts["segment attention"] > 0) == (config != "stock"), (config, parts)
+    assert "| segment plan ms |" in bench.markdown(report)
+
+
 def test_capacity_runs_every_configuration_at_every_size(tmp_path) -> None:
     """Each (size, configuration) is an engine in a process of its own; at the tight size on-demand groups are
     preempted and replayed, reserve never preempts and takes more engine steps."""

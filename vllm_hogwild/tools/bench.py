@@ -6,6 +6,7 @@
     python -m vllm_hogwild.tools.bench answer    [--workers 1 2 4] [--budgets 96 192] [--tasks 8] [--parts 4]
     python -m vllm_hogwild.tools.bench speculative [--workers 2 4] [--temperatures 0.1 0.7] [--methods ngram draft]
                                                    [--items 40] [--max-tokens 160] [--rounds 2]
+    python -m vllm_hogwild.tools.bench verify    [--workers 2] [--temperature 0.1] [--items 40] [--max-tokens 160]
     python -m vllm_hogwild.tools.bench capacity  [--groups 16] [--workers 4] [--max-tokens 448] [--blocks 2000 96 64 48]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
 
@@ -52,6 +53,14 @@
   engine is the reference. On the CPU the plugin's worker first fixes vLLM
   0.32's rejection sampler (``vllm_hogwild/runner/cpu_sampling.py``); the
   stock rows run in the same Hogwild engine, so they get the fix too.
+- ``verify``: where a speculative step's time goes: milliseconds per engine
+  step of stock ``n=N`` and of a Hogwild group, with n-gram speculation on the
+  ``speculative`` workload, split into the model forward (and within it the
+  native and the segment attention), the segment plan, the sampler and the
+  drafting; the group twice, its verify rows on the compiled CPU op and on
+  the block buckets (where every step with a multi-token row went before).
+  Timed by wrapping those functions in the engine's process (the worker runs
+  in-process here).
 - ``capacity``: many groups with long budgets whose workers mostly stop early
   (at one of a few stop tokens, the reasoning-serving case), all submitted at
   once, in KV caches of decreasing size (``num_gpu_blocks_override``, block
@@ -227,6 +236,86 @@ def _speculative_summary(rows: list[dict]) -> list[dict]:
                         "speculation_steps_ratio": stock["steps"] / stock_spec["steps"],
                         "combined_steps_ratio": stock["steps"] / row["steps"]})
     return summary
+
+
+# -- verify: where a speculative step's time goes ------------------------------------------------------
+
+# (part, module, qualified name): what is timed, in the engine's own process (the worker runs in-process here).
+# "model forward" holds both attention parts; the plan is built before the forward, the sampler after it.
+VERIFY_PARTS = (
+    ("model forward", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._model_forward"),
+    ("native attention", "vllm.v1.attention.backends.cpu_attn", "CPUAttentionBackendImpl.forward"),
+    ("segment attention", "vllm_hogwild.attention.segment_attention", "run"),
+    ("segment plan", "vllm_hogwild.attention.segment_attention", "plan"),
+    ("sampler", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._sample"),
+    ("drafting", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.propose_draft_token_ids"),
+)
+VERIFY_CONFIGS = ("stock", "hogwild", "hogwild, verify rows on the block buckets")
+
+
+def _time_parts(totals: dict) -> None:
+    """Wrap every VERIFY_PARTS target (class or module attribute) to add its seconds to ``totals[part]``."""
+    import functools
+    import importlib
+
+    for part, module, name in VERIFY_PARTS:
+        owner = importlib.import_module(module)
+        *path, attr = name.split(".")
+        for step in path:
+            owner = getattr(owner, step)
+        original = getattr(owner, attr)
+
+        @functools.wraps(original)
+        def timed(*args, _original=original, _part=part, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                totals[_part] = totals.get(_part, 0.0) + time.perf_counter() - start
+
+        setattr(owner, attr, timed)
+
+
+def verify(llm, args) -> dict:
+    """Milliseconds per engine step, split by part, of stock ``n=N`` and a Hogwild group with n-gram speculation;
+    the group once with its verify rows on the compiled op (one row per token) and once on the block buckets
+    (where every step with a multi-token row went before)."""
+    from vllm import SamplingParams
+
+    from vllm_hogwild.attention import segment_attention as sa
+
+    totals: dict[str, float] = {}
+    _time_parts(totals)  # before the engine exists: the runner hook wraps the runner's methods as they are then
+    length = max(2048, 16 * args.items + args.workers * args.max_tokens + 64)
+    llm = _engine(args.model, length, disable_log_stats=False, block_size=32,
+                  speculative_config={"method": "ngram", "num_speculative_tokens": args.num_spec,
+                                      "prompt_lookup_min": 2, "prompt_lookup_max": 5})
+    steps = _count_steps(llm)
+    llm.generate([list_prompt(4, salt=-1)], SamplingParams(max_tokens=8), use_tqdm=False)  # warm-up
+    rows, limit = [], sa.CPU_OP_MAX_ROW_TOKENS
+    for config in VERIFY_CONFIGS:
+        sa.CPU_OP_MAX_ROW_TOKENS = 1 if "buckets" in config else limit
+        totals.clear()
+        before, wall, tokens = steps[0], 0.0, 0
+        drafted0, accepted0 = _spec_counts(llm)
+        for r in range(args.rounds):
+            params = SamplingParams(n=args.workers, temperature=args.temperature, seed=r, max_tokens=args.max_tokens,
+                                    ignore_eos=True,
+                                    extra_args=None if config == "stock" else {"hogwild": {"layout": "contiguous"}})
+            seconds, (out,) = _timed(llm, [list_prompt(args.items, salt=r)], params)
+            wall += seconds
+            tokens += sum(len(c.token_ids) for c in out.outputs)
+        count = steps[0] - before
+        drafted, accepted = (a - b for a, b in zip(_spec_counts(llm), (drafted0, accepted0)))
+        row = {"config": config, "workers": args.workers, "temperature": args.temperature, "steps": count,
+               "tokens_per_step": tokens / count, "acceptance": accepted / drafted if drafted else None,
+               "step_ms": 1e3 * wall / count,
+               "parts_ms": {part: 1e3 * totals.get(part, 0.0) / count for part, _, _ in VERIFY_PARTS}}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    sa.CPU_OP_MAX_ROW_TOKENS = limit
+    llm.llm_engine.engine_core.shutdown()
+    return {"benchmark": "verify", "results": rows}
 
 
 # -- decode -------------------------------------------------------------------
@@ -523,6 +612,13 @@ def markdown(report: dict) -> str:
                 f"{r['schedule_ms_per_step'] + r['update_ms_per_step']:.2f} | {r['wall_s']:.1f} |" for r in rows]
         body += [f"| Hogwild / stock, {g} groups (medians) | | | | | {ratio:.2f}x | |"
                  for g, ratio in report["ratio"].items()]
+    elif kind == "verify":
+        parts = [part for part, _, _ in VERIFY_PARTS]
+        head = "| configuration | N | engine steps | tokens per step | acceptance | ms per step | " + " | ".join(
+            f"{p} ms" for p in parts) + " |"
+        body = [f"| {r['config']} | {r['workers']} | {r['steps']} | {r['tokens_per_step']:.2f} | "
+                f"{'-' if r['acceptance'] is None else format(r['acceptance'], '.2f')} | {r['step_ms']:.1f} | "
+                + " | ".join(f"{r['parts_ms'][p]:.1f}" for p in parts) + " |" for r in rows]
     elif kind == "speculative":
         head = ("| configuration | N | temperature | engine steps | tokens per step | wall s | acceptance |")
         body = [f"| {r['config']} | {r['workers']} | {r['temperature']:g} | {r['steps']:.0f} | "
@@ -593,6 +689,14 @@ def plot(report: dict, path: str) -> None:
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set(xlabel="KV blocks", ylabel="engine steps / own steps with the largest cache",
                title="Capacity under a tight cache")
+    elif kind == "verify":
+        bottom = [0.0] * len(rows)
+        for part in ("segment plan", "model forward", "sampler", "drafting"):
+            values = [r["parts_ms"][part] for r in rows]
+            ax.bar([r["config"] for r in rows], values, bottom=bottom, label=part)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set(ylabel="ms per engine step", title="A speculative step, by part")
+        ax.tick_params(axis="x", labelrotation=15)
     elif kind == "speculative":
         ax.bar([f"{r['config']} N={r['workers']} t={r['temperature']:g}" for r in rows],
                [r["tokens_per_step"] for r in rows], label="tokens per engine step")
@@ -653,6 +757,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=160)
     s.add_argument("--rounds", type=int, default=2)
     s.add_argument("--num-spec", type=int, default=4)
+    v = sub.add_parser("verify", help="ms per engine step by part, stock and Hogwild with n-gram speculation")
+    v.add_argument("--workers", type=int, default=2)
+    v.add_argument("--temperature", type=float, default=0.1)
+    v.add_argument("--items", type=int, default=40)
+    v.add_argument("--max-tokens", type=int, default=160)
+    v.add_argument("--rounds", type=int, default=2)
+    v.add_argument("--num-spec", type=int, default=4)
     c = sub.add_parser("capacity", help="engine steps under tight KV caches: Hogwild on-demand, reserve, stock n=N")
     c.add_argument("--groups", type=int, default=16)
     c.add_argument("--workers", type=int, default=4)
@@ -665,7 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("--blocks", "--groups", "--workers", "--max-tokens", "--prompt-len", "--stop-every"):
         cside.add_argument(name, type=int, required=True)
     cside.add_argument("--model", default="tiny")
-    for p in (d, r, o, a, s, c):
+    for p in (d, r, o, a, s, v, c):
         p.add_argument("--model", default=None,
                        help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct")
         p.add_argument("--json", default=None, help="write the report here")
@@ -690,13 +801,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    if llm is None and args.command not in ("overhead", "speculative", "capacity"):  # these start their own
+    if llm is None and args.command not in ("overhead", "speculative", "verify", "capacity"):  # these start their own
         length = 4096  # answer
         if args.command in ("decode", "recompute"):
             length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
         llm = _engine(args.model, length)
     return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,
-            "speculative": speculative, "capacity": capacity}[args.command](llm, args)
+            "speculative": speculative, "verify": verify, "capacity": capacity}[args.command](llm, args)
 
 
 if __name__ == "__main__":
