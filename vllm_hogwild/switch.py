@@ -79,9 +79,14 @@ def select_classes(engine_args, platform=None) -> None:
     # The scheduler needs step k's sampled tokens (step ends, placed tokens, answers) before it
     # builds step k+1's views; async scheduling would schedule k+1 first (docs/architecture.md).
     engine_args.async_scheduling = False
-    # Decisions every process of this engine follows: the attention path, the metrics channel.
-    engine_args.additional_config = {**engine_args.additional_config,
-                                     RUNTIME_KEY: {"attention": path, "stats": new_address()}}
+    # Decisions every process of this engine follows: the attention path (and the CPU op's vector path),
+    # the metrics channel.
+    runtime = {"attention": path, "stats": new_address()}
+    if path == "cpu-op":  # which of the op's vector paths (VLLM_HOGWILD_CPU_ISA, else the widest)
+        from vllm_hogwild.attention.cpu_ops import choose
+
+        runtime["isa"] = choose()
+    engine_args.additional_config = {**engine_args.additional_config, RUNTIME_KEY: runtime}
     from vllm_hogwild.runner.forcing import LOGITS_PROCESSOR
 
     processors = list(engine_args.logits_processors or [])

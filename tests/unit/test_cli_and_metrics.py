@@ -107,7 +107,7 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     from vllm_hogwild.serving.metrics import HogwildStatLogger
 
     config = SimpleNamespace(model_config=SimpleNamespace(served_model_name="m"),
-                             additional_config={"hogwild": {}, "hogwild_runtime": {"attention": "cpu-op"}})
+                             additional_config={"hogwild": {}, "hogwild_runtime": {"attention": "cpu-op", "isa": "avx2"}})
     logger = HogwildStatLogger(config, [0])
     HogwildStatLogger(config, [0])  # a second engine in one process replaces the series, no duplicate error
     logger = HogwildStatLogger(config, [0])
@@ -134,4 +134,5 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     assert value("hogwild:member_preemptions_total") == 0
     logger.record(SchedulerStats(), None, engine_idx=0)  # a step without a snapshot changes nothing
     assert value("hogwild:groups_running") == 2
-    assert REGISTRY.get_sample_value("hogwild:attention_info", {"model_name": "m", "engine": "0", "path": "cpu-op"}) == 1
+    assert REGISTRY.get_sample_value("hogwild:attention_info",
+                                     {"model_name": "m", "engine": "0", "path": "cpu-op", "isa": "avx2"}) == 1

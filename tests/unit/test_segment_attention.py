@@ -110,7 +110,13 @@ def oracle(c: Case, group, views, rows, query) -> torch.Tensor:
     return torch.cat(outs)
 
 
-PATHS = ("batched", "buckets", "compiled")
+PATHS = ("batched", "buckets", "compiled")  # compiled: each vector path the op has here, "compiled:avx2", ...
+
+
+def compiled_paths() -> list[str]:
+    from vllm_hogwild.attention import cpu_ops
+
+    return [f"compiled:{isa}" for isa in cpu_ops.isas()]
 
 
 def kind_of(path: str, rows, block_size: int) -> sa.PlanKind:
@@ -122,16 +128,26 @@ def kind_of(path: str, rows, block_size: int) -> sa.PlanKind:
 
 
 def ours(c: Case, group, rows, query, path: str = "batched") -> torch.Tensor:
+    """``path``: one of PATHS; ``compiled:ISA`` runs the op's vector path ISA (``compiled``: the default one)."""
+    from vllm_hogwild.attention import cpu_ops
+
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-    plan = sa.plan(rows, c.block_size, spec, kind_of(path, rows, c.block_size), num_tokens=query.shape[0])
-    return sa.run(plan, query, group.kv)
+    plan = sa.plan(rows, c.block_size, spec, kind_of(path.partition(":")[0], rows, c.block_size),
+                   num_tokens=query.shape[0])
+    if not path.startswith("compiled"):
+        return sa.run(plan, query, group.kv)
+    cpu_ops.use(path.partition(":")[2] or None)
+    try:
+        return sa.run(plan, query, group.kv)
+    finally:
+        cpu_ops.use(None)
 
 
 def paths_for(c: Case, rows) -> list[str]:
     """Every path that serves these rows: the compiled op takes rows of up to CPU_OP_MAX_ROW_TOKENS tokens (one
     row per token) on vLLM's CPU layout."""
     short = all(r.num_query_tokens <= sa.CPU_OP_MAX_ROW_TOKENS for r in rows)
-    return ["batched", "buckets"] + (["compiled"] if short and c.kv_layout != "plain" else [])
+    return ["batched", "buckets"] + (compiled_paths() if short and c.kv_layout != "plain" else [])
 
 
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -199,7 +215,9 @@ def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
         mine = [r for r in split if row.query_start <= r.query_start < row.query_start + row.num_query_tokens]
         assert [r.segments[-1].end for r in mine] == list(range(own.end - row.num_query_tokens + 1, own.end + 1))
         assert all(r.segments[:-1] == row.segments[:-1] for r in mine)
-    assert rel_err(ours(c, group, rows, query, "compiled"), oracle(c, group, views, rows, query)) <= 1e-5
+    ref = oracle(c, group, views, rows, query)
+    for path in compiled_paths():
+        assert rel_err(ours(c, group, rows, query, path), ref) <= 1e-5, path
     long = sa.QueryRow(0, sa.CPU_OP_MAX_ROW_TOKENS + 1, rows[0].segments)
     assert sa.kind_for("cpu-op", [long], c.block_size) is sa.PlanKind.BUCKETS
 
@@ -226,9 +244,10 @@ def test_oracle_long_views() -> None:
 ])
 def test_compiled_op_tiled_and_generic_paths(gqa: int, kv_layout: str, block_size: int, head_dim: int,
                                              dtype: torch.dtype) -> None:
-    """The op's register-tiled path (K transposed, block size and head_dim multiples of 16, 1-4
-    query heads per KV head, any cache dtype) and its generic path (everything else here) against
-    the oracle, with pieces that start and end mid-tile."""
+    """The op's register-tiled paths (K transposed, block size and head_dim multiples of 16, 1-4
+    query heads per KV head, any cache dtype; each vector path the op has here: AVX-512, AVX2) and its
+    generic loops (everything else here, and the ``generic`` path) against the oracle, with pieces that
+    start and end mid-tile."""
     check(Case(num_workers=3, layout="combined", kv_layout=kv_layout, gqa=gqa, block_size=block_size,
                head_dim=head_dim, prompt_len=45, max_gen=50, dtype=dtype, seed=gqa))
 
@@ -295,3 +314,27 @@ def test_row_outside_its_segment_is_refused() -> None:
         sa.plan([sa.QueryRow(0, 3, (seg,))], 16, spec)
     with pytest.raises(ValueError, match="past its"):
         sa.plan([sa.QueryRow(0, 1, (sa.Segment((0,), 0, 20, 0),))], 16, spec)
+
+
+def test_the_op_has_the_vector_paths_this_cpu_reports() -> None:
+    """Built for the CPU it runs on: AVX-512 where the CPU reports avx512f, AVX2 on any x86 with AVX2 and FMA;
+    the widest runs by default, VLLM_HOGWILD_CPU_ISA chooses another, and one the build lacks is refused."""
+    import os
+
+    from vllm_hogwild.attention import cpu_ops
+    from vllm_hogwild.core.errors import HogwildOptionError
+
+    flags = set(open("/proc/cpuinfo").read().split())
+    expected = [isa for isa, flag in (("avx512", "avx512f"), ("avx2", "avx2")) if flag in flags] + ["generic"]
+    assert cpu_ops.isas() == expected
+    assert cpu_ops.choose() == expected[0]
+    assert cpu_ops.choose("generic") == "generic"
+    saved = os.environ.get(cpu_ops.ISA_ENV)
+    try:
+        os.environ[cpu_ops.ISA_ENV] = "avx2"
+        assert cpu_ops.choose() == "avx2"
+        os.environ[cpu_ops.ISA_ENV] = "sse9"
+        with pytest.raises(HogwildOptionError, match=cpu_ops.ISA_ENV):
+            cpu_ops.choose()
+    finally:
+        os.environ.pop(cpu_ops.ISA_ENV) if saved is None else os.environ.__setitem__(cpu_ops.ISA_ENV, saved)

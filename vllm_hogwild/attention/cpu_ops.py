@@ -1,22 +1,34 @@
 """The compiled CPU op for decode rows (``csrc/segment_attention_cpu.cpp``), built on first use.
 
 Built with ``torch.utils.cpp_extension`` (needs a C++ compiler; the build is
-cached under ``~/.cache/torch_extensions``). If it cannot be built, :func:`load`
-returns ``None``; the engine then runs the PyTorch paths and says so
+cached under ``~/.cache/torch_extensions``) for the CPU it runs on
+(``-march=native``). If it cannot be built, :func:`load` returns ``None``; the
+engine then runs the PyTorch paths and says so
 (:mod:`vllm_hogwild.attention.paths`; ``VLLM_HOGWILD_ATTENTION=torch`` chooses
 them explicitly).
+
+The op has a vector path per instruction set it was compiled for: ``avx512``
+(512-bit registers, where the CPU has AVX-512), ``avx2``, and ``generic``
+loops. The widest runs unless ``VLLM_HOGWILD_CPU_ISA`` names another
+(:func:`choose`; the switch records the choice for every process of the engine,
+and the start-up line and ``/metrics`` name it).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
+from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.core.log import get_logger
 
 logger = get_logger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "segment_attention_cpu.cpp"
+ISA_ENV = "VLLM_HOGWILD_CPU_ISA"
+ISA_CODES = {"generic": 0, "avx2": 1, "avx512": 2}  # the op's Isa enum
+_current: str | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,3 +47,34 @@ def load():
     except Exception as err:  # a missing compiler must not take the engine down
         logger.warning("vllm-hogwild: CPU kernel unavailable (%s); using the PyTorch path", err)
         return None
+
+
+def isas() -> list[str]:
+    """The paths the op was compiled with, widest first (``[]`` without the op)."""
+    ops = load()
+    return [] if ops is None else list(ops.isas())
+
+
+def choose(requested: str | None = None) -> str:
+    """The path to run: ``requested``, else ``VLLM_HOGWILD_CPU_ISA``, else the widest compiled one."""
+    have = isas()
+    if not have:
+        raise HogwildOptionError(ISA_ENV, "the compiled CPU op could not be built here")
+    want = requested or os.environ.get(ISA_ENV) or None
+    if want is None:
+        return have[0]
+    if want not in have:
+        raise HogwildOptionError(ISA_ENV, f"{want!r}: the CPU op here was compiled with {have} (widest first)")
+    return want
+
+
+def use(name: str | None) -> str:
+    """Run the op on path ``name`` in this process (``None``: :func:`choose`'s default); the path chosen."""
+    global _current
+    _current = choose(name)
+    return _current
+
+
+def current() -> str:
+    """The path the op runs in this process (chosen on first use)."""
+    return _current if _current is not None else use(None)

@@ -91,3 +91,14 @@ def resolve_here(platform: str) -> str:
 def path_of(additional_config) -> str | None:
     """The path the switch chose for this engine (``None``: Hogwild is off)."""
     return runtime_of(additional_config).get("attention")
+
+
+def isa_of(additional_config) -> str | None:
+    """The compiled CPU op's vector path the switch chose (``None``: another path, or Hogwild off)."""
+    return runtime_of(additional_config).get("isa")
+
+
+def describe(additional_config) -> str:
+    """The path as the start-up line and ``/metrics`` name it: ``cpu-op (avx512)``, ``torch``, ..."""
+    path, isa = path_of(additional_config), isa_of(additional_config)
+    return f"{path} ({isa})" if isa else str(path)

@@ -300,7 +300,7 @@ def _plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None) -> SegmentA
 
 
 def _run_csr(p: SegmentAttentionPlan, query: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
-    from vllm_hogwild.attention.cpu_ops import load
+    from vllm_hogwild.attention.cpu_ops import ISA_CODES, current, load
 
     ops = load()
     if ops is None or not isinstance(kv, CpuPagedKV):
@@ -311,7 +311,8 @@ def _run_csr(p: SegmentAttentionPlan, query: torch.Tensor, kv: PagedKV, scale: f
     dst = out if direct else torch.empty_like(q)
     ops.segment_attention_decode(q, kv.cache, kv.k_transposed, c.row_token, c.row_pair_ptr,
                                  p.pair_cos, p.pair_sin, c.pair_piece_ptr, c.piece_block, c.piece_lo,
-                                 c.piece_hi, p.rope.rotary_dim, p.rope.is_neox_style, scale, dst)
+                                 c.piece_hi, p.rope.rotary_dim, p.rope.is_neox_style, scale, dst,
+                                 ISA_CODES[current()])
     if not direct:
         out[c.row_token] = dst[c.row_token].to(out.dtype)
 

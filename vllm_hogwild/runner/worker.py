@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from vllm_hogwild.attention.paths import path_of
+from vllm_hogwild.attention.paths import describe, isa_of
 from vllm_hogwild.runner.backend import CPU_BACKEND_PATH, HogwildImplMixin
 from vllm_hogwild.runner.backend_override import override_backend
 from vllm_hogwild.core.errors import HogwildOptionError
@@ -86,7 +86,7 @@ class HogwildWorkerMixin:
             getattr(self.model_runner, "_kernel_block_sizes", None) or [self.cache_config.block_size],
             self.cache_config.block_size,
         )
-        logger.info("Hogwild attention: %s (%d layers)", path_of(self.vllm_config.additional_config), len(layers))
+        logger.info("Hogwild attention: %s (%d layers)", describe(self.vllm_config.additional_config), len(layers))
 
 
 class HogwildCPUWorker(HogwildWorkerMixin, CPUWorker):
@@ -94,6 +94,11 @@ class HogwildCPUWorker(HogwildWorkerMixin, CPUWorker):
     hogwild_backend_path = CPU_BACKEND_PATH
 
     def init_device(self) -> None:
+        isa = isa_of(self.vllm_config.additional_config)
+        if isa is not None:  # the switch's choice among the compiled op's vector paths
+            from vllm_hogwild.attention import cpu_ops
+
+            cpu_ops.use(isa)
         if self.vllm_config.speculative_config is not None:
             # Before the model runner exists: its n-gram proposer loads numba, and vLLM 0.32's kernel-override
             # scan (which re-registering a kernel runs) trips on numba's llvmlite objects.

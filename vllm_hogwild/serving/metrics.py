@@ -32,7 +32,9 @@ Series (labels ``model_name`` and ``engine``, like vLLM's):
 ``hogwild:replayed_tokens_total``          counter    tokens resumed groups re-fed (the prompt's cached
                                                       blocks excluded)
 ``hogwild:attention_info``                 gauge      1, labelled ``path``: the segment-attention path
-                                                      the engine runs (``cpu-op``, ``torch``, ``triton``)
+                                                      the engine runs (``cpu-op``, ``torch``, ``triton``),
+                                                      and ``isa``: the CPU op's vector path (``avx512``,
+                                                      ``avx2``, ``generic``; ``none`` off ``cpu-op``)
 =========================================  =========  ==================================================
 """
 
@@ -43,7 +45,7 @@ from typing import Any
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
-from vllm_hogwild.attention.paths import path_of
+from vllm_hogwild.attention.paths import isa_of, path_of
 from vllm_hogwild.core.options import EngineOptions, runtime_of
 from vllm_hogwild.core.stats_channel import StatsReceiver
 from vllm_hogwild.core.log import get_logger
@@ -115,11 +117,13 @@ class HogwildStatLogger(AggregateStatLoggerBase):
         self.preemptions = counter("member_preemptions", "A Hogwild group member preempted alone (by design never).")
         self.group_preemptions = counter("group_preemptions", "Hogwild groups preempted whole under KV pressure.")
         self.replayed = counter("replayed_tokens", "Tokens resumed Hogwild groups re-fed with their views.")
-        info = Gauge(PREFIX + "attention_info", "The Hogwild attention path this engine runs (label path).",
-                     [*labels, "path"], multiprocess_mode="mostrecent")
+        info = Gauge(PREFIX + "attention_info",
+                     "The Hogwild attention path this engine runs (label path; isa: the CPU op's vector path).",
+                     [*labels, "path", "isa"], multiprocess_mode="mostrecent")
         path = path_of(vllm_config.additional_config) or "none"
+        isa = isa_of(vllm_config.additional_config) or "none"
         for i in self.engine_indexes:
-            info.labels(model_name, str(i), path).set(1)
+            info.labels(model_name, str(i), path, isa).set(1)
         self._seen = {i: {"member_preemptions": 0, "group_preemptions": 0, "replayed_tokens": 0}
                       for i in self.engine_indexes}
         self._channel = self._open_channel(vllm_config)

@@ -18,12 +18,19 @@
 //
 // A float32, bf16 or fp16 cache with K stored transposed (vLLM's AVX2/AVX-512
 // "vec" layouts), block size and head_dim multiples of 16 and 1-4 query heads
-// per KV head takes the AVX2 path (run_rows_shared):
+// per KV head takes a vector path (run_rows_shared), with 512-bit registers
+// where the compiler targets AVX-512 (-march=native: the CPU it is built on),
+// else 256-bit AVX2; `isa` chooses among the compiled ones (isas() lists them,
+// widest first), the generic loops (run_rows) being the last:
 // - a job is (KV head, a chunk of up to 4 rows); its readers (row, pair) are
 //   walked piece by piece, in block order, so a piece that several rows read
 //   (the shared prompt, every lane) is loaded once for up to 4 of them;
-// - register tiles (piece_avx2_multi): 16 keys' scores, or 16 dims of V, for all
-//   query heads of up to 2 readers stay in registers while K or V streams through.
+// - register tiles (piece_multi): 16 keys' scores, or 16 dims of V, for all
+//   query heads of up to 2 readers (AVX2: 16 registers) or 4 (AVX-512: 32)
+//   stay in registers while K or V streams through.
+// bf16 and fp16 elements are widened to float32 as they load (exact); the
+// AVX-512 BF16 dot product is not used: it pairs adjacent elements, and in the
+// transposed K block those are two keys, not two dims of one key.
 // It merges a row's pieces in block order instead of view order: the same
 // softmax, summed in another order (differences of float32 rounding).
 
@@ -34,11 +41,15 @@
 #include <type_traits>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define HOGWILD_AVX2 1
+#if defined(__AVX512F__)
+#define HOGWILD_AVX512 1
+#endif
 #endif
 
 namespace {
@@ -72,82 +83,119 @@ inline void softmax_update(int64_t g, float* s, int64_t bs, int64_t lo, int64_t 
   }
 }
 
-#ifdef HOGWILD_AVX2
-constexpr int64_t kTile = 16;  // two 8-float registers
+// The paths `isa` names (see isas()).
+enum Isa : int64_t { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 
-// 8 cache elements as 8 floats (exact conversions).
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const c10::BFloat16* p) {  // bf16 is the high half of a float32
-  const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-}
+#ifdef HOGWILD_AVX2
+constexpr int64_t kTile = 16;  // floats per tile: two AVX2 registers, one AVX-512 register
+
+// The vector operations a path needs, on its register width. load() widens 16-bit
+// cache elements to float32 (exact: bf16 is the high half of a float32).
+struct Avx2 {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kMaxReaders = 2;  // 16 registers: 2 tiles x 2 readers x 3 heads, K, the broadcast
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load(const c10::BFloat16* p) {
+    const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  }
 #ifdef __F16C__
-inline __m256 load8(const c10::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static V load(const c10::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+#endif
+};
+
+#ifdef HOGWILD_AVX512
+struct Avx512 {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kMaxReaders = 4;  // 32 registers: 4 readers x 4 heads, K, the broadcast
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load(const c10::BFloat16* p) {
+    const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  }
+  static V load(const c10::Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+};
 #endif
 
 // R readers of the same piece (each G query heads): every K and V tile is loaded once
 // for all of them. Readers are distinct rows (their accumulators must not alias).
-template <int G, int R, typename scalar_t>
-void piece_avx2_multi(const float* const* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
-                      int64_t lo, int64_t hi, float sc, float* const* s, float* const* acc, float* const* m,
-                      float* const* l) {
-  const __m256 vsc = _mm256_set1_ps(sc);
+template <class I, int G, int R, typename scalar_t>
+void piece_multi(const float* const* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
+                 int64_t lo, int64_t hi, float sc, float* const* s, float* const* acc, float* const* m,
+                 float* const* l) {
+  using V = typename I::V;
+  constexpr int NV = kTile / I::kLanes;  // registers per tile
+  const V vsc = I::set1(sc);
   for (int64_t j0 = lo / kTile * kTile; j0 < hi; j0 += kTile) {
-    __m256 t0[R][G], t1[R][G];
+    V t[R][G][NV];
     for (int r = 0; r < R; ++r)
-      for (int gi = 0; gi < G; ++gi) t0[r][gi] = t1[r][gi] = _mm256_setzero_ps();
+      for (int gi = 0; gi < G; ++gi)
+        for (int v = 0; v < NV; ++v) t[r][gi][v] = I::zero();
     for (int64_t e = 0; e < d; ++e) {
       const scalar_t* kr = kb + e * bs + j0;
-      const __m256 k0 = load8(kr), k1 = load8(kr + 8);
+      V k[NV];
+      for (int v = 0; v < NV; ++v) k[v] = I::load(kr + v * I::kLanes);
       for (int r = 0; r < R; ++r)
         for (int gi = 0; gi < G; ++gi) {
-          const __m256 y = _mm256_broadcast_ss(qr[r] + gi * d + e);
-          t0[r][gi] = _mm256_fmadd_ps(y, k0, t0[r][gi]);
-          t1[r][gi] = _mm256_fmadd_ps(y, k1, t1[r][gi]);
+          const V y = I::bcast(qr[r] + gi * d + e);
+          for (int v = 0; v < NV; ++v) t[r][gi][v] = I::fmadd(y, k[v], t[r][gi][v]);
         }
     }
     for (int r = 0; r < R; ++r)
-      for (int gi = 0; gi < G; ++gi) {
-        _mm256_storeu_ps(s[r] + gi * bs + j0, _mm256_mul_ps(t0[r][gi], vsc));
-        _mm256_storeu_ps(s[r] + gi * bs + j0 + 8, _mm256_mul_ps(t1[r][gi], vsc));
-      }
+      for (int gi = 0; gi < G; ++gi)
+        for (int v = 0; v < NV; ++v) I::store(s[r] + gi * bs + j0 + v * I::kLanes, I::mul(t[r][gi][v], vsc));
   }
   for (int r = 0; r < R; ++r) softmax_update(G, s[r], bs, lo, hi, d, acc[r], m[r], l[r]);
   for (int64_t e0 = 0; e0 < d; e0 += kTile) {
-    __m256 t0[R][G], t1[R][G];
+    V t[R][G][NV];
     for (int r = 0; r < R; ++r)
-      for (int gi = 0; gi < G; ++gi) {
-        t0[r][gi] = _mm256_loadu_ps(acc[r] + gi * d + e0);
-        t1[r][gi] = _mm256_loadu_ps(acc[r] + gi * d + e0 + 8);
-      }
+      for (int gi = 0; gi < G; ++gi)
+        for (int v = 0; v < NV; ++v) t[r][gi][v] = I::load(acc[r] + gi * d + e0 + v * I::kLanes);
     for (int64_t j = lo; j < hi; ++j) {
-      const scalar_t* v = vb + j * d + e0;
-      const __m256 v0 = load8(v), v1 = load8(v + 8);
+      const scalar_t* vr = vb + j * d + e0;
+      V x[NV];
+      for (int v = 0; v < NV; ++v) x[v] = I::load(vr + v * I::kLanes);
       for (int r = 0; r < R; ++r)
         for (int gi = 0; gi < G; ++gi) {
-          const __m256 w = _mm256_broadcast_ss(s[r] + gi * bs + j);
-          t0[r][gi] = _mm256_fmadd_ps(w, v0, t0[r][gi]);
-          t1[r][gi] = _mm256_fmadd_ps(w, v1, t1[r][gi]);
+          const V w = I::bcast(s[r] + gi * bs + j);
+          for (int v = 0; v < NV; ++v) t[r][gi][v] = I::fmadd(w, x[v], t[r][gi][v]);
         }
     }
     for (int r = 0; r < R; ++r)
-      for (int gi = 0; gi < G; ++gi) {
-        _mm256_storeu_ps(acc[r] + gi * d + e0, t0[r][gi]);
-        _mm256_storeu_ps(acc[r] + gi * d + e0 + 8, t1[r][gi]);
-      }
+      for (int gi = 0; gi < G; ++gi)
+        for (int v = 0; v < NV; ++v) I::store(acc[r] + gi * d + e0 + v * I::kLanes, t[r][gi][v]);
   }
 }
 
-template <int G, typename scalar_t>
+// nr readers of one piece, in calls of as many readers as the registers hold.
+template <class I, int G, typename scalar_t>
 void pieces_multi(int64_t nr, const float* const* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
                   int64_t lo, int64_t hi, float sc, float* const* s, float* const* acc, float* const* m,
                   float* const* l) {
   int64_t i = 0;
-  if constexpr (G <= 3) {
-    for (; i + 2 <= nr; i += 2)
-      piece_avx2_multi<G, 2>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
+  if constexpr (I::kMaxReaders >= 4) {
+    for (; i + 4 <= nr; i += 4)
+      piece_multi<I, G, 4>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
   }
-  for (; i < nr; ++i) piece_avx2_multi<G, 1>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
+  if constexpr (I::kMaxReaders >= 4 || G <= 3) {
+    for (; i + 2 <= nr; i += 2)
+      piece_multi<I, G, 2>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
+  }
+  for (; i < nr; ++i) piece_multi<I, G, 1>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
 }
 
 #endif
@@ -263,7 +311,7 @@ void run_rows(const Rows<scalar_t>& rows, bool k_transposed) {
 #ifdef HOGWILD_AVX2
 // Block-shared order: a job is (KV head, a chunk of rows); its readers (row, pair) are
 // walked piece by piece, so that a piece several rows read is loaded once for them all.
-template <typename scalar_t>
+template <class I, typename scalar_t>
 bool run_rows_shared(const Rows<scalar_t>& rows) {
   const int64_t num_rows = rows.num_rows, d = rows.d, heads = rows.heads, bs = rows.bs, g = rows.g;
   if (!(g >= 1 && g <= 4) || bs % kTile || d % kTile) return false;
@@ -325,10 +373,10 @@ bool run_rows_shared(const Rows<scalar_t>& rows) {
         const scalar_t* vb = kb + bs * d;
         const int64_t lo = entries[i0].lo, hi = entries[i0].hi;
         switch (g) {
-          case 1: pieces_multi<1>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
-          case 2: pieces_multi<2>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
-          case 3: pieces_multi<3>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
-          default: pieces_multi<4>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
+          case 1: pieces_multi<I, 1>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
+          case 2: pieces_multi<I, 2>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
+          case 3: pieces_multi<I, 3>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
+          default: pieces_multi<I, 4>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
         }
         i0 = i1;
       }
@@ -343,19 +391,41 @@ bool run_rows_shared(const Rows<scalar_t>& rows) {
 
 }  // namespace
 
+// The paths this build has, widest first ("generic": run_rows, always there).
+std::vector<std::string> isas() {
+  std::vector<std::string> names;
+#ifdef HOGWILD_AVX512
+  names.push_back("avx512");
+#endif
+#ifdef HOGWILD_AVX2
+  names.push_back("avx2");
+#endif
+  names.push_back("generic");
+  return names;
+}
+
 // query: [T, Hq, D] float32, rotated at stored positions; out: [T, Hq, D] float32.
+// isa: the path (Isa), one that isas() lists.
 void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_transposed,
                               torch::Tensor row_token, torch::Tensor row_pair_ptr,
                               torch::Tensor pair_cos, torch::Tensor pair_sin,
                               torch::Tensor pair_piece_ptr, torch::Tensor piece_block,
                               torch::Tensor piece_lo, torch::Tensor piece_hi,
-                              int64_t rotary_dim, bool neox, double scale, torch::Tensor out) {
+                              int64_t rotary_dim, bool neox, double scale, torch::Tensor out, int64_t isa) {
   TORCH_CHECK(query.scalar_type() == torch::kFloat && out.scalar_type() == torch::kFloat,
               "query and out must be float32");
   TORCH_CHECK(query.is_contiguous() && out.is_contiguous() && cache.is_contiguous(),
               "query, out and cache must be contiguous");
   TORCH_CHECK(cache.dim() == 4 && cache.size(3) == 2 * query.size(2), "cache must be [blocks, heads, bs, 2*D]");
   TORCH_CHECK(query.size(1) % cache.size(1) == 0, "query heads must be a multiple of KV heads");
+  bool known = isa == kGeneric;
+#ifdef HOGWILD_AVX2
+  known = known || isa == kAvx2;
+#endif
+#ifdef HOGWILD_AVX512
+  known = known || isa == kAvx512;
+#endif
+  TORCH_CHECK(known, "isa ", isa, " is not compiled in this build (see isas())");
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cache.scalar_type(), "segment_attention_decode", [&] {
     const Rows<scalar_t> rows(query, cache, row_token, row_pair_ptr, pair_cos, pair_sin, pair_piece_ptr,
                               piece_block, piece_lo, piece_hi, rotary_dim, neox, scale, out);
@@ -366,7 +436,10 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
 #endif
         ;
     if constexpr (readable) {
-      if (k_transposed && run_rows_shared<scalar_t>(rows)) return;
+#ifdef HOGWILD_AVX512
+      if (isa == kAvx512 && k_transposed && run_rows_shared<Avx512, scalar_t>(rows)) return;
+#endif
+      if (isa == kAvx2 && k_transposed && run_rows_shared<Avx2, scalar_t>(rows)) return;
     }
 #endif
     run_rows<scalar_t>(rows, k_transposed);
@@ -376,4 +449,5 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("segment_attention_decode", &segment_attention_decode,
         "Segment attention of single-token rows over vLLM's CPU paged KV cache");
+  m.def("isas", &isas, "The vector paths of this build, widest first, then \"generic\"");
 }
