@@ -400,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, help="alternating A/B rounds (default 15, quick 3)")
     ap.add_argument("--sample-ms", type=float, help="target length of one timing sample")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--isa", default=None, help="the compiled op's vector path (avx512, avx2, generic; "
+                                                "default: the widest it has)")
     ap.add_argument("--path", default="auto", choices=PATHS,
                     help="segment attention path: auto (PyTorch, batched decode while views are small), "
                          "buckets (PyTorch block buckets), compiled (the CPU op; CPU cache layouts only)")
@@ -413,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.path == "compiled" and args.kv_layout == "plain":
         ap.error("--path compiled reads vLLM's CPU cache layouts only")
     facts = machine_facts(args.kv_layout, rounds, args.path)
+    if args.path == "compiled":
+        from vllm_hogwild.attention import cpu_ops
+
+        facts["segment_path"] = f"compiled ({cpu_ops.use(args.isa)})"
     print(f"# segment attention micro-benchmark: torch {facts['torch']}, threads {facts['threads']}, "
           f"{facts['dtype']}, {facts['shapes']}, KV layout {facts['kv_layout']}", flush=True)
 

@@ -118,6 +118,31 @@ def test_verify_splits_a_speculative_step_by_part(tmp_path) -> None:
     assert "| segment plan ms |" in bench.markdown(report)
 
 
+def test_split_accounts_for_a_decode_step(tmp_path) -> None:
+    """The parts add up to the step; stock runs no segment attention, the group does. In a process of its own: the
+    benchmark wraps vLLM's runner methods for good."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "split.json"
+    proc = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", "split", "--model", "tiny", "--workers",
+                           "2", "--prompt-len", "64", "--max-tokens", "12", "--rounds", "1", "--json", str(out),
+                           "--plot", str(tmp_path / "split.png")],
+                          env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    stock, hogwild = report["results"]
+    assert (stock["kind"], hogwild["kind"]) == ("stock", "hogwild")
+    for row in (stock, hogwild):
+        assert abs(sum(row["split_ms"].values()) - row["step_ms"]) < 1e-6
+        assert row["split_ms"]["weights and the rest of the model"] > 0 and row["split_ms"]["scheduler"] > 0
+    assert stock["split_ms"]["segment attention (Hogwild rows)"] == 0
+    assert hogwild["split_ms"]["segment attention (Hogwild rows)"] > 0
+    assert "| **step** |" in bench.markdown(report)
+
+
 def test_capacity_runs_every_configuration_at_every_size(tmp_path) -> None:
     """Each (size, configuration) is an engine in a process of its own; at the tight size on-demand groups are
     preempted and replayed, reserve never preempts and takes more engine steps."""

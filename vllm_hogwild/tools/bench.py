@@ -7,6 +7,8 @@
     python -m vllm_hogwild.tools.bench speculative [--workers 2 4] [--temperatures 0.1 0.7] [--methods ngram draft]
                                                    [--items 40] [--max-tokens 160] [--rounds 2]
     python -m vllm_hogwild.tools.bench verify    [--workers 2] [--temperature 0.1] [--items 40] [--max-tokens 160]
+    python -m vllm_hogwild.tools.bench split     [--workers 8] [--prompt-len 1500] [--max-tokens 128] [--dtype float32]
+                                                   [--compiled]
     python -m vllm_hogwild.tools.bench capacity  [--groups 16] [--workers 4] [--max-tokens 448] [--blocks 2000 96 64 48]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
 
@@ -61,6 +63,13 @@
   the block buckets (where every step with a multi-token row went before).
   Timed by wrapping those functions in the engine's process (the worker runs
   in-process here).
+- ``split``: where a decode step's time goes, stock ``n=N`` against a Hogwild
+  group of N (the ``decode`` workload at one N and prompt length): milliseconds
+  per decode step for the weights and the rest of the model, the native
+  attention (plain rows, and the Hogwild rows' K/V writes), the segment
+  attention, the plan, the runner's Python, sampling and the scheduler; a
+  run's parts minus those of its ``max_tokens=1`` twin, over the decode steps.
+  Timed like ``verify``.
 - ``capacity``: many groups with long budgets whose workers mostly stop early
   (at one of a few stop tokens, the reasoning-serving case), all submitted at
   once, in KV caches of decreasing size (``num_gpu_blocks_override``, block
@@ -83,7 +92,8 @@ import statistics
 import time
 
 
-def _engine(model: str | None, max_model_len: int, hogwild: bool = True, **kw):
+def _engine(model: str | None, max_model_len: int, hogwild: bool = True, dtype: str = "float32",
+            enforce_eager: bool = True, **kw):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the scheduler's stats are read in-process
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from vllm import LLM
@@ -96,7 +106,7 @@ def _engine(model: str | None, max_model_len: int, hogwild: bool = True, **kw):
     kw.setdefault("max_num_batched_tokens", max(max_model_len, 4096))
     model = str(build_tiny_llama()) if model == "tiny" else model or str(prepare())
     kw.setdefault("additional_config", {"hogwild": {}} if hogwild else {})
-    return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, max_model_len=max_model_len, **kw)
+    return LLM(model=model, dtype=dtype, enforce_eager=enforce_eager, seed=0, max_model_len=max_model_len, **kw)
 
 
 def _scheduler(llm):
@@ -253,12 +263,12 @@ VERIFY_PARTS = (
 VERIFY_CONFIGS = ("stock", "hogwild", "hogwild, verify rows on the block buckets")
 
 
-def _time_parts(totals: dict) -> None:
-    """Wrap every VERIFY_PARTS target (class or module attribute) to add its seconds to ``totals[part]``."""
+def _time_parts(totals: dict, parts=VERIFY_PARTS) -> None:
+    """Wrap every target of ``parts`` (class or module attribute) to add its seconds to ``totals[part]``."""
     import functools
     import importlib
 
-    for part, module, name in VERIFY_PARTS:
+    for part, module, name in parts:
         owner = importlib.import_module(module)
         *path, attr = name.split(".")
         for step in path:
@@ -318,6 +328,85 @@ def verify(llm, args) -> dict:
     return {"benchmark": "verify", "results": rows}
 
 
+# -- split: where a decode step's time goes -----------------------------------------------------------
+
+SPLIT_PARTS = (
+    ("execute", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.execute_model"),
+    ("model forward", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._model_forward"),
+    ("native attention", "vllm.v1.attention.backends.cpu_attn", "CPUAttentionBackendImpl.forward"),
+    ("segment attention", "vllm_hogwild.attention.segment_attention", "run"),
+    ("segment plan", "vllm_hogwild.attention.segment_attention", "plan"),
+    ("sample", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.sample_tokens"),
+)
+# What the split reports, in ms per decode step: each a sum of timed parts (+1) and (-1).
+SPLIT_ROWS = (
+    ("weights and the rest of the model", {"model forward": 1, "native attention": -1, "segment attention": -1}),
+    ("native attention (plain rows; Hogwild rows' K/V writes)", {"native attention": 1}),
+    ("segment attention (Hogwild rows)", {"segment attention": 1}),
+    ("segment plan", {"segment plan": 1}),
+    ("runner Python (inputs, runner hook, outputs)", {"execute": 1, "model forward": -1, "segment plan": -1}),
+    ("sampling", {"sample": 1}),
+    ("scheduler", {"schedule": 1, "update": 1}),
+)
+
+
+def _time_scheduler(llm, totals: dict) -> None:
+    """The engine's own scheduler's ``schedule`` and ``update_from_output``, timed on the instance."""
+    scheduler = _scheduler(llm)
+    for part, name in (("schedule", "schedule"), ("update", "update_from_output")):
+        original = getattr(scheduler, name)
+
+        def timed(*args, _original=original, _part=part, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                totals[_part] = totals.get(_part, 0.0) + time.perf_counter() - start
+
+        setattr(scheduler, name, timed)
+
+
+def split(llm, args) -> dict:
+    """Milliseconds per decode step of stock ``n=N`` and a Hogwild group, split by part (SPLIT_ROWS). A run's parts
+    minus those of the same request with ``max_tokens=1`` (its prefill and first token), over ``max_tokens - 1``
+    steps; runs alternate, medians over rounds."""
+    totals: dict[str, float] = {}
+    _time_parts(totals, SPLIT_PARTS)  # before the engine exists (the runner hook wraps the runner as it is then)
+    length = max(2048, args.prompt_len + args.workers * args.max_tokens + 16)
+    llm = _engine(args.model, length, dtype=args.dtype, enforce_eager=not args.compiled)
+    _time_scheduler(llm, totals)
+    steps = _count_steps(llm)
+    samples: dict[str, list[dict]] = {"stock": [], "hogwild": []}
+    salt = 50_000
+    for _ in range(args.rounds):
+        for kind in ("stock", "hogwild"):
+            hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
+            parts = []
+            for max_tokens in (args.max_tokens, 1):
+                salt += 1
+                totals.clear()
+                before = steps[0]
+                wall, _ = _timed(llm, [_prompt(args.prompt_len, salt)], _params(args.workers, max_tokens, salt, hogwild))
+                parts.append({**totals, "wall": wall, "steps": steps[0] - before})
+            full, first = parts
+            decode_steps = full["steps"] - first["steps"]
+            samples[kind].append({k: 1e3 * (full.get(k, 0.0) - first.get(k, 0.0)) / decode_steps
+                                  for k in {*full, *first} if k != "steps"})
+    rows = []
+    for kind, runs in samples.items():
+        per_step = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        split_ms = {name: sum(sign * per_step.get(part, 0.0) for part, sign in terms.items())
+                    for name, terms in SPLIT_ROWS}
+        split_ms["other (engine loop, output processing)"] = per_step["wall"] - sum(split_ms.values())
+        row = {"kind": kind, "workers": args.workers, "prompt_len": args.prompt_len, "max_tokens": args.max_tokens,
+               "dtype": args.dtype, "compiled": args.compiled, "step_ms": per_step["wall"], "split_ms": split_ms}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    attention = _attention_of(llm)
+    llm.llm_engine.engine_core.shutdown()
+    return {"benchmark": "split", "attention": attention, "machine": machine(), "results": rows}
+
+
 # -- decode -------------------------------------------------------------------
 
 
@@ -351,7 +440,33 @@ def decode(llm, args) -> dict:
             }
             results.append(row)
             print(json.dumps(row), flush=True)
-    return {"benchmark": "decode", "block_size": bs, "results": results}
+    return {"benchmark": "decode", "block_size": bs, "dtype": str(llm.llm_engine.vllm_config.model_config.dtype),
+            "attention": _attention_of(llm), "machine": machine(), "results": results}
+
+
+ISA_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def machine() -> dict:
+    """The CPU's model, core count and the vector-ISA flags that matter here (from /proc/cpuinfo)."""
+    model, flags = "unknown", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
+def _attention_of(llm) -> str:
+    """The engine's Hogwild attention path as its start-up line names it: ``cpu-op (avx512)``, ..."""
+    from vllm_hogwild.attention.paths import describe
+
+    return describe(llm.llm_engine.vllm_config.additional_config)
 
 
 # -- recompute ----------------------------------------------------------------
@@ -612,6 +727,15 @@ def markdown(report: dict) -> str:
                 f"{r['schedule_ms_per_step'] + r['update_ms_per_step']:.2f} | {r['wall_s']:.1f} |" for r in rows]
         body += [f"| Hogwild / stock, {g} groups (medians) | | | | | {ratio:.2f}x | |"
                  for g, ratio in report["ratio"].items()]
+    elif kind == "split":
+        names = list(rows[0]["split_ms"])
+        head = "| part, ms per decode step | " + " | ".join(
+            f"{r['kind']} n={r['workers']}" for r in rows) + " |"
+        body = [f"| {name} | " + " | ".join(f"{r['split_ms'][name]:.1f}" for r in rows) + " |" for name in names]
+        body.append("| **step** | " + " | ".join(f"**{r['step_ms']:.1f}**" for r in rows) + " |")
+        if len(rows) == 2:
+            body.append(f"| Hogwild / stock (per token: stock step / Hogwild step) | | "
+                        f"{rows[0]['step_ms'] / rows[1]['step_ms']:.2f}x |")
     elif kind == "verify":
         parts = [part for part, _, _ in VERIFY_PARTS]
         head = "| configuration | N | engine steps | tokens per step | acceptance | ms per step | " + " | ".join(
@@ -689,6 +813,13 @@ def plot(report: dict, path: str) -> None:
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set(xlabel="KV blocks", ylabel="engine steps / own steps with the largest cache",
                title="Capacity under a tight cache")
+    elif kind == "split":
+        bottom = [0.0] * len(rows)
+        for name in rows[0]["split_ms"]:
+            values = [r["split_ms"][name] for r in rows]
+            ax.bar([f"{r['kind']} n={r['workers']}" for r in rows], values, bottom=bottom, label=name)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set(ylabel="ms per decode step", title="A decode step, by part")
     elif kind == "verify":
         bottom = [0.0] * len(rows)
         for part in ("segment plan", "model forward", "sampler", "drafting"):
@@ -723,6 +854,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--prompt-lens", type=int, nargs="+", default=[200, 1500])
     d.add_argument("--max-tokens", type=int, default=128)
     d.add_argument("--rounds", type=int, default=2)
+    d.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    d.add_argument("--compiled", action="store_true", help="vLLM's compiled model (default here: eager)")
     r = sub.add_parser("recompute", help="Hogwild vs re-prefilling co-workers' text every K tokens")
     r.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     r.add_argument("--prompt-lens", type=int, nargs="+", default=[1000])
@@ -764,6 +897,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-tokens", type=int, default=160)
     v.add_argument("--rounds", type=int, default=2)
     v.add_argument("--num-spec", type=int, default=4)
+    sp = sub.add_parser("split", help="ms per decode step by part (weights, attention, plan, Python), stock and Hogwild")
+    sp.add_argument("--workers", type=int, default=8)
+    sp.add_argument("--prompt-len", type=int, default=1500)
+    sp.add_argument("--max-tokens", type=int, default=128)
+    sp.add_argument("--rounds", type=int, default=2)
+    sp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    sp.add_argument("--compiled", action="store_true", help="vLLM's compiled model (default here: eager)")
     c = sub.add_parser("capacity", help="engine steps under tight KV caches: Hogwild on-demand, reserve, stock n=N")
     c.add_argument("--groups", type=int, default=16)
     c.add_argument("--workers", type=int, default=4)
@@ -776,7 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("--blocks", "--groups", "--workers", "--max-tokens", "--prompt-len", "--stop-every"):
         cside.add_argument(name, type=int, required=True)
     cside.add_argument("--model", default="tiny")
-    for p in (d, r, o, a, s, v, c):
+    for p in (d, r, o, a, s, v, sp, c):
         p.add_argument("--model", default=None,
                        help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct")
         p.add_argument("--json", default=None, help="write the report here")
@@ -791,6 +931,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "capacity-side":
         return capacity_side(args)
     report = run(args)
+    if "machine" in report:
+        m = report["machine"]
+        print(f"{m['cpu']}, {m['cores']} cores, {' '.join(m['isa'])}; {report.get('dtype', '')} "
+              f"attention {report.get('attention', '')}")
     print(markdown(report))
     if args.json:
         with open(args.json, "w") as f:
@@ -801,13 +945,16 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    if llm is None and args.command not in ("overhead", "speculative", "verify", "capacity"):  # these start their own
+    if llm is None and args.command not in ("overhead", "speculative", "verify", "split", "capacity"):  # own engines
         length = 4096  # answer
+        extra = {}
         if args.command in ("decode", "recompute"):
             length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
-        llm = _engine(args.model, length)
+        if args.command == "decode":
+            extra = {"dtype": args.dtype, "enforce_eager": not args.compiled}
+        llm = _engine(args.model, length, **extra)
     return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,
-            "speculative": speculative, "verify": verify, "capacity": capacity}[args.command](llm, args)
+            "speculative": speculative, "verify": verify, "split": split, "capacity": capacity}[args.command](llm, args)
 
 
 if __name__ == "__main__":

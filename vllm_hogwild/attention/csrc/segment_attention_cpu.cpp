@@ -26,8 +26,13 @@
 //   walked piece by piece, in block order, so a piece that several rows read
 //   (the shared prompt, every lane) is loaded once for up to 4 of them;
 // - register tiles (piece_multi): 16 keys' scores, or 16 dims of V, for all
-//   query heads of up to 2 readers (AVX2: 16 registers) or 4 (AVX-512: 32)
-//   stay in registers while K or V streams through.
+//   query heads of as many readers as the registers hold (AVX2: 16 registers,
+//   2 readers of 1-3 heads; AVX-512: 32 registers and 32-key tiles, 4 readers of
+//   1-3 heads) stay in registers while K or V streams through. A tile is two
+//   registers so that every (reader, head) keeps two FMA chains in flight: with
+//   one 16-lane register per tile the AVX-512 path ran at half AVX2's speed.
+//   AVX-512 tiles need block size and head_dim multiples of 32; a cache with
+//   multiples of 16 only takes the AVX2 tiles.
 // bf16 and fp16 elements are widened to float32 as they load (exact); the
 // AVX-512 BF16 dot product is not used: it pairs adjacent elements, and in the
 // transposed K block those are two keys, not two dims of one key.
@@ -87,14 +92,15 @@ inline void softmax_update(int64_t g, float* s, int64_t bs, int64_t lo, int64_t 
 enum Isa : int64_t { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 
 #ifdef HOGWILD_AVX2
-constexpr int64_t kTile = 16;  // floats per tile: two AVX2 registers, one AVX-512 register
-
-// The vector operations a path needs, on its register width. load() widens 16-bit
-// cache elements to float32 (exact: bf16 is the high half of a float32).
+// The vector operations a path needs, on its register width. A tile is two registers of
+// keys (scores) or of dims (V), so that each (reader, head) keeps two independent FMA
+// chains in flight; load() widens 16-bit cache elements to float32 (exact: bf16 is the
+// high half of a float32).
 struct Avx2 {
   using V = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kMaxReaders = 2;  // 16 registers: 2 tiles x 2 readers x 3 heads, K, the broadcast
+  static constexpr int kTile = 16;
+  static constexpr int kRegisters = 16;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
@@ -115,7 +121,8 @@ struct Avx2 {
 struct Avx512 {
   using V = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kMaxReaders = 4;  // 32 registers: 4 readers x 4 heads, K, the broadcast
+  static constexpr int kTile = 32;
+  static constexpr int kRegisters = 32;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V bcast(const float* p) { return _mm512_set1_ps(*p); }
@@ -138,6 +145,7 @@ void piece_multi(const float* const* qr, const scalar_t* kb, const scalar_t* vb,
                  int64_t lo, int64_t hi, float sc, float* const* s, float* const* acc, float* const* m,
                  float* const* l) {
   using V = typename I::V;
+  constexpr int64_t kTile = I::kTile;
   constexpr int NV = kTile / I::kLanes;  // registers per tile
   const V vsc = I::set1(sc);
   for (int64_t j0 = lo / kTile * kTile; j0 < hi; j0 += kTile) {
@@ -181,17 +189,21 @@ void piece_multi(const float* const* qr, const scalar_t* kb, const scalar_t* vb,
   }
 }
 
+// Whether R readers of G heads fit the registers: their tiles, one tile of K or V, a broadcast.
+template <class I, int G, int R>
+constexpr bool fits() { return R * G * (I::kTile / I::kLanes) + I::kTile / I::kLanes + 1 <= I::kRegisters; }
+
 // nr readers of one piece, in calls of as many readers as the registers hold.
 template <class I, int G, typename scalar_t>
 void pieces_multi(int64_t nr, const float* const* qr, const scalar_t* kb, const scalar_t* vb, int64_t d, int64_t bs,
                   int64_t lo, int64_t hi, float sc, float* const* s, float* const* acc, float* const* m,
                   float* const* l) {
   int64_t i = 0;
-  if constexpr (I::kMaxReaders >= 4) {
+  if constexpr (fits<I, G, 4>()) {
     for (; i + 4 <= nr; i += 4)
       piece_multi<I, G, 4>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
   }
-  if constexpr (I::kMaxReaders >= 4 || G <= 3) {
+  if constexpr (fits<I, G, 2>()) {
     for (; i + 2 <= nr; i += 2)
       piece_multi<I, G, 2>(qr + i, kb, vb, d, bs, lo, hi, sc, s + i, acc + i, m + i, l + i);
   }
@@ -314,7 +326,7 @@ void run_rows(const Rows<scalar_t>& rows, bool k_transposed) {
 template <class I, typename scalar_t>
 bool run_rows_shared(const Rows<scalar_t>& rows) {
   const int64_t num_rows = rows.num_rows, d = rows.d, heads = rows.heads, bs = rows.bs, g = rows.g;
-  if (!(g >= 1 && g <= 4) || bs % kTile || d % kTile) return false;
+  if (!(g >= 1 && g <= 4) || bs % I::kTile || d % I::kTile) return false;
   const int64_t *rt = rows.rt, *rp = rows.rp, *pp = rows.pp, *pb = rows.pb, *plo = rows.plo, *phi = rows.phi;
 
   // Rows per chunk: enough jobs for every thread, at most 4 rows sharing a job.
@@ -439,7 +451,8 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
 #ifdef HOGWILD_AVX512
       if (isa == kAvx512 && k_transposed && run_rows_shared<Avx512, scalar_t>(rows)) return;
 #endif
-      if (isa == kAvx2 && k_transposed && run_rows_shared<Avx2, scalar_t>(rows)) return;
+      // AVX2 tiles also serve an AVX-512 run whose block size is a multiple of 16, not of 32.
+      if (isa != kGeneric && k_transposed && run_rows_shared<Avx2, scalar_t>(rows)) return;
     }
 #endif
     run_rows<scalar_t>(rows, k_transposed);
