@@ -384,6 +384,14 @@ bool run_rows_shared(const Rows<scalar_t>& rows) {
         const scalar_t* kb = rows.kv + entries[i0].block * rows.block_stride + h * rows.head_stride;
         const scalar_t* vb = kb + bs * d;
         const int64_t lo = entries[i0].lo, hi = entries[i0].hi;
+        // The next block this job reads, on its way into the cache while this one is computed:
+        // blocks lie anywhere in the cache, so the hardware prefetcher stops at each block's end.
+        if (i1 < entries.size() && entries[i1].block != entries[i0].block) {
+          const char* next = reinterpret_cast<const char*>(rows.kv + entries[i1].block * rows.block_stride +
+                                                           h * rows.head_stride);
+          const int64_t bytes = rows.head_stride * static_cast<int64_t>(sizeof(scalar_t));
+          for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+        }
         switch (g) {
           case 1: pieces_multi<I, 1>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
           case 2: pieces_multi<I, 2>(n, qrs, kb, vb, d, bs, lo, hi, rows.sc, ss, accs, ms, ls); break;
