@@ -265,7 +265,6 @@ VERIFY_CONFIGS = ("stock", "hogwild", "hogwild, verify rows on the block buckets
 
 def _time_parts(totals: dict, parts=VERIFY_PARTS) -> None:
     """Wrap every target of ``parts`` (class or module attribute) to add its seconds to ``totals[part]``."""
-    import functools
     import importlib
 
     for part, module, name in parts:
@@ -273,17 +272,25 @@ def _time_parts(totals: dict, parts=VERIFY_PARTS) -> None:
         *path, attr = name.split(".")
         for step in path:
             owner = getattr(owner, step)
-        original = getattr(owner, attr)
+        _time_attribute(owner, attr, part, totals)
 
-        @functools.wraps(original)
-        def timed(*args, _original=original, _part=part, **kwargs):
-            start = time.perf_counter()
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                totals[_part] = totals.get(_part, 0.0) + time.perf_counter() - start
 
-        setattr(owner, attr, timed)
+def _time_attribute(owner, attr: str, part: str, totals: dict) -> None:
+    """Replace ``owner.attr`` (a class's, a module's or an instance's) by a wrapper that adds its seconds to
+    ``totals[part]``."""
+    import functools
+
+    original = getattr(owner, attr)
+
+    @functools.wraps(original)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            totals[part] = totals.get(part, 0.0) + time.perf_counter() - start
+
+    setattr(owner, attr, timed)
 
 
 def verify(llm, args) -> dict:
@@ -354,16 +361,7 @@ def _time_scheduler(llm, totals: dict) -> None:
     """The engine's own scheduler's ``schedule`` and ``update_from_output``, timed on the instance."""
     scheduler = _scheduler(llm)
     for part, name in (("schedule", "schedule"), ("update", "update_from_output")):
-        original = getattr(scheduler, name)
-
-        def timed(*args, _original=original, _part=part, **kwargs):
-            start = time.perf_counter()
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                totals[_part] = totals.get(_part, 0.0) + time.perf_counter() - start
-
-        setattr(scheduler, name, timed)
+        _time_attribute(scheduler, name, part, totals)
 
 
 def split(llm, args) -> dict:
