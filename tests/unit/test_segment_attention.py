@@ -208,7 +208,7 @@ def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
     group, views, rows, query = setup(c)
     assert any(r.num_query_tokens > 1 for r in rows)
     assert sa.kind_for("cpu-op", rows, c.block_size) is sa.PlanKind.CPU_OP
-    split = sa.single_token_rows(rows)
+    split = sa.single_token_rows(rows, c.block_size)
     assert len(split) == sum(r.num_query_tokens for r in rows) and all(r.num_query_tokens == 1 for r in split)
     for row in rows:
         own = row.segments[-1]
@@ -316,11 +316,9 @@ def test_row_outside_its_segment_is_refused() -> None:
         sa.plan([sa.QueryRow(0, 1, (sa.Segment((0,), 0, 20, 0),))], 16, spec)
 
 
-def test_the_op_has_the_vector_paths_this_cpu_reports() -> None:
+def test_the_op_has_the_vector_paths_this_cpu_reports(monkeypatch) -> None:
     """Built for the CPU it runs on: AVX-512 where the CPU reports avx512f, AVX2 on any x86 with AVX2 and FMA;
     the widest runs by default, VLLM_HOGWILD_CPU_ISA chooses another, and one the build lacks is refused."""
-    import os
-
     from vllm_hogwild.attention import cpu_ops
     from vllm_hogwild.core.errors import HogwildOptionError
 
@@ -329,12 +327,8 @@ def test_the_op_has_the_vector_paths_this_cpu_reports() -> None:
     assert cpu_ops.isas() == expected
     assert cpu_ops.choose() == expected[0]
     assert cpu_ops.choose("generic") == "generic"
-    saved = os.environ.get(cpu_ops.ISA_ENV)
-    try:
-        os.environ[cpu_ops.ISA_ENV] = "avx2"
-        assert cpu_ops.choose() == "avx2"
-        os.environ[cpu_ops.ISA_ENV] = "sse9"
-        with pytest.raises(HogwildOptionError, match=cpu_ops.ISA_ENV):
-            cpu_ops.choose()
-    finally:
-        os.environ.pop(cpu_ops.ISA_ENV) if saved is None else os.environ.__setitem__(cpu_ops.ISA_ENV, saved)
+    monkeypatch.setenv(cpu_ops.ISA_ENV, "avx2")
+    assert cpu_ops.choose() == "avx2"
+    monkeypatch.setenv(cpu_ops.ISA_ENV, "sse9")
+    with pytest.raises(HogwildOptionError, match=cpu_ops.ISA_ENV):
+        cpu_ops.choose()

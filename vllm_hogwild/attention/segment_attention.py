@@ -111,12 +111,16 @@ class PlanKind(Enum):
 CPU_OP_MAX_ROW_TOKENS = 16
 
 
+def _cpu_op_takes(rows: Sequence[QueryRow]) -> bool:
+    return all(r.num_query_tokens <= CPU_OP_MAX_ROW_TOKENS for r in rows)
+
+
 def kind_for(path: str, rows: Sequence[QueryRow], block_size: int) -> PlanKind:
     """The plan an attention path (:mod:`vllm_hogwild.attention.paths`) uses for this step's rows."""
     single = bool(rows) and all(r.num_query_tokens == 1 for r in rows)
     if path == "triton":
         return PlanKind.TRITON
-    if path == "cpu-op" and rows and all(r.num_query_tokens <= CPU_OP_MAX_ROW_TOKENS for r in rows):
+    if path == "cpu-op" and rows and _cpu_op_takes(rows):
         return PlanKind.CPU_OP
     if path == "torch" and single and _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES:
         return PlanKind.DENSE_DECODE
@@ -164,9 +168,9 @@ def plan(
     if kind is PlanKind.DENSE_DECODE and not all(r.num_query_tokens == 1 for r in rows):
         raise ValueError(f"a {kind.value} plan takes single-token rows only")
     if kind is PlanKind.CPU_OP:
-        if not all(r.num_query_tokens <= CPU_OP_MAX_ROW_TOKENS for r in rows):
+        if not _cpu_op_takes(rows):
             raise ValueError(f"a {kind.value} plan takes rows of up to {CPU_OP_MAX_ROW_TOKENS} tokens")
-        return _plan_csr(single_token_rows(rows), block_size, rope, num_tokens)
+        return _plan_csr(single_token_rows(rows, block_size), block_size, rope, num_tokens)
     if kind is PlanKind.DENSE_DECODE:
         return _plan_decode(rows, block_size, rope, num_tokens, device)
     entries = [_row_entries(row, block_size) for row in rows]
@@ -257,17 +261,16 @@ def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) 
     )
 
 
-def single_token_rows(rows: Sequence[QueryRow]) -> list[QueryRow]:
+def single_token_rows(rows: Sequence[QueryRow], block_size: int) -> list[QueryRow]:
     """Every row as one row per query token: token ``t`` of a row of ``T`` reads the other segments whole and its
-    own text up to itself (the row's causal mask, as segments)."""
+    own text up to itself (the row's causal mask, as segments). Each row is checked as it is split."""
     split = []
     for row in rows:
+        _check_row(row, block_size)
         if row.num_query_tokens == 1:
             split.append(row)
             continue
         *others, own = row.segments
-        if own.end - own.start < row.num_query_tokens:
-            raise ValueError("the row's query tokens must lie in its last segment")
         last = row.num_query_tokens - 1
         split += [QueryRow(row.query_start + t, 1, (*others, replace(own, end=own.end - (last - t))))
                   for t in range(row.num_query_tokens)]
@@ -275,11 +278,11 @@ def single_token_rows(rows: Sequence[QueryRow]) -> list[QueryRow]:
 
 
 def _plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None) -> SegmentAttentionPlan:
+    """``rows``: single-token rows that :func:`single_token_rows` checked."""
     num_tokens = _query_rows(rows, num_tokens)
     row_pair_ptr, pair_piece_ptr = [0], [0]
     blocks, lo, hi, pair_delta, pair_token = [], [], [], [], []
     for row in rows:
-        _check_row(row, bs)
         for seg in row.segments:
             if seg.end > seg.start:
                 for b in range(seg.start // bs, -(-seg.end // bs)):

@@ -31,7 +31,9 @@ import logging
 
 import torch
 
-logger = logging.getLogger(__name__)
+from vllm_hogwild.core.log import get_logger
+
+logger = get_logger(__name__)
 
 EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 
