@@ -74,9 +74,11 @@ class Server:
 
         return httpx.get(self.base_url + "/metrics", timeout=10).text
 
-    def metric(self, name: str) -> float:
-        """One sample of ``name`` (labels ignored); 0.0 when the series has no sample yet."""
-        found = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", self.metrics(), re.M)
+    def metric(self, name: str, exposition: str | None = None) -> float:
+        """One sample of ``name`` (labels ignored) in ``exposition`` (default: a scrape now); 0.0 when the series
+        has no sample yet."""
+        text = self.metrics() if exposition is None else exposition
+        found = re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", text, re.M)
         assert len(found) <= 1, f"{name}: {len(found)} samples"
         return float(found[0]) if found else 0.0
 

@@ -77,11 +77,12 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            try:
-                self.max_waiting = max(self.max_waiting, self.server.metric("vllm:num_requests_waiting"))
-                self.max_kv_use = max(self.max_kv_use, self.server.metric("vllm:kv_cache_usage_perc"))
+            try:  # one scrape for both: under load a scrape can take seconds, and one may time out
+                exposition = self.server.metrics()
             except Exception:
-                pass
+                continue
+            self.max_waiting = max(self.max_waiting, self.server.metric("vllm:num_requests_waiting", exposition))
+            self.max_kv_use = max(self.max_kv_use, self.server.metric("vllm:kv_cache_usage_perc", exposition))
             time.sleep(0.2)
 
 
