@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 import time
 
 import pytest
@@ -186,35 +185,47 @@ HOSTILE_GROUPS = [
 ORDINARY_GROUPS = [{"hogwild_layout": "contiguous"}, {"hogwild_layout": "combined"}]  # the same groups, no pattern
 
 
-class GroupLoop(threading.Thread):
-    """One group after another (n=2, 96 tokens each, streamed or not) until stopped; keeps every outcome."""
+def _group_loop(base_url: str, kinds: list[dict], started, stop, results) -> None:
+    """One group after another (n=2, 96 tokens each, streamed or not) until ``stop``; every outcome to
+    ``results``. Runs in a process of its own: in the test's process its reads of the groups' streams
+    would hold the plain requests' reads back (one GIL), which showed as plain latency."""
+    import httpx
 
-    def __init__(self, server: Server, kinds: list[dict]) -> None:
-        super().__init__(daemon=True)
-        self.server, self.kinds, self.stop, self.outcomes = server, kinds, threading.Event(), []
-
-    def run(self) -> None:
-        import httpx
-
-        with httpx.Client(base_url=self.server.base_url, timeout=300) as http:
-            i = 0
-            while not self.stop.is_set():
-                text = " ".join(["words and spaces"] * 20)  # what the hostile pattern backtracks on in Python's re
-                self.outcomes.append(_post(http, "completions", {
-                    "prompt": text, "n": 2, "max_tokens": 96, "ignore_eos": True, "stream": i % 3 == 1,
-                    "vllm_xargs": self.kinds[i % len(self.kinds)]}))
-                i += 1
+    outcomes = []
+    with httpx.Client(base_url=base_url, timeout=300) as http:
+        i = 0
+        while not stop.is_set():
+            text = " ".join(["words and spaces"] * 20)  # what the hostile pattern backtracks on in Python's re
+            started.set()
+            outcomes.append(_post(http, "completions", {
+                "prompt": text, "n": 2, "max_tokens": 96, "ignore_eos": True, "stream": i % 3 == 1,
+                "vllm_xargs": kinds[i % len(kinds)]}))
+            i += 1
+    results.put(outcomes)
 
 
 def _beside(server: Server, kinds: list[dict], seed: int) -> tuple[list[float], list]:
-    loop = GroupLoop(server, kinds)
+    import multiprocessing
+    import queue
+
+    ctx = multiprocessing.get_context("spawn")
+    started, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
+    loop = ctx.Process(target=_group_loop, args=(server.base_url, kinds, started, stop, results), daemon=True)
     loop.start()
-    time.sleep(1.0)  # a group is decoding
-    latencies = _plain_latencies(server, 3, seed)
-    loop.stop.set()
-    loop.join(300)
-    assert not loop.is_alive(), "a group never ended"
-    return latencies, loop.outcomes
+    try:
+        assert started.wait(120), "the group loop never started"
+        time.sleep(0.5)  # a group is decoding
+        latencies = _plain_latencies(server, 3, seed)
+        stop.set()
+        try:
+            outcomes = results.get(timeout=300)
+        except queue.Empty:
+            raise AssertionError("a group never ended") from None
+    finally:
+        loop.join(10)
+        if loop.is_alive():
+            loop.kill()
+    return latencies, outcomes
 
 
 def test_hostile_patterns_do_not_slow_plain_requests(server) -> None:
@@ -222,26 +233,34 @@ def test_hostile_patterns_do_not_slow_plain_requests(server) -> None:
     a server before RE2), against the same plain requests beside the same groups without a pattern, rounds
     alternating. On this 2-core machine any running group slows a plain request (the engine core, its worker,
     the API server and this client share the cores), so the comparison isolates what the client controls.
-    Plain requests with nothing else running are printed too."""
+    Some plain requests wait about one group's length (0.3 s) beside any group here, stock vLLM's n=2
+    requests as often as Hogwild groups with or without patterns (9 of 30 each, measured with this loop): the
+    cores are taken by the engine core's and its worker's spin-waits. So the bound is on the lower quartile of
+    18, which a third of them delayed does not move, and which a pattern costing engine time on every step
+    (Python's re froze the engine outright) raises. Medians and plain requests alone are printed too."""
     _plain_latencies(server, 2, seed=0)  # warm up
     alone = _plain_latencies(server, 6, seed=1)
     ordinary, hostile, outcomes = [], [], []
-    for r in range(4):
+    for r in range(6):
         latencies, _ = _beside(server, ORDINARY_GROUPS, seed=10 + r)
         ordinary += latencies
         latencies, done = _beside(server, HOSTILE_GROUPS, seed=20 + r)
         hostile += latencies
         outcomes += done
     a, o, h = (statistics.median(x) for x in (alone, ordinary, hostile))
+    oq, hq = (statistics.quantiles(x, n=4)[0] for x in (ordinary, hostile))
     print(f"\nplain request (16 tokens), median: {a:.3f} s alone, {o:.3f} s beside groups without patterns, "
-          f"{h:.3f} s beside {len(outcomes)} hostile groups ({h / o:.2f}x)")
+          f"{h:.3f} s beside {len(outcomes)} hostile groups; lower quartile {oq:.3f} s and {hq:.3f} s "
+          f"({hq / oq:.2f}x); over 0.2 s: {sum(x > 0.2 for x in ordinary)} and {sum(x > 0.2 for x in hostile)} "
+          f"of {len(hostile)}")
     assert outcomes and all(status == 200 for status, _ in outcomes), [o[:2] for o in outcomes if o[0] != 200]
     for status, body in outcomes:  # every hostile group finished: both workers, whole budgets
         if body.startswith("{"):
             assert [c["finish_reason"] for c in json.loads(body)["choices"]] == ["length", "length"]
         else:
             assert body.rstrip().endswith("data: [DONE]") and '"error"' not in body
-    assert h <= 2 * o, f"plain latency {h:.3f} s beside hostile groups vs {o:.3f} s beside the same groups without"
+    assert hq <= 2 * oq, (f"plain latency (lower quartile) {hq:.3f} s beside hostile groups vs {oq:.3f} s beside "
+                          f"the same groups without")
 
 
 def test_a_pattern_pythons_re_crashes_on_is_a_400_and_the_connection_lives(server) -> None:
