@@ -97,7 +97,7 @@ def oracle(c: Case, group, views, rows, query) -> torch.Tensor:
         k = torch.cat([group.keys[s.lane][s.start : s.end] for s in view.spans])
         v = torch.cat([group.values[s.lane][s.start : s.end] for s in view.spans])
         stored = torch.cat([torch.arange(s.start, s.end) for s in view.spans])
-        view_pos = torch.arange(view.num_tokens)
+        view_pos = torch.cat([torch.arange(v, v + s.num_tokens) for v, s in zip(view.view_starts(), view.spans)])
         is_own = torch.zeros(view.num_tokens, dtype=torch.bool)
         is_own[view.num_tokens - view.own.num_tokens :] = True
         n = row.num_query_tokens
@@ -239,13 +239,14 @@ def test_oracle_long_views() -> None:
 @pytest.mark.parametrize("gqa", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("kv_layout,block_size,head_dim,dtype", [
     ("cpu_k_transposed", 16, 64, torch.float32), ("cpu_k_transposed", 128, 80, torch.float32),
-    ("cpu_k_transposed", 32, 64, torch.bfloat16), ("cpu_k_transposed", 32, 64, torch.float16),
-    ("cpu", 32, 64, torch.float32), ("cpu_k_transposed", 24, 64, torch.float32),
+    ("cpu_k_transposed", 32, 64, torch.bfloat16), ("cpu_k_transposed", 128, 128, torch.bfloat16),
+    ("cpu_k_transposed", 32, 64, torch.float16), ("cpu", 32, 64, torch.float32), ("cpu_k_transposed", 24, 64, torch.float32),
 ])
 def test_compiled_op_tiled_and_generic_paths(gqa: int, kv_layout: str, block_size: int, head_dim: int,
                                              dtype: torch.dtype) -> None:
     """The op's register-tiled paths (K transposed, block size and head_dim multiples of 16, 1-4
-    query heads per KV head, any cache dtype; each vector path the op has here: AVX-512, AVX2) and its
+    query heads per KV head, any cache dtype; each vector path the op has here: AVX-512 with the BF16 dot
+    product, AVX-512, AVX2) and its
     generic loops (everything else here, and the ``generic`` path) against the oracle, with pieces that
     start and end mid-tile."""
     check(Case(num_workers=3, layout="combined", kv_layout=kv_layout, gqa=gqa, block_size=block_size,
@@ -317,13 +318,14 @@ def test_row_outside_its_segment_is_refused() -> None:
 
 
 def test_the_op_has_the_vector_paths_this_cpu_reports(monkeypatch) -> None:
-    """Built for the CPU it runs on: AVX-512 where the CPU reports avx512f, AVX2 on any x86 with AVX2 and FMA;
-    the widest runs by default, VLLM_HOGWILD_CPU_ISA chooses another, and one the build lacks is refused."""
+    """Built for the CPU it runs on: AVX-512 where the CPU reports avx512f (with the BF16 dot product where it
+    reports avx512_bf16 too), AVX2 on any x86 with AVX2 and FMA; the widest runs by default, VLLM_HOGWILD_CPU_ISA chooses another, and one the build lacks is refused."""
     from vllm_hogwild.attention import cpu_ops
     from vllm_hogwild.core.errors import HogwildOptionError
 
     flags = set(open("/proc/cpuinfo").read().split())
-    expected = [isa for isa, flag in (("avx512", "avx512f"), ("avx2", "avx2")) if flag in flags] + ["generic"]
+    wants = (("avx512_bf16", {"avx512f", "avx512bw", "avx512_bf16"}), ("avx512", {"avx512f"}), ("avx2", {"avx2"}))
+    expected = [isa for isa, needs in wants if needs <= flags] + ["generic"]
     assert cpu_ops.isas() == expected
     assert cpu_ops.choose() == expected[0]
     assert cpu_ops.choose("generic") == "generic"

@@ -7,9 +7,11 @@ engine then runs the PyTorch paths and says so
 (:mod:`vllm_hogwild.attention.paths`; ``VLLM_HOGWILD_ATTENTION=torch`` chooses
 them explicitly).
 
-The op has a vector path per instruction set it was compiled for: ``avx512``
-(512-bit registers, where the CPU has AVX-512), ``avx2``, and ``generic``
-loops. The widest runs unless ``VLLM_HOGWILD_CPU_ISA`` names another
+The op has a vector path per instruction set it was compiled for:
+``avx512_bf16`` (``avx512`` that scores a bfloat16 cache with the CPU's BF16
+dot product, where it has AVX512_BF16; the query rounded to bfloat16 for it),
+``avx512`` (512-bit registers, where the CPU has AVX-512), ``avx2``, and
+``generic`` loops. The widest runs unless ``VLLM_HOGWILD_CPU_ISA`` names another
 (:func:`choose`; the switch records the choice for every process of the engine,
 and the start-up line and ``/metrics`` name it).
 """
@@ -27,7 +29,7 @@ logger = get_logger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "segment_attention_cpu.cpp"
 ISA_ENV = "VLLM_HOGWILD_CPU_ISA"
-ISA_CODES = {"generic": 0, "avx2": 1, "avx512": 2}  # the op's Isa enum
+ISA_CODES = {"generic": 0, "avx2": 1, "avx512": 2, "avx512_bf16": 3}  # the op's Isa enum
 _current: str | None = None
 
 

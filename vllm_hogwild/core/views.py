@@ -77,13 +77,28 @@ class Segment:
 
 @dataclass(frozen=True)
 class View:
-    """An ordered list of spans; the last one is the reader's own text."""
+    """An ordered list of spans; the last one is the reader's own text.
+
+    ``starts``: the view position of each span's first token. ``None`` (every
+    Hogwild layout) places the spans one after another. A fork/join view gives
+    them: the branches of a join all start where the prefix ends, and the
+    continuation after the longest (:func:`join_view`). Spans are read in
+    ``spans`` order either way; the own span is last and starts at or after
+    every other span's end.
+    """
 
     spans: tuple[Span, ...]
+    starts: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.spans:
             raise ValueError("a view needs at least its own span")
+        if self.starts is not None:
+            if len(self.starts) != len(self.spans) or min(self.starts) < 0:
+                raise ValueError("one view start >= 0 per span")
+            own_start = self.starts[-1]
+            if any(v + s.num_tokens > own_start for v, s in zip(self.starts[:-1], self.spans[:-1])):
+                raise ValueError("the own span starts after every other span ends")
 
     @property
     def num_tokens(self) -> int:
@@ -95,6 +110,8 @@ class View:
 
     def view_starts(self) -> list[int]:
         """View position of the first token of every span."""
+        if self.starts is not None:
+            return list(self.starts)
         starts, pos = [], 0
         for span in self.spans:
             starts.append(pos)
@@ -117,6 +134,24 @@ class View:
     def tokens(self) -> list[tuple[int, int]]:
         """Every ``(lane, stored_pos)`` of the view, in view order."""
         return [(s.lane, p) for s in self.spans for p in range(s.start, s.end)]
+
+
+def join_view(prefix: Span, branches: Sequence[Span], own: Span) -> View:
+    """The continuation after a join: ``[prefix @0][branch 1 @p0] ... [branch k @p0][own @p0 + longest]``.
+
+    ``p0`` is the prefix's length; no branch reads another, so they all start
+    there, and the continuation reads them all. Empty branches are kept out.
+    """
+    if prefix.start != 0:
+        raise ValueError("a join's prefix starts at its lane's first token")
+    p0 = prefix.num_tokens
+    kept = [b for b in branches if b.num_tokens]
+    longest = max((b.num_tokens for b in kept), default=0)
+    spans = (prefix, *kept, own)
+    starts = (0, *([p0] * len(kept)), p0 + longest)
+    if prefix.num_tokens == 0:
+        spans, starts = spans[1:], starts[1:]
+    return View(tuple(spans), tuple(starts))
 
 
 def normalize(spans: Sequence[Span]) -> tuple[Span, ...]:
@@ -270,7 +305,7 @@ def segments_of(view: View, block_ids: Sequence[tuple[int, ...]]) -> tuple[Segme
     attention: it runs through vLLM's own kernel, bit for bit like a plain
     request.
     """
-    if len(view.spans) == 1 and view.own.start == 0:
+    if len(view.spans) == 1 and view.own.start == 0 and view.view_starts()[0] == 0:
         return None
     return tuple(Segment(block_ids[s.lane], s.start, s.end, delta) for s, delta in zip(view.spans, view.deltas()))
 

@@ -33,9 +33,13 @@
 //   one 16-lane register per tile the AVX-512 path ran at half AVX2's speed.
 //   AVX-512 tiles need block size and head_dim multiples of 32; a cache with
 //   multiples of 16 only takes the AVX2 tiles.
-// bf16 and fp16 elements are widened to float32 as they load (exact); the
-// AVX-512 BF16 dot product is not used: it pairs adjacent elements, and in the
-// transposed K block those are two keys, not two dims of one key.
+// bf16 and fp16 elements are widened to float32 as they load (exact). Where the
+// compiler targets AVX512_BF16, the avx512_bf16 path scores a bf16 cache with the
+// BF16 dot product (vdpbf16ps: two products per float32 lane): it pairs adjacent
+// elements, and in the transposed K block those are two keys, so two rows of dims
+// are interleaved first; the query is rounded to bf16 (round to nearest even) for
+// it, the one rounding the other paths do not make. V is still widened (the
+// weights stay float32). Other caches run that path as avx512.
 // It merges a row's pieces in block order instead of view order: the same
 // softmax, summed in another order (differences of float32 rounding).
 
@@ -43,6 +47,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <cmath>
 #include <limits>
@@ -54,6 +60,9 @@
 #define HOGWILD_AVX2 1
 #if defined(__AVX512F__)
 #define HOGWILD_AVX512 1
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define HOGWILD_AVX512_BF16 1
+#endif
 #endif
 #endif
 
@@ -89,7 +98,7 @@ inline void softmax_update(int64_t g, float* s, int64_t bs, int64_t lo, int64_t 
 }
 
 // The paths `isa` names (see isas()).
-enum Isa : int64_t { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
+enum Isa : int64_t { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
 
 #ifdef HOGWILD_AVX2
 // The vector operations a path needs, on its register width. A tile is two registers of
@@ -98,6 +107,7 @@ enum Isa : int64_t { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 // high half of a float32).
 struct Avx2 {
   using V = __m256;
+  static constexpr bool kDotBf16 = false;  // scores of a bf16 cache with vdpbf16ps (scores_bf16)
   static constexpr int kLanes = 8;
   static constexpr int kTile = 16;
   static constexpr int kRegisters = 16;
@@ -120,6 +130,7 @@ struct Avx2 {
 #ifdef HOGWILD_AVX512
 struct Avx512 {
   using V = __m512;
+  static constexpr bool kDotBf16 = false;
   static constexpr int kLanes = 16;
   static constexpr int kTile = 32;
   static constexpr int kRegisters = 32;
@@ -136,6 +147,63 @@ struct Avx512 {
   }
   static V load(const c10::Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 };
+
+#ifdef HOGWILD_AVX512_BF16
+struct Avx512Bf16 : Avx512 {
+  static constexpr bool kDotBf16 = true;
+};
+
+constexpr int64_t kMaxDotDim = 256;  // head_dim up to which scores_bf16 keeps its bf16 queries on the stack
+
+// Scores of R readers (G heads each) against the 32-key tiles of keys [lo, hi) of a bf16 K block,
+// with vdpbf16ps. Per pair of dims (e, e+1): rows e and e+1 of the block are interleaved into
+// (K[e][j], K[e+1][j]) pairs, keys 0-3, 8-11, ... in one register and 4-7, 12-15, ... in the
+// other (unpack works within 128-bit lanes); each is dotted with the broadcast pair
+// (q[e], q[e+1]) in bf16. A permute puts the keys back in order at the tile's end.
+template <int G, int R>
+void scores_bf16(const float* const* qr, const c10::BFloat16* kb, int64_t d, int64_t bs, int64_t lo, int64_t hi,
+                 float sc, float* const* s) {
+  alignas(64) uint16_t qb[R][G][kMaxDotDim];  // each reader's query heads in bf16: a uint32 is a (q[e], q[e+1])
+  for (int r = 0; r < R; ++r)
+    for (int gi = 0; gi < G; ++gi)
+      for (int64_t e = 0; e < d; e += 32) {
+        const __m512bh x = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(qr[r] + gi * d + e + 16),
+                                                _mm512_loadu_ps(qr[r] + gi * d + e));
+        _mm512_store_si512(reinterpret_cast<__m512i*>(&qb[r][gi][e]), reinterpret_cast<const __m512i&>(x));
+      }
+  // Output lane o of the first half (keys 0-15) and second (16-31): from t0 (index < 16) or t1.
+  alignas(64) static const int32_t kOrder[2][16] = {
+      {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23},
+      {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31}};
+  const __m512i first = _mm512_load_si512(kOrder[0]), second = _mm512_load_si512(kOrder[1]);
+  const __m512 vsc = _mm512_set1_ps(sc);
+  for (int64_t j0 = lo / 32 * 32; j0 < hi; j0 += 32) {
+    __m512 t[R][G][2];
+    for (int r = 0; r < R; ++r)
+      for (int gi = 0; gi < G; ++gi) t[r][gi][0] = t[r][gi][1] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d; e += 2) {
+      const __m512i a = _mm512_loadu_si512(kb + e * bs + j0), b = _mm512_loadu_si512(kb + (e + 1) * bs + j0);
+      const __m512i klo = _mm512_unpacklo_epi16(a, b), khi = _mm512_unpackhi_epi16(a, b);
+      for (int r = 0; r < R; ++r)
+        for (int gi = 0; gi < G; ++gi) {
+          uint32_t pair;
+          std::memcpy(&pair, &qb[r][gi][e], sizeof(pair));
+          const __m512i y = _mm512_set1_epi32(static_cast<int32_t>(pair));
+          t[r][gi][0] = _mm512_dpbf16_ps(t[r][gi][0], reinterpret_cast<const __m512bh&>(klo),
+                                         reinterpret_cast<const __m512bh&>(y));
+          t[r][gi][1] = _mm512_dpbf16_ps(t[r][gi][1], reinterpret_cast<const __m512bh&>(khi),
+                                         reinterpret_cast<const __m512bh&>(y));
+        }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int gi = 0; gi < G; ++gi) {
+        float* out = s[r] + gi * bs + j0;
+        _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutex2var_ps(t[r][gi][0], first, t[r][gi][1]), vsc));
+        _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_permutex2var_ps(t[r][gi][0], second, t[r][gi][1]), vsc));
+      }
+  }
+}
+#endif
 #endif
 
 // R readers of the same piece (each G query heads): every K and V tile is loaded once
@@ -148,6 +216,11 @@ void piece_multi(const float* const* qr, const scalar_t* kb, const scalar_t* vb,
   constexpr int64_t kTile = I::kTile;
   constexpr int NV = kTile / I::kLanes;  // registers per tile
   const V vsc = I::set1(sc);
+#ifdef HOGWILD_AVX512_BF16
+  if constexpr (I::kDotBf16 && std::is_same<scalar_t, c10::BFloat16>::value) {
+    scores_bf16<G, R>(qr, kb, d, bs, lo, hi, sc, s);
+  } else
+#endif
   for (int64_t j0 = lo / kTile * kTile; j0 < hi; j0 += kTile) {
     V t[R][G][NV];
     for (int r = 0; r < R; ++r)
@@ -414,6 +487,9 @@ bool run_rows_shared(const Rows<scalar_t>& rows) {
 // The paths this build has, widest first ("generic": run_rows, always there).
 std::vector<std::string> isas() {
   std::vector<std::string> names;
+#ifdef HOGWILD_AVX512_BF16
+  names.push_back("avx512_bf16");
+#endif
 #ifdef HOGWILD_AVX512
   names.push_back("avx512");
 #endif
@@ -445,6 +521,9 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
 #ifdef HOGWILD_AVX512
   known = known || isa == kAvx512;
 #endif
+#ifdef HOGWILD_AVX512_BF16
+  known = known || isa == kAvx512Bf16;
+#endif
   TORCH_CHECK(known, "isa ", isa, " is not compiled in this build (see isas())");
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cache.scalar_type(), "segment_attention_decode", [&] {
     const Rows<scalar_t> rows(query, cache, row_token, row_pair_ptr, pair_cos, pair_sin, pair_piece_ptr,
@@ -456,8 +535,12 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
 #endif
         ;
     if constexpr (readable) {
+#ifdef HOGWILD_AVX512_BF16
+      if (isa == kAvx512Bf16 && k_transposed && rows.d <= kMaxDotDim &&
+          run_rows_shared<Avx512Bf16, scalar_t>(rows)) return;
+#endif
 #ifdef HOGWILD_AVX512
-      if (isa == kAvx512 && k_transposed && run_rows_shared<Avx512, scalar_t>(rows)) return;
+      if ((isa == kAvx512 || isa == kAvx512Bf16) && k_transposed && run_rows_shared<Avx512, scalar_t>(rows)) return;
 #endif
       // AVX2 tiles also serve an AVX-512 run whose block size is a multiple of 16, not of 32.
       if (isa != kGeneric && k_transposed && run_rows_shared<Avx2, scalar_t>(rows)) return;

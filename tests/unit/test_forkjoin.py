@@ -1,0 +1,132 @@
+"""Fork/join protocols (Multiverse, NPR): the families' rules, and the join's view against the dense oracle."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from tests.unit.test_segment_attention import Case, oracle, ours, paths_for, rel_err
+from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, Watch, decide, join_positions, parts_of
+from vllm_hogwild.core.views import Span, View, join_view
+from vllm_hogwild.tools.synthetic import SyntheticGroup
+
+MULTIVERSE = FAMILIES["multiverse"]
+NPR = FAMILIES["npr"]
+
+GOAL_MV = ("Let me split this.\n<Parallel>\n<Goal>\n<Outline>\n1: count the even cases</Outline>\n"
+           "<Outline>\n2: count the odd cases</Outline>\n<Outline>\n3.1: check n = 0</Outline>\n</Goal>")
+GOAL_NPR = "<guideline>\n<plan> 1: factor it</plan>\n<plan> 2: try small n</plan>\n</guideline>"
+
+
+def test_parts_are_the_goals_numbered_entries_in_order() -> None:
+    assert parts_of(MULTIVERSE, GOAL_MV) == ("1", "2", "3.1")
+    assert parts_of(NPR, GOAL_NPR) == ("1", "2")
+    earlier = "<Goal>\n<Outline>\n7: an earlier goal</Outline>\n</Goal> then "  # only the last goal counts
+    assert parts_of(MULTIVERSE, earlier + GOAL_MV) == ("1", "2", "3.1")
+
+
+def test_each_family_places_its_own_headers() -> None:
+    fork = decide(MULTIVERSE, GOAL_MV, depth=0, budget_left=500, max_branches=8)
+    assert fork.numbers == ("1", "2", "3.1")
+    assert fork.headers == ("\n<Path>\n1:", "\n<Path>\n2:", "\n<Path>\n3.1:")
+    fork = decide(NPR, GOAL_NPR, depth=0, budget_left=2000, max_branches=8)
+    assert fork.headers == ("\n<step>\n1:", "\n<step>\n2:")
+    assert (MULTIVERSE.join_header, NPR.join_header) == ("<Conclusion>\n", "<takeaway>\n")
+
+
+def test_the_families_rules_decide_when_no_fork_starts() -> None:
+    # NPR: no nesting, a fork needs 1,024 tokens left, and 0 or more than 5 plans go on without forking.
+    assert decide(NPR, GOAL_NPR, depth=1, budget_left=5000, max_branches=8) is None
+    assert decide(NPR, GOAL_NPR, depth=0, budget_left=1023, max_branches=8) is None
+    assert decide(NPR, "<guideline>\nno plans here\n</guideline>", depth=0, budget_left=5000, max_branches=8) is None
+    six = "<guideline>" + "".join(f"<plan> {i}: part</plan>" for i in range(1, 7)) + "</guideline>"
+    assert decide(NPR, six, depth=0, budget_left=5000, max_branches=8) is None
+    # Multiverse: nesting up to 5 deep, no fork within 30 tokens of the budget's end.
+    assert decide(MULTIVERSE, GOAL_MV, depth=4, budget_left=30, max_branches=8).num_branches == 3
+    assert decide(MULTIVERSE, GOAL_MV, depth=5, budget_left=500, max_branches=8) is None
+    assert decide(MULTIVERSE, GOAL_MV, depth=0, budget_left=29, max_branches=8) is None
+
+
+def test_more_parts_than_the_engines_cap_is_refused_not_cut() -> None:
+    with pytest.raises(ForkTooWide, match="--hogwild-max-workers"):
+        decide(MULTIVERSE, GOAL_MV, depth=0, budget_left=500, max_branches=2)
+
+
+def test_the_watch_sees_a_fork_and_a_branch_end_across_token_boundaries() -> None:
+    top = Watch(MULTIVERSE, in_branch=False)
+    pieces = [GOAL_MV[i:i + 3] for i in range(0, len(GOAL_MV), 3)]
+    said = [top.feed(p) for p in pieces]
+    assert said[-1] == "fork" and said.count("fork") == 1 and parts_of(MULTIVERSE, top.text) == ("1", "2", "3.1")
+    assert top.feed(" more text") is None  # one goal end forks once
+    branch = Watch(MULTIVERSE, in_branch=True)
+    assert [branch.feed(p) for p in ("\n<Path>\n1: even", " cases: 4 </Pa", "th>")] == [None, None, "end"]
+    assert branch.feed("</Goal>") == "end"  # a branch that has ended stays ended
+
+
+def test_a_long_text_is_watched_in_bounded_memory() -> None:
+    w = Watch(NPR, in_branch=True)
+    for _ in range(3000):
+        w.feed("word " * 10)
+    assert len(w.text) <= 16_384 + 2048
+
+
+def test_join_view_places_every_branch_at_the_prefix_end() -> None:
+    view = join_view(Span(0, 0, 10), [Span(1, 10, 14), Span(2, 10, 17), Span(3, 10, 10)], Span(0, 10, 12))
+    assert view.spans == (Span(0, 0, 10), Span(1, 10, 14), Span(2, 10, 17), Span(0, 10, 12))  # empty one left out
+    assert view.view_starts() == [0, 10, 10, 17]
+    assert join_positions(10, [4, 7, 0]) == ([10, 10, 10], 17)
+    assert view.view_pos(0, 10) == 17 and view.view_pos(2, 16) == 16
+    # The continuation's query rotates by (17 - 10) against the prefix, 7 - 0 against each branch.
+    assert view.deltas() == [7, 7, 7, 0]
+    with pytest.raises(ValueError, match="starts after"):
+        View((Span(1, 10, 14), Span(0, 10, 12)), (10, 12))
+
+
+# -- the join's attention against the dense oracle --------------------------------------------------
+
+def _join_setup(c: Case, branch_lens: list[int], cont_len: int, placed: bool):
+    """Lane 0: the prefix, then the continuation; lanes 1..k: the branches (each lane stores the prefix too, as
+    forked lanes share its blocks). ``placed``: the join view; else a control with the branches one after
+    another (as a sequential engine would place them)."""
+    group = SyntheticGroup.build(c.prompt_len, [cont_len, *branch_lens], c.num_kv_heads, c.head_dim, c.block_size,
+                                 c.kv_layout, c.dtype, seed=c.seed)
+    p0 = c.prompt_len
+    prefix, own = Span(0, 0, p0), Span(0, p0, p0 + cont_len)
+    branches = [Span(b + 1, p0, p0 + n) for b, n in enumerate(branch_lens)]
+    if placed:
+        view = join_view(prefix, branches, own)
+    else:
+        view = View((prefix, *branches, own))
+    rng = random.Random(c.seed)
+    n_q = min(cont_len, rng.randint(1, c.max_query_tokens))
+    rows = group.rows([view], [n_q])
+    query = torch.randn(n_q, c.num_kv_heads * c.gqa, c.head_dim,
+                        generator=torch.Generator().manual_seed(c.seed + 1)).to(c.dtype)
+    return group, [view], rows, query
+
+
+@pytest.mark.parametrize("branch_lens", [[5, 9], [12, 3, 7, 20], [1, 40]])
+@pytest.mark.parametrize("max_query_tokens", [1, 4])
+def test_join_attention_matches_the_dense_oracle_and_a_sequential_placement_does_not(
+        branch_lens: list[int], max_query_tokens: int) -> None:
+    c = Case(prompt_len=45, block_size=16, max_query_tokens=max_query_tokens, seed=len(branch_lens))
+    group, views, rows, query = _join_setup(c, branch_lens, cont_len=6, placed=True)
+    ref = oracle(c, group, views, rows, query)
+    errs = {path: rel_err(ours(c, group, rows, query, path), ref) for path in paths_for(c, rows)}
+    assert max(errs.values()) <= 1e-5, errs
+    # Control: the same tokens with the branches placed one after another must miss the oracle of the join.
+    _, seq_views, seq_rows, _ = _join_setup(c, branch_lens, cont_len=6, placed=False)
+    assert rel_err(ours(c, group, seq_rows, query), ref) > 1e-3
+    # And the oracle itself tells the two placements apart.
+    assert rel_err(oracle(c, group, seq_views, seq_rows, query), ref) > 1e-3
+
+
+def test_join_attention_bf16_cache() -> None:
+    c = dataclasses.replace(Case(prompt_len=64, block_size=32, seed=3), dtype=torch.bfloat16)
+    group, views, rows, query = _join_setup(c, [10, 30, 2], cont_len=3, placed=True)
+    ref = oracle(c, group, views, rows, query)
+    errs = {path: rel_err(ours(c, group, rows, query, path), ref) for path in paths_for(c, rows)}
+    assert max(errs.values()) <= 1e-2, errs
