@@ -130,3 +130,56 @@ def test_join_attention_bf16_cache() -> None:
     ref = oracle(c, group, views, rows, query)
     errs = {path: rel_err(ours(c, group, rows, query, path), ref) for path in paths_for(c, rows)}
     assert max(errs.values()) <= 1e-2, errs
+
+
+# -- one request's lanes through a fork and its join -------------------------------------------------
+
+def _feed(lanes, lens, lane: int, text: str, tokens: int) -> dict[int, str]:
+    lens[lane] += tokens
+    return lanes.observe(lane, text, lens[lane])
+
+
+def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> None:
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage
+
+    P = 20
+    lanes = ForkJoinLanes(MULTIVERSE, num_lanes=4, prompt_len=P, max_tokens=500)
+    lens = [P] * 4
+    assert lanes.waiting() == {1, 2, 3} and lanes.view(0, lens).spans == (Span(0, 0, P),)
+    assert _feed(lanes, lens, 0, GOAL_MV[:40], 10) == {}
+    place = _feed(lanes, lens, 0, GOAL_MV[40:], 25)
+    assert place == {1: "\n<Path>\n1:", 2: "\n<Path>\n2:", 3: "\n<Path>\n3.1:"} and lanes.stage is Stage.BRANCHES
+    p0 = P + 35
+    assert lanes.fork_at == p0 and lanes.waiting() == {0}
+    # Each branch reads the trunk up to the fork, then its own text, placed right after it (not after siblings).
+    for lane, (text, n) in {1: ("\n<Path>\n1: even: 4", 6), 2: ("\n<Path>\n2: odd", 4), 3: ("\n<Path>\n3.1: n=0", 5)}.items():
+        assert _feed(lanes, lens, lane, text, n) == {}
+        view = lanes.view(lane, lens)
+        assert view.spans == (Span(0, 0, p0), Span(lane, P, P + n)) and view.view_starts() == [0, p0]
+    assert _feed(lanes, lens, 2, " done</Path>", 3) == {} and lanes.waiting() == {0, 2}
+    assert _feed(lanes, lens, 1, " cases</Path>", 4) == {}
+    assert _feed(lanes, lens, 3, " ok</Pa", 2) == {}
+    assert _feed(lanes, lens, 3, "th>", 1) == {0: "<Conclusion>\n"} and lanes.stage is Stage.JOINED
+    assert lanes.waiting() == {1, 2, 3}
+    # The trunk goes on in its own lane after the fork, read after the longest branch (branch 1: 10 tokens).
+    _feed(lanes, lens, 0, "<Conclusion>\n", 2)
+    view = lanes.view(0, lens)
+    assert view.spans == (Span(0, 0, p0), Span(1, P, P + 10), Span(2, P, P + 7), Span(3, P, P + 8), Span(0, p0, p0 + 2))
+    assert view.view_starts() == [0, p0, p0, p0, p0 + 10]
+    _feed(lanes, lens, 0, "So 8 in all.", 4)
+    assert lanes.document() == (GOAL_MV + "\n<Path>\n1: even: 4 cases</Path>" + "\n<Path>\n2: odd done</Path>"
+                                + "\n<Path>\n3.1: n=0 ok</Path>" + "<Conclusion>\nSo 8 in all.")
+    assert lanes.sequential_tokens(lens) == (35 + 6) + 10  # the trunk's tokens and its longest branch's
+
+
+def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules() -> None:
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage
+
+    lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=5, max_tokens=500)
+    with pytest.raises(ForkTooWide):
+        lanes.observe(0, GOAL_MV, 40)  # three parts, two branch lanes
+    npr = ForkJoinLanes(NPR, num_lanes=6, prompt_len=5, max_tokens=1500)
+    assert npr.observe(0, GOAL_NPR, 600) == {} and npr.stage is Stage.TRUNK  # under 1,024 tokens left: no fork
+    assert npr.document() == GOAL_NPR and npr.waiting() == {1, 2, 3, 4, 5}
+    with pytest.raises(ValueError, match="writes nothing"):
+        npr.observe(2, "text", 6)

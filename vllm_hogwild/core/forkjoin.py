@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Sequence
 
 from vllm_hogwild.core.patterns import LOOKBACK_CHARS, WindowMatcher, compile_pattern
+from vllm_hogwild.core.views import Span, View, join_view
 
 MAX_GOAL_CHARS = 16_384  # a goal longer than this (start tag to end tag) counts the entries of its tail only
 
@@ -152,3 +154,114 @@ def join_positions(prefix_len: int, branch_lens: Sequence[int]) -> tuple[list[in
     if prefix_len < 0 or not branch_lens or min(branch_lens) < 0:
         raise ValueError("a join needs a prefix length >= 0 and at least one branch")
     return [prefix_len] * len(branch_lens), prefix_len + max(branch_lens)
+
+
+# -- one request's lanes through one fork and its join ------------------------------------------------
+
+class Stage(Enum):
+    TRUNK = "trunk"  # lane 0 decodes; the branch lanes wait
+    BRANCHES = "branches"  # the branches decode side by side; the trunk waits at the fork
+    JOINED = "joined"  # the trunk decodes on, reading every branch
+
+
+@dataclass
+class BranchLane:
+    lane: int
+    number: str  # the goal's part number
+    header: str  # placed at its start
+    text: str = ""  # what the lane wrote (the placed header first)
+    end: int | None = None  # its lane length once it wrote the branch end
+
+
+@dataclass
+class ForkJoinLanes:
+    """The lanes of one fork/join request: lane 0 is the trunk, lanes 1.. take the branches of its fork.
+
+    Every lane stores the prompt's ``prompt_len`` tokens (forked lanes share its
+    blocks); a branch's own tokens follow them in its lane. The trunk waits at the
+    fork and, once every branch has ended, continues in its own lane after the
+    fork point, read at the position after the longest branch (:func:`join_view`).
+    One fork per request here: a goal end inside a branch, or after the join,
+    does not fork again (nesting is not built).
+
+    Feed each lane's new text with :meth:`observe` (sampled or placed: a placed
+    header is the lane's text too); :meth:`waiting` are the
+    lanes that sit out the next step, :meth:`view` what a lane reads, and
+    :meth:`document` the flat text the model was trained on.
+    """
+
+    family: Family
+    num_lanes: int
+    prompt_len: int
+    max_tokens: int  # each lane's budget of generated tokens
+    stage: Stage = Stage.TRUNK
+    fork_at: int | None = None  # the trunk's lane length at the fork (p0)
+    trunk_text: str = ""
+    trunk_text_at_fork: int | None = None
+    branches: list[BranchLane] = field(default_factory=list)
+    _trunk: Watch | None = field(default=None, repr=False)
+    _watches: dict[int, Watch] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.num_lanes < 2:
+            raise ValueError("a fork/join request needs a trunk and at least one branch lane")
+        self._trunk = Watch(self.family, in_branch=False)
+
+    def observe(self, lane: int, piece: str, lane_len: int) -> dict[int, str]:
+        """Lane ``lane`` wrote ``piece`` and is now ``lane_len`` tokens long; the text to place, per lane."""
+        if lane == 0:
+            self.trunk_text += piece
+            if self.stage is Stage.TRUNK and self._trunk.feed(piece) == "fork":
+                return self._fork(lane_len)
+            return {}
+        branch = next((b for b in self.branches if b.lane == lane), None)
+        if branch is None or self.stage is not Stage.BRANCHES or branch.end is not None:
+            raise ValueError(f"lane {lane} writes nothing in stage {self.stage.value}")
+        branch.text += piece
+        if self._watches[lane].feed(piece) == "end":
+            branch.end = lane_len
+            if all(b.end is not None for b in self.branches):
+                self.stage = Stage.JOINED
+                return {0: self.family.join_header}
+        return {}
+
+    def _fork(self, lane_len: int) -> dict[int, str]:
+        fork = decide(self.family, self.trunk_text, depth=0, budget_left=self.max_tokens - (lane_len - self.prompt_len),
+                      max_branches=self.num_lanes - 1)
+        if fork is None:
+            return {}
+        self.stage, self.fork_at, self.trunk_text_at_fork = Stage.BRANCHES, lane_len, len(self.trunk_text)
+        self.branches = [BranchLane(i + 1, n, h) for i, (n, h) in enumerate(zip(fork.numbers, fork.headers))]
+        self._watches = {b.lane: Watch(self.family, in_branch=True) for b in self.branches}
+        return {b.lane: b.header for b in self.branches}
+
+    def waiting(self) -> set[int]:
+        """The lanes that sit out the next step."""
+        if self.stage is Stage.BRANCHES:
+            return {0} | {b.lane for b in self.branches if b.end is not None} | set(range(len(self.branches) + 1,
+                                                                                          self.num_lanes))
+        return set(range(1, self.num_lanes))
+
+    def view(self, lane: int, lane_lens: Sequence[int]) -> View:
+        """What ``lane`` reads, its own text last; ``lane_lens``: every lane's length."""
+        if lane == 0:
+            if self.stage is not Stage.JOINED:
+                return View((Span(0, 0, lane_lens[0]),))
+            branches = [Span(b.lane, self.prompt_len, b.end) for b in self.branches]
+            return join_view(Span(0, 0, self.fork_at), branches, Span(0, self.fork_at, lane_lens[0]))
+        if not any(b.lane == lane for b in self.branches):
+            return View((Span(lane, 0, lane_lens[lane]),))  # a lane this request did not use
+        own = Span(lane, self.prompt_len, lane_lens[lane])
+        return View((Span(0, 0, self.fork_at), own)) if own.num_tokens else View((Span(0, 0, self.fork_at),))
+
+    def document(self) -> str:
+        """The flat text: the trunk up to the fork, every branch in order (headers included), the trunk on."""
+        if self.trunk_text_at_fork is None:
+            return self.trunk_text
+        cut = self.trunk_text_at_fork
+        return self.trunk_text[:cut] + "".join(b.text for b in self.branches) + self.trunk_text[cut:]
+
+    def sequential_tokens(self, lane_lens: Sequence[int]) -> int:
+        """Decode steps the request took one after another: the trunk's tokens plus its longest branch's."""
+        longest = max((b.end or lane_lens[b.lane]) - self.prompt_len for b in self.branches) if self.branches else 0
+        return lane_lens[0] - self.prompt_len + longest
