@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Sequence
 
-from vllm_hogwild.core.patterns import LOOKBACK_CHARS, WindowMatcher, compile_pattern
+from vllm_hogwild.core.patterns import WindowMatcher, compile_pattern
 from vllm_hogwild.core.views import Span, View, join_view
 
 MAX_GOAL_CHARS = 16_384  # a goal longer than this (start tag to end tag) counts the entries of its tail only
@@ -120,15 +120,13 @@ class ForkTooWide(ValueError):
 class Watch:
     """One sequence's text fed piece by piece: whether it reached the goal end, and whether it ended its branch.
 
-    Bounded work per piece (RE2 over a window). The goal end is matched on the
-    text since the last fork (a branch's header never re-triggers it); the text
-    itself is kept only as its last ``MAX_GOAL_CHARS + LOOKBACK_CHARS``
-    characters, for :func:`parts_of`.
+    Bounded work and memory per piece (RE2 over a window). The goal end is
+    matched on the text since the last fork (a branch's header never re-triggers
+    it). The text itself is the caller's (:func:`parts_of` reads it at a fork).
     """
 
     family: Family
     in_branch: bool  # a branch watches for its end, the top sequence does not
-    text: str = ""
     _goal: WindowMatcher = field(init=False, repr=False)
     _end: WindowMatcher = field(init=False, repr=False)
 
@@ -139,21 +137,12 @@ class Watch:
     def feed(self, piece: str) -> str | None:
         """``"fork"`` when the text reached a goal end with this piece, ``"end"`` when a branch wrote its end
         (whichever comes first in the piece is not distinguished: the end wins), else None."""
-        self.text = (self.text + piece)[-(MAX_GOAL_CHARS + LOOKBACK_CHARS):]
         if self.in_branch and self._end.feed(piece):
             return "end"
         if self._goal.feed(piece):
             self._goal = WindowMatcher(self._goal.pattern)  # the next goal is matched afresh
             return "fork"
         return None
-
-
-def join_positions(prefix_len: int, branch_lens: Sequence[int]) -> tuple[list[int], int]:
-    """View positions at the join: every branch starts at ``prefix_len``; the continuation at
-    ``prefix_len`` plus the longest branch. Returns (each branch's start, the continuation's start)."""
-    if prefix_len < 0 or not branch_lens or min(branch_lens) < 0:
-        raise ValueError("a join needs a prefix length >= 0 and at least one branch")
-    return [prefix_len] * len(branch_lens), prefix_len + max(branch_lens)
 
 
 # -- one request's lanes through one fork and its join ------------------------------------------------

@@ -536,8 +536,10 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
         ;
     if constexpr (readable) {
 #ifdef HOGWILD_AVX512_BF16
-      if (isa == kAvx512Bf16 && k_transposed && rows.d <= kMaxDotDim &&
-          run_rows_shared<Avx512Bf16, scalar_t>(rows)) return;
+      if constexpr (std::is_same<scalar_t, c10::BFloat16>::value) {  // other caches: the same code as avx512
+        if (isa == kAvx512Bf16 && k_transposed && rows.d <= kMaxDotDim &&
+            run_rows_shared<Avx512Bf16, scalar_t>(rows)) return;
+      }
 #endif
 #ifdef HOGWILD_AVX512
       if ((isa == kAvx512 || isa == kAvx512Bf16) && k_transposed && run_rows_shared<Avx512, scalar_t>(rows)) return;
