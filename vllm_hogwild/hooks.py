@@ -37,6 +37,8 @@ NO_PATCH_ACCEPT_STEPS = ("none: a per-token accept-step field in vLLM's Completi
                          "to propose upstream, not a hook to retire")
 NO_PATCH_FLAGS = ("none: the flags are a convenience over vLLM's own --additional-config '{\"hogwild\": {...}}', "
                   "which needs no hook")
+NO_PATCH_FORKJOIN = ("none: one completion assembled from the lanes of a fork/join request is this plugin's "
+                     "protocol; vLLM would need fork/join requests of its own to retire it")
 NO_PATCH_OVERRIDE = "none: subclassing through scheduler_cls is vLLM's own extension point"
 
 
@@ -96,6 +98,8 @@ HOOKS: tuple[Hook, ...] = (
            "vllm_hogwild.serving.accept_steps", "process_outputs", NO_PATCH_ACCEPT_STEPS),
     _class("vllm.v1.engine.output_processor:RequestState._new_completion_output",
            "vllm_hogwild.serving.accept_steps", "new_completion_output", NO_PATCH_ACCEPT_STEPS),
+    _class("vllm.v1.engine.parallel_sampling:ParentRequest.get_outputs",
+           "vllm_hogwild.serving.forkjoin", "get_outputs", NO_PATCH_FORKJOIN),
     # -- instance wraps (each by the code that owns the object) --
     Hook("vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots", "instance", "vllm_hogwild.scheduler.kv",
          "04-scheduler-lookahead.patch"),

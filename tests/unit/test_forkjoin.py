@@ -131,47 +131,76 @@ def _feed(lanes, lens, lane: int, text: str, tokens: int) -> dict[int, str]:
     return lanes.observe(lane, text, lens[lane])
 
 
+def _waiting(lanes, computed, sampled, live=None):
+    return lanes.waiting(computed, sampled, live or [True] * len(computed))
+
+
 def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage, fork_view, read_record, lane_record
 
     P = 20
-    lanes = ForkJoinLanes(MULTIVERSE, num_lanes=4, prompt_len=P, max_tokens=500)
-    lens = [P] * 4
-    assert lanes.waiting() == {1, 2, 3} and lanes.view(0, lens).spans == (Span(0, 0, P),)
+    lanes = ForkJoinLanes(MULTIVERSE, num_lanes=5, prompt_len=P, max_tokens=500)
+    lens = [P] * 5
+    assert _waiting(lanes, [P] * 5, [0] * 5) == {1, 2, 3, 4}
+    assert fork_view(P, lens, 0, lanes.state).spans == (Span(0, 0, P),)
     assert _feed(lanes, lens, 0, GOAL_MV[:40], 10) == {}
     place = _feed(lanes, lens, 0, GOAL_MV[40:], 25)
-    assert place == {1: "\n<Path>\n1:", 2: "\n<Path>\n2:", 3: "\n<Path>\n3.1:"} and lanes.stage is Stage.BRANCHES
+    assert place == {0: "<Conclusion>\n", 1: "\n<Path>\n1:", 2: "\n<Path>\n2:", 3: "\n<Path>\n3.1:"}
+    assert lanes.stage is Stage.BRANCHES and lanes.take_released() == [1, 2, 3, 4]
+    assert lanes.lanes_to_stop() == [4], "the spare lane ends at once"
     p0 = P + 35
-    assert lanes.fork_at == p0 and lanes.waiting() == {0}
+    assert lanes.fork_at == p0
+    # The order of a fork the trunk wrote: every lane samples first (the trunk waits, a lane that sampled too),
+    # then the trunk feeds the goal's last token (the branches wait), then the branches decode.
+    assert _waiting(lanes, [p0 - 1, P, P, 0, 0], [35, 1, 1, 0, 0]) == {0, 1, 2}
+    assert _waiting(lanes, [p0 - 1, P, P, P, P], [35, 1, 1, 1, 1], [True, True, True, True, False]) == {1, 2, 3}
+    assert _waiting(lanes, [p0, P, P, P, P], [36, 1, 1, 1, 1], [True, True, True, True, False]) == {0}
+    assert _waiting(lanes, [p0, P + 2, P + 1, P + 1, P], [36, 3, 2, 2, 1], [True, True, True, True, False]) == {0, 1}
     # Each branch reads the trunk up to the fork, then its own text, placed right after it (not after siblings).
-    for lane, (text, n) in {1: ("\n<Path>\n1: even: 4", 6), 2: ("\n<Path>\n2: odd", 4), 3: ("\n<Path>\n3.1: n=0", 5)}.items():
+    for lane, (text, n) in {1: ("\n<Path>\n1: even: 4", 6), 2: ("\n<Path>\n2: odd", 4),
+                            3: ("\n<Path>\n3.1: n=0", 5)}.items():
         assert _feed(lanes, lens, lane, text, n) == {}
-        view = lanes.view(lane, lens)
+        view = fork_view(P, lens, lane, lanes.state)
         assert view.spans == (Span(0, 0, p0), Span(lane, P, P + n)) and view.view_starts() == [0, p0]
-    assert _feed(lanes, lens, 2, " done</Path>", 3) == {} and lanes.waiting() == {0, 2}
-    assert _feed(lanes, lens, 1, " cases</Path>", 4) == {}
+    hog = dataclasses.replace(lanes.state, hogwild=True)  # hogwild branches: the others so far, one after another
+    view = fork_view(P, lens, 2, hog)
+    assert view.spans == (Span(0, 0, p0), Span(1, P, P + 6), Span(3, P, P + 5), Span(2, P, P + 4))
+    assert view.view_starts() == [0, p0, p0 + 6, p0 + 11]
+    assert _feed(lanes, lens, 2, " done</Path>", 3) == {} and lanes.lanes_to_stop() == [2]
+    assert not lanes.stopped(2, lens[2])
+    assert _feed(lanes, lens, 1, " cases</Path>", 4) == {} and lanes.lanes_to_stop() == [1]
+    assert not lanes.stopped(1, lens[1])
     assert _feed(lanes, lens, 3, " ok</Pa", 2) == {}
-    assert _feed(lanes, lens, 3, "th>", 1) == {0: "<Conclusion>\n"} and lanes.stage is Stage.JOINED
-    assert lanes.waiting() == {1, 2, 3}
+    assert _feed(lanes, lens, 3, "th>", 1) == {} and lanes.lanes_to_stop() == [3]
+    assert lanes.stopped(3, lens[3]) and lanes.stage is Stage.JOINED
+    assert _waiting(lanes, lens, [1] * 5) == set()
     # The trunk goes on in its own lane after the fork, read after the longest branch (branch 1: 10 tokens).
-    _feed(lanes, lens, 0, "<Conclusion>\n", 2)
-    view = lanes.view(0, lens)
+    lens[0] = p0 + 2
+    view = fork_view(P, lens, 0, lanes.state)
     assert view.spans == (Span(0, 0, p0), Span(1, P, P + 10), Span(2, P, P + 7), Span(3, P, P + 8), Span(0, p0, p0 + 2))
     assert view.view_starts() == [0, p0, p0, p0, p0 + 10]
-    _feed(lanes, lens, 0, "So 8 in all.", 4)
-    assert lanes.document() == (GOAL_MV + "\n<Path>\n1: even: 4 cases</Path>" + "\n<Path>\n2: odd done</Path>"
-                                + "\n<Path>\n3.1: n=0 ok</Path>" + "<Conclusion>\nSo 8 in all.")
-    assert lanes.sequential_tokens(lens) == (35 + 6) + 10  # the trunk's tokens and its longest branch's
+    assert fork_view(P, lens, 4, lanes.state).spans == (Span(4, 0, P),), "a spare lane reads its own lane"
+    record = read_record(lane_record(lanes.record(2, 8, True)))
+    assert record == {"lane": 2, "branch": "2", "keep": 7, "fork_tokens": 35, "fork_chars": len(GOAL_MV)}
+    assert lanes.record(4, 1, True)["keep"] == 0 and read_record("a stop string") is None
+    assert lanes.sequential_tokens(lens) == 2 + 35 + 10  # the trunk's tokens and its longest branch's
 
 
 def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage, prompt_goal
 
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=5, max_tokens=500)
-    with pytest.raises(ForkTooWide):
-        lanes.observe(0, GOAL_MV, 40)  # three parts, two branch lanes
+    assert lanes.observe(0, GOAL_MV, 40) == {} and lanes.stage is Stage.TRUNK  # three parts, two branch lanes
+    assert "3 parts" in lanes.unforked and lanes.record(1, 0, False)["unforked"] == lanes.unforked
+    lanes.trunk_finished()
+    assert lanes.take_released() == [1, 2] and lanes.lanes_to_stop() == [1, 2], "unused lanes end at once"
     npr = ForkJoinLanes(NPR, num_lanes=6, prompt_len=5, max_tokens=1500)
     assert npr.observe(0, GOAL_NPR, 600) == {} and npr.stage is Stage.TRUNK  # under 1,024 tokens left: no fork
-    assert npr.document() == GOAL_NPR and npr.waiting() == {1, 2, 3, 4, 5}
-    with pytest.raises(ValueError, match="writes nothing"):
-        npr.observe(2, "text", 6)
+    assert _waiting(npr, [5] * 6, [0] * 6) == {1, 2, 3, 4, 5}
+    assert npr.observe(2, "text", 6) == {}, "a lane no branch took writes nothing the protocol reads"
+    # A prompt's tail: a complete goal forks at once; an unclosed one is carried to the trunk's text.
+    assert prompt_goal(MULTIVERSE, "intro " + GOAL_MV + "\n") == (("1", "2", "3.1"), "")
+    parts, open_goal = prompt_goal(MULTIVERSE, "intro " + GOAL_MV[:60])
+    assert parts is None and open_goal.startswith("<Goal>")
+    carried = ForkJoinLanes(MULTIVERSE, num_lanes=4, prompt_len=5, max_tokens=500, trunk_text=open_goal)
+    assert carried.observe(0, GOAL_MV[60:], 30)[1] == "\n<Path>\n1:", "the prompt's entries count"

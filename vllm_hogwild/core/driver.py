@@ -35,6 +35,8 @@ from vllm_hogwild.core.wire import ARGMAX
 
 
 class ProtocolDriver:
+    forks = False  # a fork/join request's driver is ForkJoinDriver
+
     def __init__(self, options: RequestOptions, num_workers: int, max_tokens: int, prompt_len: int,
                  tracker: ParagraphTracker | None, encode: Callable[[str], list[int]]) -> None:
         self.options = options
@@ -134,3 +136,70 @@ class ProtocolDriver:
             if w != keep and eos is not None and list(self.queues[w]) != [eos]:
                 self.queues[w].clear()
                 self.queues[w].append(eos)
+
+
+class ForkJoinDriver:
+    """Protocol driving for a fork/join request (``multiverse``, ``npr``): the same interface as
+    :class:`ProtocolDriver`, over :class:`~vllm_hogwild.core.forkjoin.ForkJoinLanes`.
+
+    It places each branch's header and the trunk's join header (as token ids, one per step), and ends
+    every lane ≥ 1 that is done (a branch that wrote its end, a lane no branch took) with its end of
+    sequence. No answers, no finisher.
+    """
+
+    observes_text = True
+    places_tokens = True
+    forks = True
+    tracker = None
+    answered = False
+    finisher = None
+    reserve = 0
+
+    def __init__(self, options: RequestOptions, num_lanes: int, max_tokens: int, prompt_len: int,
+                 encode: Callable[[str], list[int]], fork_now: Sequence[str] | None = None,
+                 open_goal: str = "") -> None:
+        from vllm_hogwild.core.forkjoin import FAMILIES, ForkJoinLanes
+
+        self.options = options
+        self.num_workers = num_lanes
+        self.prompt_len = prompt_len
+        self.encode = encode
+        self.lanes = ForkJoinLanes(FAMILIES[options.protocol], num_lanes, prompt_len, max_tokens,
+                                   hogwild=options.branches == "hogwild", branch_end=options.branch_end,
+                                   trunk_text=open_goal)
+        self.queues = [deque() for _ in range(num_lanes)]
+        self.placed = [set() for _ in range(num_lanes)]
+        self.num_observed = [0] * num_lanes
+        if fork_now:
+            self._place(self.lanes.fork_now(fork_now))
+
+    def _place(self, texts: dict[int, str]) -> None:
+        for lane, text in texts.items():
+            self.queues[lane].extend(self.encode(text))
+
+    def observe(self, worker: int, index: int, text: str) -> None:
+        self.num_observed[worker] = index + 1
+        self._place(self.lanes.observe(worker, text, self.prompt_len + index + 1))
+
+    def end_lanes(self, eos_ids: Sequence[int | None]) -> None:
+        """Lanes the protocol is done with sample their end of sequence next."""
+        for lane in self.lanes.lanes_to_stop():
+            self.queues[lane].clear()
+            if eos_ids[lane] is not None:
+                self.queues[lane].append(eos_ids[lane])
+
+    def may_place(self, worker: int, num_output_tokens: int) -> bool:
+        return bool(self.queues[worker])
+
+    def forced(self, worker: int, num_output_tokens: int) -> int | None:
+        queue = self.queues[worker]
+        if not queue:
+            return None
+        self.placed[worker].add(num_output_tokens)
+        return queue.popleft()
+
+    def maybe_start_finisher(self, num_outputs: Sequence[int | None]) -> int | None:
+        return None
+
+    def stop(self, live: Sequence[int], eos_ids: Sequence[int | None], keep: int | None = None) -> None:
+        return None

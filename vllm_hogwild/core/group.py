@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Protocol, Sequence
 
-from vllm_hogwild.core.driver import ProtocolDriver
+from vllm_hogwild.core.driver import ForkJoinDriver, ProtocolDriver
 from vllm_hogwild.core.options import HISTORY_LAYOUTS, RequestSpec
 from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
 from vllm_hogwild.core.replay import Replay, StepLog
@@ -102,7 +102,7 @@ class Group:
     arrival: float  # the request's arrival time (wall clock, as vLLM records it): fairness
     arrival_time: float  # monotonic seconds in the scheduler's process: metrics
     tracker: ParagraphTracker | None
-    driver: ProtocolDriver
+    driver: ProtocolDriver | ForkJoinDriver
     log: StepLog
     workers: list[Worker | None] = field(default_factory=list)
     phase: Phase = Phase.GATHERING
@@ -112,6 +112,13 @@ class Group:
     num_live: int = 0  # workers that have not stopped
     counters: GroupCounters | None = None
     replay: Replay | None = None  # preempted or replaying: what each lane re-feeds
+    kept: set[int] = field(default_factory=set)  # fork/join: lanes kept out of the engine's queues until the fork
+    fork_sent: Any = None  # fork/join: the fork state the worker processes hold
+
+    @property
+    def reserved(self) -> bool:
+        """A fork/join group takes its whole budget at admission and is never preempted (see the table)."""
+        return self.driver.forks
 
     @classmethod
     def create(cls, group_id: str, spec: RequestSpec, max_tokens: int, prompt_len: int, arrival: float,
@@ -119,6 +126,11 @@ class Group:
         n, options = spec.num_workers, spec.options
         tracker = (ParagraphTracker(n, prompt_len, options.step_end or PARAGRAPH_END)
                    if options.layout in HISTORY_LAYOUTS else None)
+        if options.forks:
+            driver = ForkJoinDriver(options, n, max_tokens, prompt_len, encode, spec.fork_now, spec.open_goal)
+            return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, None, driver,
+                       StepLog(n, prompt_len), workers=[None] * n, num_live=n, counters=GroupCounters(n),
+                       kept=set() if spec.fork_now else set(range(1, n)))
         driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
         return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
                    StepLog(n, prompt_len), workers=[None] * n, num_live=n, counters=GroupCounters(n))
@@ -178,7 +190,7 @@ class Group:
         """
         n, p, layout = self.num_workers, self.prompt_len, self.spec.options.layout
         reads = [0] * n
-        if layout == "isolated":
+        if layout not in ("contiguous", "combined", "interleaved"):  # isolated; fork/join: not counted
             return reads
         history = self.tracker.history if self.tracker is not None else []
         joins = self.log.joins

@@ -53,7 +53,7 @@ from vllm_hogwild.core.group import Group, Phase, Worker, parse_request_id
 from vllm_hogwild.core.options import KV_MODES, RequestSpec, blocks_for_group
 from vllm_hogwild.core.replay import Replay
 from vllm_hogwild.core.stats import GroupEnd, HogwildStats
-from vllm_hogwild.core.wire import StepWire
+from vllm_hogwild.core.wire import GroupFork, StepWire
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,9 @@ class GroupTable:
         # (with `reserve` the whole budget, which that allocation reserves: :meth:`first_allocation`)
         self._promised: dict[str, int] = {}
         self._promised_blocks = 0  # blocks those first allocations take
+        self._reserved: set[str] = set()  # queued requests of fork/join groups: their first allocation takes the budget
+        self._forking: dict[str, Group] = {}  # admitted fork/join groups (their holds are the protocol's)
+        self._released: list[Worker] = []  # fork/join lanes to hand to the engine's queue at the next admission
         self._uneven: set[str] = set()  # groups that may be out of lock-step
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
@@ -176,6 +179,12 @@ class GroupTable:
         waiting plain request, None: none): read only when such a group waits.
         """
         admission = Admission()
+        if self._released:
+            for worker in self._released:
+                self._num_held -= 1
+                self._promise(worker.request_id, self._first_slots(worker.group), reserved=True)
+                admission.queue.append(worker.request)
+            self._released = []
         ready = [g for g in self._waiting.values() if g.phase in (Phase.WAITING, Phase.PREEMPTED)]
         if not ready:
             return admission
@@ -196,8 +205,8 @@ class GroupTable:
             shared = group.prompt_len // bs
             need = shared + sum(-(-(k + 1 + self.slack) // bs) - shared for k in group.replay.targets)
         else:
-            need = blocks_for_group(group.prompt_len, group.max_tokens if not self.on_demand else 1, n, bs,
-                                    self.slack)
+            reserve = not self.on_demand or group.reserved
+            need = blocks_for_group(group.prompt_len, group.max_tokens if reserve else 1, n, bs, self.slack)
         return fits(need, self._promised_blocks, room.watermark_blocks, room.free_blocks,
                     room.num_running + len(self._promised), n, room.max_running)
 
@@ -213,12 +222,14 @@ class GroupTable:
         group.counters.admitted_time = group.counters.admitted_time or self._clock()
         group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
         self._uneven.add(group.group_id)
-        live = [w for w in group.workers if not w.request.is_finished()]
+        live = [w for w in group.workers if not w.request.is_finished() and w.index not in group.kept]
         self._num_held -= len(live)
+        if group.reserved:
+            self._forking[group.group_id] = group
+            self._uneven.discard(group.group_id)
         for worker in live:
-            slots = (group.replay.targets[worker.index] + 1 if resumed
-                     else group.prompt_len + (1 if self.on_demand else group.max_tokens)) + self.slack
-            self._promise(worker.request_id, slots)
+            slots = group.replay.targets[worker.index] + 1 + self.slack if resumed else self._first_slots(group)
+            self._promise(worker.request_id, slots, reserved=group.reserved)
         admission.queue += [w.request for w in live]
         if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)
             admission.replays += [(w, w.request.all_token_ids[: w.lane_len + 1])
@@ -230,14 +241,23 @@ class GroupTable:
         self.replays[request.request_id] = worker
         self._promise(request.request_id, worker.lane_len + 1 + self.slack)
 
-    def _promise(self, request_id: str, slots: int | None) -> None:
-        """Record (``slots``) or drop (None) what a queued request's first allocation takes."""
+    def _first_slots(self, group: Group) -> int:
+        """The slots a lane's first allocation takes: its prompt and first token, or its whole budget."""
+        reserve = not self.on_demand or group.reserved
+        return group.prompt_len + (group.max_tokens if reserve else 1) + self.slack
+
+    def _promise(self, request_id: str, slots: int | None, reserved: bool = False) -> None:
+        """Record (``slots``) or drop (None) what a queued request's first allocation takes (``reserved``: a
+        fork/join lane, whose first allocation takes its whole budget whatever the engine's KV mode)."""
         before = self._promised.pop(request_id, None)
+        self._reserved.discard(request_id)
         if before is not None:
             self._promised_blocks -= -(-before // self.block_size)
         if slots is not None:
             self._promised[request_id] = slots
             self._promised_blocks += -(-slots // self.block_size)
+            if reserved:
+                self._reserved.add(request_id)
 
     @property
     def num_queued(self) -> int:
@@ -247,12 +267,14 @@ class GroupTable:
     @property
     def has_reservations(self) -> bool:
         """``reserve``: whether a queued worker's first allocation (its whole budget) is still to come."""
-        return not self.on_demand and bool(self._promised)
+        return bool(self._promised) and (not self.on_demand or bool(self._reserved))
 
     def first_allocation(self, request_id: str) -> int | None:
         """``reserve``: the slots (tokens) the request's first allocation must cover, its whole budget; None:
         not a first allocation."""
-        return None if self.on_demand else self._promised.get(request_id)
+        if self.on_demand and request_id not in self._reserved:
+            return None
+        return self._promised.get(request_id)
 
     def allocated(self, request_id: str) -> None:
         """The request's first allocation succeeded."""
@@ -276,6 +298,12 @@ class GroupTable:
         prefilled group whose live workers are even stays even while all are scheduled.
         """
         held = []
+        for group in self._forking.values():
+            ws = group.workers
+            waiting = group.driver.lanes.waiting([w.request.num_computed_tokens for w in ws],
+                                                 [w.request.num_output_tokens for w in ws],
+                                                 [not w.request.is_finished() for w in ws])
+            held += [ws[i].request for i in waiting if i not in group.kept]
         for group_id in list(self._uneven):
             group = self.groups[group_id]
             if group.phase is not Phase.ADMITTED:
@@ -408,7 +436,7 @@ class GroupTable:
         worker processes (a step without tokens does not). A group decoding in lock-step (every live
         worker one token more, no paragraph to join) costs one counter: O(1); any other, O(N).
         """
-        shapes, steps, replays, forced = [], [], [], {}
+        shapes, steps, replays, forced, forks = [], [], [], {}, []
         if self._promised:
             for request_id in [r for r in self._promised if r in scheduled]:
                 self._promise(request_id, None)
@@ -433,7 +461,13 @@ class GroupTable:
                 continue
             if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
                 self._place_tokens(group, scheduled, forced, drafts)
-            if not group.prefilled:
+            if group.driver.forks:
+                state = group.driver.lanes.state
+                if state != group.fork_sent:
+                    forks.append(GroupFork(group.group_id, state))
+                    group.fork_sent = state
+                self._count_prefill(group, scheduled)
+            elif not group.prefilled:
                 self._count_prefill(group, scheduled)
                 if any(w.length() < group.prompt_len for w in workers):
                     continue  # someone still prefills: every decode row reads the prompt alone
@@ -455,13 +489,13 @@ class GroupTable:
                 wire = group.step([w.length() - d for w, d in zip(workers, num_drafts)], decoding, num_drafts,
                                   exact=True)
             else:
-                wire = group.step([w.length() for w in workers], decoding)
+                wire = group.step([max(w.length(), group.prompt_len) for w in workers], decoding)
             if wire is not None:
                 steps.append(wire)
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []
-        return StepWire(tuple(shapes), tuple(steps), ended, forced, tuple(replays))
+        return StepWire(tuple(shapes), tuple(steps), ended, forced, tuple(replays), tuple(forks))
 
     def _place_tokens(self, group: Group, scheduled: Mapping[str, int], forced: dict[str, int],
                       drafts: Mapping[str, Sequence[int]]) -> None:
@@ -516,6 +550,17 @@ class GroupTable:
                     self._observe(worker)
             if group.driver.answered:  # a worker wrote the answer: everyone samples its end next
                 self._stop(group)
+            if group.driver.forks:
+                self._fork_steps(group)
+
+    def _fork_steps(self, group: Group) -> None:
+        """A fork/join group: lanes the protocol is done with end next; lanes the fork takes go to the queue."""
+        driver = group.driver
+        driver.end_lanes([w.eos_token_id for w in group.workers])
+        for lane in driver.lanes.take_released():
+            if lane in group.kept:
+                group.kept.discard(lane)
+                self._released.append(group.workers[lane])
 
     def _observe(self, worker: Worker) -> None:
         """Show the driver the text of every token ``worker`` sampled since last time."""
@@ -544,9 +589,19 @@ class GroupTable:
         self._promise(request_id, None)
         if group.phase not in (Phase.ADMITTED, Phase.REPLAYING):
             self._num_held -= 1  # aborted while its group waited
+        elif worker.index in group.kept or worker in self._released:  # a fork/join lane not handed over yet
+            group.kept.discard(worker.index)
+            self._released = [w for w in self._released if w is not worker]
+            self._num_held -= 1
         self._observe(worker)
         if group.tracker is not None:
             group.tracker.stop(worker.index, worker.lane_len)
+        if group.driver.forks:
+            if worker.index == 0:
+                group.driver.lanes.trunk_finished()
+                self._fork_steps(group)
+            else:
+                group.driver.lanes.stopped(worker.index, worker.lane_len)
         arrived = [w for w in group.workers if w is not None]
         if not all(w.finished for w in arrived):
             return None
@@ -571,10 +626,22 @@ class GroupTable:
         self._running.pop(group.group_id, None)
         self._observing.pop(group.group_id, None)
         self._replaying.pop(group.group_id, None)
+        self._forking.pop(group.group_id, None)
         self._uneven.discard(group.group_id)
         if group.shape_sent or group.log.num_steps:
             self._ended.append(group.group_id)
         return parked
+
+    def stop_reason(self, request_id: str) -> str | None:
+        """A fork/join lane ≥ 1 that finishes: how it took part, for the front end (its ``stop_reason``)."""
+        from vllm_hogwild.core.forkjoin import lane_record
+
+        worker = self.workers.get(request_id)
+        if worker is None or not worker.group.driver.forks or worker.index == 0:
+            return None
+        tokens = worker.request.output_token_ids
+        eos = bool(tokens) and worker.eos_token_id is not None and tokens[-1] == worker.eos_token_id
+        return lane_record(worker.group.driver.lanes.record(worker.index, len(tokens), eos))
 
     def _record_end(self, group: Group, block_ids: Callable[[str], Sequence[int]]) -> None:
         lanes = [(block_ids(w.lane_request_id), w.length()) for w in group.workers]

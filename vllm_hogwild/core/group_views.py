@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from vllm_hogwild.core.forkjoin import ForkState, fork_view
+from vllm_hogwild.core.options import FORKJOIN_LAYOUT
 from vllm_hogwild.core.views import Segment, Separators, Span, build_views, segments_of
 from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, StepWire
 
@@ -51,6 +53,7 @@ class GroupViews:
     shape: GroupShape
     history: list[Span] = field(default_factory=list)  # finished paragraphs, in the order they joined
     paragraph_starts: list[int] = field(default_factory=list)  # where each lane's part outside the history starts
+    fork: ForkState | None = None  # fork/join: the fork, once there is one (its branches' ends once joined)
 
     def __post_init__(self) -> None:
         self.paragraph_starts = self.paragraph_starts or [self.shape.prompt_len] * len(self.shape.request_ids)
@@ -137,6 +140,8 @@ class GroupViews:
 
     def _views(self, lane_lens, readers, history=None, paragraph_starts=None):
         shape = self.shape
+        if shape.layout == FORKJOIN_LAYOUT:
+            return [fork_view(shape.prompt_len, lane_lens, w, self.fork) for w in readers]
         return build_views(shape.layout, shape.prompt_len, lane_lens, readers=readers,
                            history=self.history if history is None else history,
                            paragraph_starts=self.paragraph_starts if paragraph_starts is None else paragraph_starts,
@@ -190,6 +195,9 @@ class ViewRegistry:
                 rows.setdefault(entry[0].shape.group_id, []).append((entry[1], row))
         if not rows and not wire:
             return StepSegments()
+        for fork in wire.forks if wire else ():
+            if fork.group_id in self.groups:
+                self.groups[fork.group_id].fork = fork.state
         steps = {s.group_id: s for s in wire.steps} if wire else {}
         replaying = {r.group_id for r in wire.replays} if wire else set()
         out_rows, out_replays = {}, {}

@@ -49,10 +49,13 @@ FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
 REQUEST_LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
 HISTORY_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
-PROTOCOLS = ("raw", "named", "collab")
+FORKJOIN_PROTOCOLS = ("multiverse", "npr")  # parallel-reasoning models: one request forks into branches and joins
+PROTOCOLS = ("raw", "named", "collab", *FORKJOIN_PROTOCOLS)
+FORKJOIN_LAYOUT = "forkjoin"  # the layout of a fork/join request's lanes (core/forkjoin.fork_view); not a client's
+BRANCH_MODES = ("isolated", "hogwild")
 NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every step with the writer's name
 COLLAB_DEFAULTS = {"layout": "combined", "redundancy_every": 512, "finisher": 16}  # answer_pattern: the task's
-PATTERN_OPTIONS = ("step_end", "answer_pattern")  # regular expressions a client may send
+PATTERN_OPTIONS = ("step_end", "answer_pattern", "branch_end")  # regular expressions a client may send
 KV_MODES = ("on-demand", "reserve")  # how a group takes KV blocks (EngineOptions.kv)
 MAX_REDUNDANCY_EVERY = 1 << 20
 MAX_FINISHER = 1024
@@ -117,6 +120,13 @@ class RequestOptions:
     person: str = "second"  # collab: the preamble speaks to the workers ("You are ...") or as them ("We are ...")
     finisher: int = 0  # collab: greedy tokens of the finisher (0: none)
     accept_steps: bool = False  # the server adds each choice's accept steps (speculative decoding)
+    branches: str = "isolated"  # fork/join: siblings never read each other ("isolated") or do ("hogwild")
+    branch_end: str | None = None  # fork/join: a regex that ends a branch in place of the family's closing tag
+    max_branches: int = 0  # fork/join: lanes for branches (0: the family's limit, or 4; capped by max_workers - 1)
+
+    @property
+    def forks(self) -> bool:
+        return self.protocol in FORKJOIN_PROTOCOLS
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,18 +159,23 @@ class RequestSpec:
     options: RequestOptions
     num_workers: int
     prompt_tail: PromptTail | None = None  # collab: the section headers at the prompt's tail
+    fork_now: tuple[str, ...] | None = None  # fork/join: the prompt ends in a complete goal of these parts
+    open_goal: str = ""  # fork/join: the prompt's unclosed goal (its entries count at the trunk's goal end)
 
     def to_wire(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "num_workers": self.num_workers,
                 "prompt_tail": None if self.prompt_tail is None else {
-                    k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.prompt_tail).items()}}
+                    k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.prompt_tail).items()},
+                "fork_now": None if self.fork_now is None else list(self.fork_now), "open_goal": self.open_goal}
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> "RequestSpec":
         tail = wire.get("prompt_tail")
+        fork_now = wire.get("fork_now")
         return cls(RequestOptions(**wire["options"]), int(wire["num_workers"]),
                    None if tail is None else PromptTail(**{k: tuple(v) if isinstance(v, list) else v
-                                                          for k, v in tail.items()}))
+                                                          for k, v in tail.items()}),
+                   None if fork_now is None else tuple(fork_now), wire.get("open_goal", ""))
 
 
 SPEC_KEY = "_hogwild_spec"  # in SamplingParams.extra_args, set by the front end only (RequestSpec.to_wire)
@@ -233,7 +248,11 @@ _CHECKS = {
     "person": _one_of(PERSONS, "person"),
     "finisher": _int_in(0, MAX_FINISHER, "greedy tokens; 0: none"),
     "accept_steps": _bool,
+    "branches": _one_of(BRANCH_MODES, "branch mode"),
+    "branch_end": _pattern(dot_all=False, min_groups=0),
+    "max_branches": _int_in(1, 63, "lanes for branches"),
 }
+FORKJOIN_OPTIONS = ("branches", "branch_end", "max_branches")
 
 
 def parse_request(extra_args: Mapping[str, Any], client_patterns: bool = True) -> RequestOptions:
@@ -268,6 +287,12 @@ def parse_request(extra_args: Mapping[str, Any], client_patterns: bool = True) -
     if "redundancy_every" in values and opts.redundancy_every and opts.protocol not in NAMED_PROTOCOLS:
         raise HogwildOptionError(values["redundancy_every"][0],
                                  f"redundancy checks ride on step prefixes: protocol one of {list(NAMED_PROTOCOLS)}")
+    if opts.forks:
+        return _forkjoin_options(opts, values)
+    for name in FORKJOIN_OPTIONS:
+        if name in values:
+            raise HogwildOptionError(values[name][0], f"an option of the fork/join protocols: protocol one of "
+                                                      f"{list(FORKJOIN_PROTOCOLS)}")
     for name in ("task", "person", "finisher"):
         if name in values and opts.protocol != "collab":
             raise HogwildOptionError(values[name][0], "an option of the collaboration protocol: protocol 'collab'")
@@ -275,6 +300,16 @@ def parse_request(extra_args: Mapping[str, Any], client_patterns: bool = True) -
         field = values["layout"][0] if "layout" in values else values["protocol"][0]
         raise HogwildOptionError(field, f"protocol {opts.protocol!r} needs steps: layout one of {list(HISTORY_LAYOUTS)}")
     return opts
+
+
+def _forkjoin_options(opts: RequestOptions, values: Mapping[str, tuple[str, Any]]) -> RequestOptions:
+    """A fork/join request: its views are the protocol's (no layout), and no option of the Hogwild protocols."""
+    for name in ("layout", "step_end", "answer_pattern", "redundancy_every", "task", "person", "finisher",
+                 "accept_steps"):
+        if name in values:
+            raise HogwildOptionError(values[name][0], f"not an option of the fork/join protocol {opts.protocol!r} "
+                                                      f"(its options: {list(FORKJOIN_OPTIONS)})")
+    return replace(opts, layout=FORKJOIN_LAYOUT)
 
 
 def _collab_defaults(opts: RequestOptions, values: Mapping[str, tuple[str, Any]]) -> RequestOptions:
@@ -308,26 +343,32 @@ def check_request(
     block_size: int,
     num_kv_blocks: int | None,
     slack: int = 0,
+    view_lanes: int | None = None,
 ) -> int:
     """Validate a Hogwild request against the engine; return its per-worker ``max_tokens``.
 
     Without ``max_tokens``, or with one that asks for the whole room the
     context window leaves after the prompt (what vLLM's server fills in when a
     client sends none), each worker gets an equal share of that room.
+    ``view_lanes``: how many lanes' budgets one view may span (default: every
+    lane; a fork/join request's isolated branches: 2, the trunk and its longest
+    branch).
     """
+    view_lanes = num_workers if view_lanes is None else view_lanes
     if not 1 <= num_workers <= opts.max_workers:
         raise HogwildOptionError("n", f"{num_workers} workers; this engine allows 1 to {opts.max_workers}")
     room = max_model_len - prompt_len
     if max_tokens is None or max_tokens >= room:
-        max_tokens = room // num_workers
+        max_tokens = room // view_lanes
         if max_tokens < 1:
             raise HogwildOptionError("max_tokens", f"the prompt ({prompt_len} tokens) leaves no room in the context")
     # A worker's view holds the prompt and every lane's tokens.
-    if prompt_len + num_workers * max_tokens > max_model_len:
+    if prompt_len + view_lanes * max_tokens > max_model_len:
+        what = "n" if view_lanes == num_workers else "lanes one view spans"
         raise HogwildOptionError(
             "max_tokens",
-            f"prompt {prompt_len} + n {num_workers} x max_tokens {max_tokens} = "
-            f"{prompt_len + num_workers * max_tokens} tokens exceeds the context window ({max_model_len})",
+            f"prompt {prompt_len} + {what} {view_lanes} x max_tokens {max_tokens} = "
+            f"{prompt_len + view_lanes * max_tokens} tokens exceeds the context window ({max_model_len})",
         )
     if num_kv_blocks:
         need = blocks_for_group(prompt_len, max_tokens, num_workers, block_size, slack)

@@ -19,7 +19,7 @@ a resumed group re-feeds (:class:`GroupReplay`), and the groups that ended.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 STEP_ATTR = "hogwild_step"  # the SchedulerOutput attribute
 ARGMAX = -1  # a forced "token": the row's most likely token (greedy, whatever the sampling parameters)
@@ -79,12 +79,21 @@ class GroupReplay:
 
 
 @dataclass(frozen=True)
+class GroupFork:
+    """A fork/join group's fork as its lanes' views need it: sent at the fork and again at the join."""
+
+    group_id: str
+    state: Any  # core.forkjoin.ForkState (fork point, branch lanes, their ends once joined, the branch mode)
+
+
+@dataclass(frozen=True)
 class StepWire:
     shapes: tuple[GroupShape, ...] = ()
     steps: tuple[GroupStep, ...] = ()
     ended: tuple[str, ...] = ()
     forced: Mapping[str, int] = field(default_factory=dict)  # request id -> the token it must sample (or ARGMAX)
     replays: tuple[GroupReplay, ...] = ()
+    forks: tuple[GroupFork, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.shapes or self.steps or self.ended or self.forced or self.replays)
+        return bool(self.shapes or self.steps or self.ended or self.forced or self.replays or self.forks)

@@ -260,6 +260,9 @@ class HogwildScheduler(Scheduler):
             return super()._free_blocks(request)
         if request_id not in self.table.workers:
             return super()._free_blocks(request)
+        record = self.table.stop_reason(request_id)
+        if record is not None:  # a fork/join lane: how it took part, for the front end (called before its output)
+            request.stop_reason = record
         parked = self.table.finish(request_id, self._lane_blocks)
         if parked is None:  # co-workers still read this lane: keep its blocks, drop the request
             self.parked[request_id] = request

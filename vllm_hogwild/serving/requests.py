@@ -108,8 +108,26 @@ def _engine_options(config, extra_args: Mapping[str, Any]) -> EngineOptions:
         "or, offline, LLM(..., additional_config={'hogwild': {}})")
 
 
+def forkjoin_lanes(config, options: RequestOptions, n: int) -> int:
+    """A fork/join request's lanes (the trunk and its branch lanes); ``n`` must be 1."""
+    from vllm_hogwild.core.forkjoin import branch_lanes
+
+    try:
+        if n != 1:
+            raise HogwildOptionError("n", f"a fork/join request ({options.protocol}) is one completion: n 1, not {n}; "
+                                          "its branches are lanes of their own")
+        engine = EngineOptions.from_additional_config(config.additional_config)
+        return 1 + branch_lanes(options.protocol, options.max_branches, engine.max_workers)
+    except HogwildOptionError as err:
+        raise request_error(err) from None
+
+
 def check_sizes(config, options: RequestOptions, num_workers: int, prompt_len: int, max_tokens: int | None) -> int:
     """The per-worker ``max_tokens`` of a request with these options, checked against the engine."""
+    view_lanes = None
+    if options.forks:
+        num_workers = forkjoin_lanes(config, options, num_workers)
+        view_lanes = num_workers if options.branches == "hogwild" else 2
     try:
         if options.protocol in ("named", "collab"):
             from vllm_hogwild.core.protocol import names
@@ -119,7 +137,7 @@ def check_sizes(config, options: RequestOptions, num_workers: int, prompt_len: i
             EngineOptions.from_additional_config(config.additional_config),
             num_workers=num_workers, prompt_len=prompt_len, max_tokens=max_tokens,
             max_model_len=config.model_config.max_model_len, block_size=config.cache_config.block_size,
-            num_kv_blocks=config.cache_config.num_gpu_blocks, slack=spec_slack(config),
+            num_kv_blocks=config.cache_config.num_gpu_blocks, slack=spec_slack(config), view_lanes=view_lanes,
         )
     except HogwildOptionError as err:
         raise request_error(err) from None
@@ -175,8 +193,9 @@ async def chat_full_response(original, serving, request, result_generator, *args
 
 
 def _asked_accept_steps(request) -> bool:
+    """Whether each choice carries fields of its completion output: accept steps, or a fork/join tree."""
     found = (getattr(request, "vllm_xargs", None) or {}).get(PARSED_KEY)
-    return isinstance(found, Parsed) and found.options.accept_steps
+    return isinstance(found, Parsed) and (found.options.accept_steps or found.options.forks)
 
 
 async def render_chat_request(original, serving, request, *args, **kwargs):
@@ -261,10 +280,49 @@ def process_inputs(original, processor, request_id, prompt, params, *args, **kwa
         request.prompt_token_ids = ids
     max_tokens = check_sizes(processor.vllm_config, found.options, p.n, len(request.prompt_token_ids or ()),
                              p.max_tokens if user_max_tokens is not None else None)
+    num_workers, fork_now, open_goal = p.n, None, ""
+    if found.options.forks:
+        num_workers = forkjoin_lanes(processor.vllm_config, found.options, p.n)
+        fork_now, open_goal = _prompt_fork(processor, request, p, found.options, num_workers, max_tokens)
     p = copy.copy(p)  # never mutate the caller's SamplingParams
     p.max_tokens = max_tokens
+    p.n = num_workers
     p.extra_args = {k: v for k, v in extra.items()
                     if k not in (REQUEST_KEY, PARSED_KEY) and not k.startswith(FLAT_PREFIX)}
-    p.extra_args[SPEC_KEY] = RequestSpec(found.options, p.n, tail).to_wire()
+    p.extra_args[SPEC_KEY] = RequestSpec(found.options, num_workers, tail, fork_now, open_goal).to_wire()
     request.sampling_params = p
     return request
+
+
+PROMPT_TAIL_TOKENS = 8192  # a fork/join prompt's goal is looked for in its last this many tokens
+
+
+def _prompt_fork(processor, request, params, options: RequestOptions, num_lanes: int, max_tokens: int):
+    """``(fork_now, open_goal)`` of a fork/join request's prompt (see :class:`RequestSpec`); its sampling
+    parameters checked: the engine ends lanes with their end of sequence, which these would defeat."""
+    from vllm.sampling_params import RequestOutputKind
+
+    from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, decide, prompt_goal
+
+    for name, bad in (("ignore_eos", params.ignore_eos), ("min_tokens", params.min_tokens > 0),
+                      ("output_kind", params.output_kind == RequestOutputKind.CUMULATIVE)):
+        if bad:
+            raise request_error(HogwildOptionError(
+                name, f"not with a fork/join request ({options.protocol}): the engine ends its branch lanes with "
+                      "their end of sequence" if name != "output_kind" else
+                      "a fork/join request streams deltas (DELTA) or comes whole (FINAL_ONLY)"))
+    if request.prompt_token_ids is None or processor.tokenizer is None:
+        raise request_error(HogwildOptionError(
+            "prompt", "a fork/join request reads its prompt's text: send text or token ids, with a tokenizer"))
+    family = FAMILIES[options.protocol]
+    text = processor.tokenizer.decode(request.prompt_token_ids[-PROMPT_TAIL_TOKENS:])
+    parts, open_goal = prompt_goal(family, text)
+    if parts is None:
+        return None, open_goal
+    try:
+        fork = decide(family, text.rstrip(), depth=0, budget_left=max_tokens, max_branches=num_lanes - 1)
+    except ForkTooWide as err:
+        raise request_error(HogwildOptionError(
+            "max_branches", f"the prompt ends in a goal of {err.num_parts} parts: more than this request's "
+                            f"{err.cap} branch lanes (raise hogwild_max_branches, up to --hogwild-max-workers - 1)"))
+    return (None if fork is None else fork.numbers), ""

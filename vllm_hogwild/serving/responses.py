@@ -54,7 +54,7 @@ def with_answer(options: RequestOptions | None, result):
 
 def with_accept_steps(response, outputs, by_index: bool) -> None:
     """Each choice of a whole response gets ``hogwild: {"accept_steps": [...]}`` from its completion output
-    (:mod:`vllm_hogwild.serving.accept_steps`). ``outputs``: in choice order, or matched by ``index``."""
+    (:mod:`vllm_hogwild.serving.accept_steps`), or a fork/join request's tree (:mod:`vllm_hogwild.serving.forkjoin`). ``outputs``: in choice order, or matched by ``index``."""
     choices = getattr(response, "choices", None)
     if choices is None:
         return  # an error response
@@ -65,8 +65,10 @@ def with_accept_steps(response, outputs, by_index: bool) -> None:
         pairs = list(zip(choices, outputs)) if len(choices) == len(outputs) else []
     for choice, output in pairs:
         meta = getattr(output, "hogwild", None)
-        if meta is not None:
+        if meta is not None and "accept_steps" in meta:
             setattr(choice, FIELD, {"accept_steps": list(meta["accept_steps"])})
+        elif meta is not None and "protocol" in meta:  # a fork/join request's tree (serving/forkjoin.py)
+            setattr(choice, FIELD, meta)
 
 
 def _choice_text(choice) -> str:

@@ -342,7 +342,31 @@ def accept_steps() -> list[TouchPoint]:
         TouchPoint(ASYNC_LLM, "AsyncLLM", SOURCE, ACCEPT_STEPS + ": each chunk of a step's outputs with its stamp",
                    text="outputs.timestamp,"),
         TouchPoint("vllm.outputs", "CompletionOutput", CLASS,
-                   ACCEPT_STEPS + ": a dataclass that takes the `hogwild` attribute"),
+                   ACCEPT_STEPS + ": a dataclass that takes the `hogwild` attribute (and " + FORKJOIN + " builds one)"),
+    ]
+
+
+FORKJOIN = "serving/forkjoin.py (a fork/join request's lanes as one completion)"
+
+
+def forkjoin() -> list[TouchPoint]:
+    """Fork/join requests: the front end fans a request out into lanes and assembles their outputs."""
+    return [
+        TouchPoint("vllm.v1.engine.parallel_sampling", "ParentRequest.get_outputs", METHOD, FORKJOIN,
+                   params=("self", "child_request_id", "completion_output"), own=True, call="sync"),
+        TouchPoint("vllm.v1.engine.parallel_sampling", "ParentRequest.sampling_params", INIT_ATTRIBUTE, FORKJOIN),
+        TouchPoint(SAMPLING_PARAMS, "RequestOutputKind", CLASS, FORKJOIN + " and " + REQUEST_CHECK),
+        *same_kind(SAMPLING_PARAMS, "RequestOutputKind", CONSTANT, ("FINAL_ONLY", "CUMULATIVE"), FORKJOIN),
+        *same_kind(SAMPLING_PARAMS, "SamplingParams", FIELD, ("ignore_eos", "min_tokens", "output_kind"),
+                   REQUEST_CHECK + ": refused with a fork/join request"),
+        TouchPoint(ASYNC_LLM, "AsyncLLM", SOURCE, REQUEST_CHECK + ": the lanes are vLLM's n fan-out of the params "
+                   "process_inputs returned", text="params = request.params"),
+        TouchPoint(LLM_ENGINE, "LLMEngine", SOURCE, REQUEST_CHECK + ": the same offline", text="params = request.params"),
+        TouchPoint(SCHEDULER, "Scheduler.update_from_output", SOURCE, HOGWILD_SCHEDULER + ": a lane's record rides "
+                   "on the stop_reason it finishes with", text="stop_reason=request.stop_reason"),
+        *same_kind("vllm.outputs", "CompletionOutput", FIELD,
+                   ("index", "text", "token_ids", "cumulative_logprob", "logprobs", "finish_reason", "stop_reason",
+                    "lora_request"), FORKJOIN),
     ]
 
 
@@ -707,7 +731,7 @@ def tools() -> list[TouchPoint]:
 
 
 SECTIONS = (switch_and_flags, request_check, stream_check, metrics, chat_and_answers, request_and_response_models,
-            cpu_dist, accept_steps, runner_hook, step_wire, attention_backends, workers, cpu_sampling, forcing, scheduler,
+            cpu_dist, accept_steps, forkjoin, runner_hook, step_wire, attention_backends, workers, cpu_sampling, forcing, scheduler,
             detokenizer, tools)
 
 TOUCH_POINTS: tuple[TouchPoint, ...] = tuple(row for section in SECTIONS for row in section())

@@ -1,0 +1,176 @@
+"""Fork/join requests (Multiverse, NPR) on a real vLLM engine (CPU, float32, tiny random Llama), offline.
+
+The random model never writes a family's closing tags, so the prompts end in a complete goal (the fork
+starts at once) and each branch ends at ``hogwild_branch_end``, a pattern frequent in random text and
+absent from every header the engine places. Per-token logprobs of every branch and of the trunk after
+the join are checked against tests/forkjoin_oracle.py, which imports nothing from the plugin.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.forkjoin_oracle import DenseForkJoin
+from tests.integration.conftest import make_llm, scheduler_of, shutdown
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+MAX_WORKERS = 5
+BRANCH_END = "[jqyz]"  # frequent in random text; no placed header has one
+TRUNK_CHECKED = 40  # trunk tokens after the join compared with the oracle (NPR's budget is 1,024 and more)
+
+GOALS = {
+    ("multiverse", 2): "Count them.\n<Parallel>\n<Goal>\n<Outline>\n1: even cases</Outline>\n"
+                       "<Outline>\n2: odd cases</Outline>\n</Goal>",
+    ("multiverse", 4): "Check each.\n<Parallel>\n<Goal>\n<Outline>\n1: n = 1</Outline>\n<Outline>\n2: n = 2</Outline>\n"
+                       "<Outline>\n3: n = 3</Outline>\n<Outline>\n4: n = 4</Outline>\n</Goal>",
+    ("multiverse", 3): "Split it.\n<Parallel>\n<Goal>\n<Outline>\n1: left</Outline>\n<Outline>\n2: middle</Outline>\n"
+                       "<Outline>\n3: right</Outline>\n</Goal>",
+    ("npr", 2): "Solve.\n<guideline>\n<plan> 1: factor it</plan>\n<plan> 2: try small n</plan>\n</guideline>",
+}
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model):
+    engine = make_llm(tiny_model, max_model_len=4096, additional_config={"hogwild": {"max_workers": MAX_WORKERS}})
+    yield engine
+    shutdown(engine)
+
+
+@pytest.fixture(scope="module")
+def oracle(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    return DenseForkJoin(AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32))
+
+
+def params(protocol: str, max_tokens: int, seed: int, **options):
+    from vllm import SamplingParams
+
+    extra = {"hogwild_protocol": protocol, "hogwild_branch_end": BRANCH_END,
+             **{f"hogwild_{k}": v for k, v in options.items()}}
+    return SamplingParams(n=1, temperature=1.0, seed=seed, max_tokens=max_tokens, logprobs=0, extra_args=extra)
+
+
+def split(completion):
+    """The trunk's and each branch's (tokens, logprobs) from the flat completion and its tree."""
+    tree = completion.hogwild
+    ids = list(completion.token_ids)
+    lps = [step[t].logprob for step, t in zip(completion.logprobs, ids)]
+    f = tree["fork_tokens"]
+    at, branches = f, []
+    for row in tree["branches"]:
+        n = row["num_tokens"]
+        branches.append((ids[at:at + n], lps[at:at + n]))
+        at += n
+    trunk = (ids[:f] + ids[at:], lps[:f] + lps[at:])
+    return trunk, branches, f
+
+
+def errors(got, expected) -> float:
+    return max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+
+
+CASES = [  # (protocol, parts, branch mode, max_tokens)
+    ("multiverse", 2, "isolated", 48),
+    ("multiverse", 4, "isolated", 48),
+    ("npr", 2, "isolated", 1030),
+    ("multiverse", 3, "hogwild", 48),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(llm):
+    """Every case, and a plain request beside them, in ONE generate call: they share the engine's steps."""
+    from vllm import SamplingParams
+
+    tokenizer = llm.get_tokenizer()
+    prompts = [GOALS[(protocol, k)] for protocol, k, _, _ in CASES] + ["A plain request beside them."]
+    sps = [params(protocol, n, seed=50 + i, branches=mode, max_branches=4)
+           for i, (protocol, _, mode, n) in enumerate(CASES)]
+    sps.append(SamplingParams(temperature=1.0, seed=7, max_tokens=16))
+    outputs = llm.generate(prompts, sps, use_tqdm=False)
+    return [(tokenizer.encode(p), o) for p, o in zip(prompts, outputs)]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{p}-{k}-{m}" for p, k, m, _ in CASES])
+def test_every_branch_and_the_join_match_the_dense_oracle(runs, oracle, case) -> None:
+    protocol, k, mode, _ = CASES[case]
+    prompt, out = runs[case]
+    assert len(out.outputs) == 1, "one completion, whatever the lanes"
+    completion = out.outputs[0]
+    tree = completion.hogwild
+    assert tree["forked"] and tree["protocol"] == protocol and tree["branches_mode"] == mode
+    assert [r["branch"] for r in tree["branches"]] == [str(i) for i in range(1, k + 1)]
+    (trunk, trunk_lp), branches, f = split(completion)
+    assert f == 0, "the prompt ends in a complete goal: the fork starts at once"
+    lengths = [len(b) for b, _ in branches]
+    assert len(set(lengths)) > 1 or k == 1, f"branches of different lengths expected, got {lengths}"
+    trunk, trunk_lp = trunk[:TRUNK_CHECKED], trunk_lp[:TRUNK_CHECKED]
+    hogwild = mode == "hogwild"
+    want_trunk, want_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=hogwild)
+    got = [trunk_lp, *[lp for _, lp in branches]]
+    err = errors(got, [want_trunk, *want_branches])
+    print(f"{protocol} x{k} {mode}: branch lengths {lengths}, max |logprob - oracle| {err:.2e}")
+    assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
+    # Controls: the same tokens placed one after another, or isolated branches that see each other, miss.
+    seq_trunk, seq_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, sequential=True)
+    assert errors(got, [seq_trunk, *seq_branches]) > 1e-3
+    if not hogwild:
+        vis_trunk, vis_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f,
+                                                  siblings_visible=True)
+        assert errors([lp for _, lp in branches], vis_branches) > 1e-3
+    else:
+        iso_trunk, iso_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f)
+        assert errors(got, [iso_trunk, *iso_branches]) > 1e-3
+
+
+def test_the_document_is_the_trunk_the_branches_in_order_and_the_join(runs) -> None:
+    headers = {"multiverse": ("\n<Path>\n{}:", "<Conclusion>\n"), "npr": ("\n<step>\n{}:", "<takeaway>\n")}
+    for (protocol, k, _, _), (_, out) in zip(CASES, runs):
+        completion = out.outputs[0]
+        tree = completion.hogwild
+        branch_header, join_header = headers[protocol]
+        branches = "".join(r["text"] for r in tree["branches"])
+        assert completion.text.startswith(branches), "the fork starts at once: the branches come first, in order"
+        assert completion.text[len(branches):].startswith(join_header)
+        for i, row in enumerate(tree["branches"], start=1):
+            assert row["text"].startswith(branch_header.format(i)), row["text"][:40]
+        assert tree["num_tokens"] == len(completion.token_ids), "usage counts every branch's tokens"
+        longest = max(r["num_tokens"] for r in tree["branches"])
+        assert tree["sequential_steps"] == tree["trunk_tokens"] + longest < tree["num_tokens"]
+
+
+def test_a_request_that_does_not_fork_equals_a_plain_request(llm) -> None:
+    from vllm import SamplingParams
+
+    prompt = "No goal in this prompt."
+    fj = params("multiverse", 24, seed=11)
+    plain = SamplingParams(temperature=1.0, seed=11, max_tokens=24, logprobs=0)
+    a, b = llm.generate([prompt, prompt], [fj, plain], use_tqdm=False)
+    assert len(a.outputs) == 1 and a.outputs[0].hogwild["forked"] is False
+    assert list(a.outputs[0].token_ids) == list(b.outputs[0].token_ids)
+    assert a.outputs[0].text == b.outputs[0].text
+    table = scheduler_of(llm).table
+    assert not table.groups and table.num_held == 0, "every lane ended, none held"
+
+
+def test_bad_fork_options_name_their_field(llm) -> None:
+    from vllm import SamplingParams
+
+    goal = GOALS[("multiverse", 4)]
+    cases = [
+        (SamplingParams(n=2, max_tokens=40, extra_args={"hogwild_protocol": "multiverse"}), "n"),
+        (params("multiverse", 40, seed=1, max_branches=9), "max_branches"),
+        (params("multiverse", 40, seed=1, max_branches=3), "max_branches"),  # a goal of 4 parts
+        (params("multiverse", 40, seed=1, layout="combined"), "hogwild_layout"),
+        (params("multiverse", 40, seed=1, branches="both"), "hogwild_branches"),
+        (SamplingParams(max_tokens=40, ignore_eos=True, extra_args={"hogwild_protocol": "npr"}), "ignore_eos"),
+        (SamplingParams(max_tokens=40, extra_args={"hogwild_branch_end": "x"}), "hogwild_branch_end"),
+    ]
+    for sp, field in cases:
+        with pytest.raises(ValueError, match=field):
+            llm.generate([goal], [sp], use_tqdm=False)
+    ok = llm.generate(["still serving"], [SamplingParams(max_tokens=4)], use_tqdm=False)
+    assert len(ok[0].outputs[0].token_ids) == 4
