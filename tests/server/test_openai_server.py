@@ -202,6 +202,10 @@ BAD = [
     ({"n": MAX_WORKERS + 1, "extra_body": {"vllm_xargs": RAW}}, "n"),
     ({"n": 2, "max_tokens": 1500, "extra_body": {"vllm_xargs": RAW}}, "max_tokens"),
     ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_protocol": "collab", "hogwild_task": "poetry"}}}, "hogwild_task"),
+    ({"n": 2, "extra_body": {"vllm_xargs": {"hogwild_protocol": "multiverse"}}}, "n"),
+    ({"extra_body": {"vllm_xargs": {"hogwild_protocol": "npr", "hogwild_branches": "all"}}}, "hogwild_branches"),
+    ({"extra_body": {"vllm_xargs": {"hogwild_protocol": "npr", "hogwild_max_branches": MAX_WORKERS}}},
+     "hogwild_max_branches"),
 ]
 
 
@@ -315,3 +319,40 @@ def test_collab_group_returns_its_final_answer_whole_and_streamed(server, route,
     assert events[-1].choices == [] and events[-1].model_extra["hogwild"] == field
     assert all("hogwild" not in (e.model_extra or {}) for e in events[:-1])
 
+
+
+GOAL = ("Plan a picnic.\n<Parallel>\n<Goal>\n<Outline>\n1: the food</Outline>\n"
+        "<Outline>\n2: the games</Outline>\n</Goal>")
+FORK = {"hogwild_protocol": "multiverse", "hogwild_branch_end": "[.!?]", "hogwild_max_branches": 2}
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+def test_fork_join_request_whole_and_streamed(server, route) -> None:
+    """One choice: the flat document (branches in order, the join header), its tree in `choice.hogwild`, usage
+    counting every branch; streamed, the same text in the same order, each token once."""
+    c = client(server)
+    body = {"prompt": GOAL} if route == "completions" else {"messages": [{"role": "user", "content": GOAL}]}
+    kw = dict(model="smollm2", seed=5, temperature=0.8, max_tokens=40, extra_body={"vllm_xargs": FORK}, **body)
+    whole = _create(c, route, **kw)
+    assert len(whole.choices) == 1
+    choice = whole.choices[0]
+    tree = choice.model_extra["hogwild"]
+    text = _text(choice, route)
+    if route == "completions":  # the prompt ends in the goal: the fork starts at once
+        assert tree["forked"] and tree["fork_tokens"] == 0 and [r["branch"] for r in tree["branches"]] == ["1", "2"]
+        branches = "".join(r["text"] for r in tree["branches"])
+        assert text.startswith(branches) and text[len(branches):].startswith("<Conclusion>\n")
+        assert tree["branches"][0]["text"].startswith("\n<Path>\n1:")
+        assert whole.usage.completion_tokens == tree["num_tokens"]
+    stream = _create(c, route, stream=True, stream_options={"include_usage": True}, **kw)
+    streamed, finishes, usage = "", [], None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for ch in chunk.choices:
+            assert ch.index == 0
+            streamed += _delta(ch, route) or ""
+            if ch.finish_reason is not None:
+                finishes.append(ch.finish_reason)
+    assert streamed == text
+    assert finishes == [choice.finish_reason]
+    assert usage.completion_tokens == whole.usage.completion_tokens

@@ -204,3 +204,62 @@ def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules
     assert parts is None and open_goal.startswith("<Goal>")
     carried = ForkJoinLanes(MULTIVERSE, num_lanes=4, prompt_len=5, max_tokens=500, trunk_text=open_goal)
     assert carried.observe(0, GOAL_MV[60:], 30)[1] == "\n<Path>\n1:", "the prompt's entries count"
+
+
+def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_order() -> None:
+    """Through the stand-in engine (tests/unit/table_engine.py): the branch lanes wait outside the queues until
+    the trunk writes its goal; every lane samples its first (placed) token before the trunk's first token after
+    the fork; the branches decode while the trunk waits; each ends with its end of sequence once it wrote its
+    end; the trunk goes on with the join header once every branch has stopped; every lane is freed."""
+    from tests.unit.table_engine import EOS, FakeEngine, decode
+    from vllm_hogwild.core.forkjoin import read_record
+
+    engine = FakeEngine(prompt_len=6)
+    trunk_script = "Go <Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>" + "x" * 200
+    scripts = {"0_g": trunk_script, "1_g": "\n<Path>\n1: left</Path>", "2_g": "\n<Path>\n2: right side</Path>",
+               "3_g": "never"}  # a lane's script at its output index (placed tokens take theirs)
+    lanes = engine.add_group("g", 4, max_tokens=120, protocol="multiverse")
+    records, order = {}, []
+    stop = engine.stop
+
+    def stop_and_record(request):
+        reason = engine.table.stop_reason(request.request_id)
+        if reason is not None:
+            records[request.request_id] = read_record(reason)
+        stop(request)
+
+    engine.stop = stop_and_record
+
+    def sample(request, k):
+        script = scripts[request.request_id]
+        return ord(script[request.num_output_tokens % len(script)])
+
+    goal_len = trunk_script.index("</Goal>") + len("</Goal>")
+    seen = {r.request_id: 0 for r in lanes}
+    for step in range(400):
+        if not engine.table:
+            break
+        engine.step(sample)
+        for r in lanes:  # (step, lane, output index) of every token, sampled or placed
+            order += [(step, r.request_id, i) for i in range(seen[r.request_id], r.num_output_tokens)]
+            seen[r.request_id] = r.num_output_tokens
+        if lanes[0].num_output_tokens < goal_len:
+            assert all(r.status == "held" for r in lanes[1:]), "branch lanes wait outside the queues"
+    assert not engine.table and engine.table.num_held == 0
+    texts = {r.request_id: decode(r.output_token_ids) for r in lanes}
+    assert texts["1_g"] == "\n<Path>\n1: left</Path>" and texts["2_g"] == "\n<Path>\n2: right side</Path>"
+    assert texts["3_g"] == "" and lanes[3].output_token_ids == [EOS], "the spare lane ends at once"
+    assert texts["0_g"].startswith(trunk_script[:goal_len] + "<Conclusion>\nx")
+    assert [lanes[i].output_token_ids[-1] for i in (1, 2)] == [EOS, EOS]
+    # Every lane's first token comes in a step before the trunk's first token after the fork.
+    after = next(step for step, rid, i in order if rid == "0_g" and i == goal_len)
+    assert all(step < after for step, rid, i in order if rid != "0_g" and i == 0)
+    # The branches decode while the trunk waits; its join header goes on once both stopped.
+    last_branch = max(step for step, rid, _ in order if rid in ("1_g", "2_g"))
+    assert not [i for step, rid, i in order if rid == "0_g" and after < step <= last_branch]
+    assert records["1_g"] == {"lane": 1, "branch": "1", "keep": len(texts["1_g"]), "fork_tokens": goal_len, "fork_chars": goal_len}
+    assert records["3_g"]["branch"] is None and records["3_g"]["keep"] == 0
+    forks = [f.state for w in engine.wires for f in w.forks]
+    assert len(forks) == 2 and forks[0].ends is None and forks[1].ends == (6 + len(texts["1_g"]), 6 + len(texts["2_g"]))
+    assert forks[0].fork_at == 6 + goal_len
+    assert set(engine.freed) == {r.request_id for r in lanes}

@@ -120,7 +120,7 @@ def branch_lanes(protocol: str, max_branches: int, max_workers: int) -> int:
     if max_workers < 2:
         raise HogwildOptionError("protocol", "fork/join needs a trunk and a branch lane: --hogwild-max-workers >= 2")
     if max_branches > max_workers - 1:
-        raise HogwildOptionError("max_branches", f"{max_branches} branch lanes; this engine allows 1 to "
+        raise HogwildOptionError("hogwild_max_branches", f"{max_branches} branch lanes; this engine allows 1 to "
                                                  f"{max_workers - 1} (--hogwild-max-workers {max_workers}, less the trunk)")
     family = FAMILIES[protocol]
     return min(max_branches or family.max_branches or DEFAULT_BRANCH_LANES, max_workers - 1)

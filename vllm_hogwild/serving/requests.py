@@ -323,6 +323,6 @@ def _prompt_fork(processor, request, params, options: RequestOptions, num_lanes:
         fork = decide(family, text.rstrip(), depth=0, budget_left=max_tokens, max_branches=num_lanes - 1)
     except ForkTooWide as err:
         raise request_error(HogwildOptionError(
-            "max_branches", f"the prompt ends in a goal of {err.num_parts} parts: more than this request's "
+            "hogwild_max_branches", f"the prompt ends in a goal of {err.num_parts} parts: more than this request's "
                             f"{err.cap} branch lanes (raise hogwild_max_branches, up to --hogwild-max-workers - 1)"))
     return (None if fork is None else fork.numbers), ""
