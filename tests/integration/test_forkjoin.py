@@ -77,7 +77,9 @@ CASES = [  # (protocol, parts, branch mode, max_tokens)
     ("multiverse", 4, "isolated", 48),
     ("npr", 2, "isolated", 1030),
     ("multiverse", 3, "hogwild", 48),
+    ("multiverse", 2, "hogwild", 32),  # with a branch end never written: every branch ends at its budget
 ]
+NEVER = "QQQ"  # the budget case's branch end
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +91,7 @@ def runs(llm):
     prompts = [GOALS[(protocol, k)] for protocol, k, _, _ in CASES] + ["A plain request beside them."]
     sps = [params(protocol, n, seed=50 + i, branches=mode, max_branches=4)
            for i, (protocol, _, mode, n) in enumerate(CASES)]
+    sps[-1].extra_args["hogwild_branch_end"] = NEVER
     sps.append(SamplingParams(temperature=1.0, seed=7, max_tokens=16))
     outputs = llm.generate(prompts, sps, use_tqdm=False)
     return [(tokenizer.encode(p), o) for p, o in zip(prompts, outputs)]
@@ -106,7 +109,10 @@ def test_every_branch_and_the_join_match_the_dense_oracle(runs, oracle, case) ->
     (trunk, trunk_lp), branches, f = split(completion)
     assert f == 0, "the prompt ends in a complete goal: the fork starts at once"
     lengths = [len(b) for b, _ in branches]
-    assert len(set(lengths)) > 1 or k == 1, f"branches of different lengths expected, got {lengths}"
+    if case == len(CASES) - 1:  # cut by the budget: the last budget token is the end of sequence, the one before fed
+        assert lengths == [CASES[case][3] - 1] * k
+    else:
+        assert len(set(lengths)) > 1, f"branches of different lengths expected, got {lengths}"
     trunk, trunk_lp = trunk[:TRUNK_CHECKED], trunk_lp[:TRUNK_CHECKED]
     hogwild = mode == "hogwild"
     want_trunk, want_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=hogwild)

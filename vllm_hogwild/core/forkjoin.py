@@ -353,6 +353,14 @@ class ForkJoinLanes:
             self._release = list(range(1, self.num_lanes))
             self._stop += list(range(1, self.num_lanes))
 
+    def end_at_budget(self, lane: int) -> None:
+        """Branch ``lane`` has one token of budget left: it ends there (its end of sequence), so that the token
+        before it is fed and the join reads it; an unfed last token would be in the document, not in the view."""
+        branch = self._branch(lane)
+        if branch is not None and self.stage is Stage.BRANCHES and not branch.wrote_end:
+            branch.wrote_end = True
+            self._stop.append(lane)
+
     def take_released(self) -> list[int]:
         out, self._release = self._release, []
         return out

@@ -556,6 +556,10 @@ class GroupTable:
     def _fork_steps(self, group: Group) -> None:
         """A fork/join group: lanes the protocol is done with end next; lanes the fork takes go to the queue."""
         driver = group.driver
+        for w in group.workers[1:]:  # a branch at its budget's last token ends with its end of sequence: the
+            # token before is fed (the join reads it), as after a branch end the model wrote
+            if not w.finished and w.index not in group.kept and w.request.num_output_tokens == group.max_tokens - 1:
+                driver.lanes.end_at_budget(w.index)
         driver.end_lanes([w.eos_token_id for w in group.workers])
         for lane in driver.lanes.take_released():
             if lane in group.kept:

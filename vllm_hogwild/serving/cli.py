@@ -25,8 +25,8 @@ GROUP_TITLE = "Hogwild"
 
 _HELP = {
     "max_workers": "Largest number of workers (the request's n) one Hogwild group may have.",
-    "client_patterns": "Whether requests may send their own hogwild_step_end / hogwild_answer_pattern "
-                       "(RE2 regular expressions, matched in linear time over a bounded window); "
+    "client_patterns": "Whether requests may send their own hogwild_step_end / hogwild_answer_pattern / "
+                       "hogwild_branch_end (RE2 regular expressions, matched in linear time over a bounded window); "
                        "'off' allows the built-in patterns only.",
     "max_plain_wait": "Seconds a plain request may wait while Hogwild groups that arrived after it are "
                       "admitted ahead of it; a complete group that has waited longer holds back newer "

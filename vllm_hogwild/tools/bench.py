@@ -10,6 +10,7 @@
     python -m vllm_hogwild.tools.bench split     [--workers 8] [--prompt-len 1500] [--max-tokens 128] [--dtype float32]
                                                    [--compiled]
     python -m vllm_hogwild.tools.bench capacity  [--groups 16] [--workers 4] [--max-tokens 448] [--blocks 2000 96 64 48]
+    python -m vllm_hogwild.tools.bench forkjoin  [--parts 2 4 8] [--requests 2] [--max-tokens 48] [--rounds 2]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
 
 - ``decode``: decode tokens/s of a Hogwild group of N workers vs stock ``n=N``
@@ -80,6 +81,15 @@
   groups preempted and tokens replayed, and each configuration's steps against
   its own with the largest cache. Every configuration is an engine of its own,
   in its own process; ``--model tiny`` (the default here) keeps the steps cheap.
+- ``forkjoin``: a fork-heavy workload: requests whose prompts end in a
+  Multiverse goal of 2, 4 or 8 outlines (the fork starts at once), each
+  branch ending at ``--branch-end``. Three sides in one engine, the last two
+  with the fork/join run's own token counts (``ignore_eos``) and prompts
+  salted apart: fork/join in the plugin; the same tokens decoded one after
+  another by one plain request (an engine without branches); the branches as
+  plain requests side by side, then the join as one request that re-prefills
+  them (an engine with a prefix cache only). Sequential decode steps (per
+  request), engine steps, prompt tokens the engine computed, wall time.
 """
 
 from __future__ import annotations
@@ -756,6 +766,12 @@ def markdown(report: dict) -> str:
                 "groups preempted | tokens replayed / generated |")
         body = [f"| {r['blocks']} | {r['kind']} | {r['steps']} | {r['steps_vs_largest']:.2f}x | {r['wall_s']:.2f} | "
                 f"{_or_dash(r['group_preemptions'])} | {_replayed(r)} |" for r in rows]
+    elif kind == "forkjoin":
+        head = ("| outlines | side | tokens per request | sequential decode steps | engine steps | prefilled tokens | "
+                "wall s | wall vs fork/join |")
+        body = [f"| {r['parts']} | {r['side']} | {r['tokens']:.0f} | {r['sequential_steps']:.0f} | "
+                f"{r['engine_steps']:.0f} | {r['prefilled_tokens']:.0f} | {r['wall_s']:.2f} | "
+                f"{r['wall_vs_forkjoin']:.2f}x |" for r in report["summary"]]
     else:
         head = "| workers | budget per worker | tasks | accuracy | answered | mean sequential steps | wall s |"
         body = [f"| {r['workers']} | {r['budget']} | {r['tasks']} | {r['accuracy']:.2f} | {r['answered']:.2f} | "
@@ -843,6 +859,111 @@ def plot(report: dict, path: str) -> None:
     plt.close(fig)
 
 
+# -- fork/join ------------------------------------------------------------------
+
+FORKJOIN_SIDES = ("fork/join", "sequential", "re-prefill join")
+
+
+def goal_prompt(parts: int, salt: int, context: int = 0) -> str:
+    """A prompt that ends in a Multiverse goal of ``parts`` outlines (the fork starts at once), after
+    ``context`` numbered facts (the problem and the reasoning before the goal)."""
+    facts = "".join(f"Fact {i}: item {i} weighs {(salt + 7 * i) % 90 + 10} grams.\n" for i in range(context))
+    outlines = "".join(f"<Outline>\n{i}: case {i} of {parts}</Outline>\n" for i in range(1, parts + 1))
+    return (f"Request {salt}.\n{facts}Check every case of the claim, each on its own, then conclude.\n"
+            f"<Parallel>\n<Goal>\n{outlines}</Goal>")
+
+
+def _count_prefill(llm) -> list[int]:
+    """Prompt tokens the engine computed, counted from now (prefix-cache hits are not computed)."""
+    scheduler, counter = _scheduler(llm), [0]
+    original = scheduler.schedule
+
+    def schedule(*args, **kwargs):
+        output = original(*args, **kwargs)
+        for request_id, n in output.num_scheduled_tokens.items():
+            request = scheduler.requests.get(request_id)
+            if request is not None:
+                before = request.num_computed_tokens - n
+                counter[0] += max(0, min(n, request.num_prompt_tokens - before))
+        return output
+
+    scheduler.schedule = schedule
+    return counter
+
+
+def forkjoin(llm, args) -> dict:
+    """Fork/join in the plugin against the same token streams decoded one after another, and against a join
+    that re-prefills the branches (an engine with a prefix cache only). One engine; the other sides' token
+    counts are the fork/join run's (``ignore_eos``), their prompts salted apart (no prefix-cache reuse)."""
+    from vllm import SamplingParams
+
+    tokenizer = llm.get_tokenizer()
+    steps, prefill = _count_steps(llm), _count_prefill(llm)
+    results = []
+
+    def measure(prompts, params) -> tuple[float, int, int, list]:
+        s0, p0 = steps[0], prefill[0]
+        wall, outs = _timed(llm, prompts, params)
+        return wall, steps[0] - s0, prefill[0] - p0, outs
+
+    fork = {"hogwild_protocol": "multiverse", "hogwild_branch_end": args.branch_end}
+    for parts in args.parts:
+        for rnd in range(args.rounds):
+            salt = 1000 * parts + 10 * rnd
+            prompts = [goal_prompt(parts, salt + i, args.context) for i in range(args.requests)]
+            fj = SamplingParams(n=1, temperature=args.temperature, seed=salt, max_tokens=args.max_tokens,
+                                extra_args={**fork, "hogwild_max_branches": parts})
+            wall, n_steps, n_prefill, outs = measure(prompts, [fj] * len(prompts))
+            trees = [o.outputs[0].hogwild for o in outs]
+            if not all(t["forked"] for t in trees):
+                raise RuntimeError("a fork/join request of the workload did not fork")
+            rows = {"fork/join": (wall, n_steps, n_prefill, statistics.mean(t["sequential_steps"] for t in trees))}
+            # The same token streams, one after another: one plain request per request, as long as the document.
+            seq = [goal_prompt(parts, salt + 500 + i, args.context) for i in range(len(prompts))]
+            sp = [SamplingParams(temperature=args.temperature, seed=salt, max_tokens=t["num_tokens"], ignore_eos=True)
+                  for t in trees]
+            wall, n_steps, n_prefill, _ = measure(seq, sp)
+            rows["sequential"] = (wall, n_steps, n_prefill, statistics.mean(t["num_tokens"] for t in trees))
+            # Branches as plain requests side by side, then the join re-prefills them.
+            stage1, sp1 = [], []
+            for i, tree in enumerate(trees):
+                base = goal_prompt(parts, salt + 700 + i, args.context)
+                for b in tree["branches"]:
+                    header = "\n<Path>\n" + b["branch"] + ":"
+                    n_header = len(tokenizer.encode(header, add_special_tokens=False))
+                    stage1.append(base + header)
+                    sp1.append(SamplingParams(temperature=args.temperature, seed=salt, ignore_eos=True,
+                                              max_tokens=max(1, b["num_tokens"] - n_header)))
+            w1, s1, f1, _ = measure(stage1, sp1)
+            stage2 = [goal_prompt(parts, salt + 700 + i, args.context) + "".join(b["text"] for b in t["branches"]) + "<Conclusion>\n"
+                      for i, t in enumerate(trees)]
+            n_join = len(tokenizer.encode("<Conclusion>\n", add_special_tokens=False))
+            sp2 = [SamplingParams(temperature=args.temperature, seed=salt, ignore_eos=True,
+                                  max_tokens=max(1, t["trunk_tokens"] - n_join)) for t in trees]
+            w2, s2, f2, _ = measure(stage2, sp2)
+            longest = statistics.mean(max(b["num_tokens"] for b in t["branches"]) + t["trunk_tokens"] for t in trees)
+            rows["re-prefill join"] = (w1 + w2, s1 + s2, f1 + f2, longest)
+            for side, (wall, n_steps, n_prefill, seq_steps) in rows.items():
+                row = {"parts": parts, "round": rnd, "side": side, "requests": len(prompts), "wall_s": wall,
+                       "engine_steps": n_steps, "prefilled_tokens": n_prefill, "sequential_steps": seq_steps,
+                       "tokens": statistics.mean(t["num_tokens"] for t in trees)}
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    summary = []
+    for parts in args.parts:
+        base = {}
+        for side in FORKJOIN_SIDES:
+            rows = [r for r in results if r["parts"] == parts and r["side"] == side]
+            base[side] = {k: statistics.median(r[k] for r in rows)
+                          for k in ("wall_s", "engine_steps", "prefilled_tokens", "sequential_steps", "tokens")}
+        for side in FORKJOIN_SIDES:
+            row = {"parts": parts, "side": side, **base[side],
+                   "wall_vs_forkjoin": base[side]["wall_s"] / base["fork/join"]["wall_s"]}
+            summary.append(row)
+    return {"benchmark": "forkjoin", "machine": machine(), "results": results, "summary": summary,
+            "model": args.model or "SmolLM2-135M-Instruct", "attention": _attention_of(llm)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -911,7 +1032,17 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("--blocks", "--groups", "--workers", "--max-tokens", "--prompt-len", "--stop-every"):
         cside.add_argument(name, type=int, required=True)
     cside.add_argument("--model", default="tiny")
-    for p in (d, r, o, a, s, v, sp, c):
+    fj = sub.add_parser("forkjoin", help="fork/join requests vs the same tokens decoded one after another and "
+                                         "vs a join that re-prefills the branches")
+    fj.add_argument("--parts", type=int, nargs="+", default=[2, 4, 8])
+    fj.add_argument("--requests", type=int, default=2, help="requests per run (each forks into --parts branches)")
+    fj.add_argument("--max-tokens", type=int, default=48)
+    fj.add_argument("--context", type=int, default=40, help="numbered facts before the goal (about 14 tokens each)")
+    fj.add_argument("--rounds", type=int, default=2)
+    fj.add_argument("--temperature", type=float, default=0.8)
+    fj.add_argument("--branch-end", default="[.!?]", help="a branch ends at this pattern (the model's tags, "
+                                                           "'</Path>', need a model trained on them)")
+    for p in (d, r, o, a, s, v, sp, c, fj):
         p.add_argument("--model", default=None,
                        help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct")
         p.add_argument("--json", default=None, help="write the report here")
@@ -947,9 +1078,12 @@ def run(args, llm=None) -> dict:
             length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
         if args.command == "decode":
             extra = {"dtype": args.dtype, "enforce_eager": not args.compiled}
+        if args.command == "forkjoin":
+            extra = {"additional_config": {"hogwild": {"max_workers": max(args.parts) + 1}}}
         llm = _engine(args.model, length, **extra)
     return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,
-            "speculative": speculative, "verify": verify, "split": split, "capacity": capacity}[args.command](llm, args)
+            "speculative": speculative, "verify": verify, "split": split, "capacity": capacity,
+            "forkjoin": forkjoin}[args.command](llm, args)
 
 
 if __name__ == "__main__":
