@@ -156,3 +156,16 @@ def test_capacity_runs_every_configuration_at_every_size(tmp_path) -> None:
     assert tight["group_preemptions"] >= 1 and tight["replayed_tokens"] > 0
     assert rows[6, "reserve"]["group_preemptions"] == 0 and rows[6, "reserve"]["replayed_tokens"] == 0
     assert tight["steps"] < rows[6, "reserve"]["steps"]
+
+
+def test_forkjoin_compares_three_sides_on_the_same_token_counts(llm, tmp_path) -> None:
+    report = _run(llm, ["forkjoin", "--parts", "2", "3", "--requests", "1", "--rounds", "1", "--max-tokens", "32",
+                        "--context", "4", "--branch-end", "[jqyz]"], tmp_path)
+    rows = {(r["parts"], r["side"]): r for r in report["summary"]}
+    assert set(rows) == {(p, s) for p in (2, 3) for s in bench.FORKJOIN_SIDES}
+    for parts in (2, 3):
+        fj, seq, re = (rows[parts, s] for s in bench.FORKJOIN_SIDES)
+        assert seq["sequential_steps"] == seq["tokens"] == fj["tokens"], "the same tokens, one after another"
+        assert fj["sequential_steps"] < seq["sequential_steps"]
+        assert re["prefilled_tokens"] > seq["prefilled_tokens"], "the join re-prefills the branches"
+        assert fj["wall_vs_forkjoin"] == 1.0

@@ -174,6 +174,7 @@ def test_bad_fork_options_name_their_field(llm) -> None:
         (params("multiverse", 40, seed=1, branches="both"), "hogwild_branches"),
         (SamplingParams(max_tokens=40, ignore_eos=True, extra_args={"hogwild_protocol": "npr"}), "ignore_eos"),
         (SamplingParams(max_tokens=40, extra_args={"hogwild_branch_end": "x"}), "hogwild_branch_end"),
+        (SamplingParams(max_tokens=40, stop=["."], extra_args={"hogwild_protocol": "npr"}), "stop"),
     ]
     for sp, field in cases:
         with pytest.raises(ValueError, match=field):

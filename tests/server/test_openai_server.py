@@ -206,6 +206,7 @@ BAD = [
     ({"extra_body": {"vllm_xargs": {"hogwild_protocol": "npr", "hogwild_branches": "all"}}}, "hogwild_branches"),
     ({"extra_body": {"vllm_xargs": {"hogwild_protocol": "npr", "hogwild_max_branches": MAX_WORKERS}}},
      "hogwild_max_branches"),
+    ({"stop": ["."], "extra_body": {"vllm_xargs": {"hogwild_protocol": "npr"}}}, "stop"),
 ]
 
 

@@ -230,6 +230,9 @@ class GroupTable:
         for worker in live:
             slots = group.replay.targets[worker.index] + 1 + self.slack if resumed else self._first_slots(group)
             self._promise(worker.request_id, slots, reserved=group.reserved)
+        for lane in group.kept:  # fork/join lanes queued at the fork: their budget is promised now, so that no
+            # later admission takes the blocks their first allocation needs (the trunk waits for them)
+            self._promise(group.workers[lane].request_id, self._first_slots(group), reserved=True)
         admission.queue += [w.request for w in live]
         if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)
             admission.replays += [(w, w.request.all_token_ids[: w.lane_len + 1])

@@ -255,6 +255,8 @@ def generate(original, engine, prompt, sampling_params, request_id, *args, **kwa
                 prompt_len = extended_len(engine.tokenizer, prompt_len, found.options, sampling_params.n,
                                           in_chat=found.preamble_in_chat)
             check_sizes(engine.vllm_config, found.options, sampling_params.n, prompt_len, sampling_params.max_tokens)
+        if found.options.forks:
+            check_forkjoin_params(sampling_params, found.options)
         sampling_params = copy.copy(sampling_params)  # never mutate the caller's SamplingParams
         sampling_params.extra_args = kept(extra, found)
     return original(engine, prompt, sampling_params, request_id, *args, **kwargs)
@@ -300,17 +302,9 @@ PROMPT_TAIL_TOKENS = 8192  # a fork/join prompt's goal is looked for in its last
 def _prompt_fork(processor, request, params, options: RequestOptions, num_lanes: int, max_tokens: int):
     """``(fork_now, open_goal)`` of a fork/join request's prompt (see :class:`RequestSpec`); its sampling
     parameters checked: the engine ends lanes with their end of sequence, which these would defeat."""
-    from vllm.sampling_params import RequestOutputKind
-
     from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, decide, prompt_goal
 
-    for name, bad in (("ignore_eos", params.ignore_eos), ("min_tokens", params.min_tokens > 0),
-                      ("output_kind", params.output_kind == RequestOutputKind.CUMULATIVE)):
-        if bad:
-            raise request_error(HogwildOptionError(
-                name, f"not with a fork/join request ({options.protocol}): the engine ends its branch lanes with "
-                      "their end of sequence" if name != "output_kind" else
-                      "a fork/join request streams deltas (DELTA) or comes whole (FINAL_ONLY)"))
+    check_forkjoin_params(params, options)
     if request.prompt_token_ids is None or processor.tokenizer is None:
         raise request_error(HogwildOptionError(
             "prompt", "a fork/join request reads its prompt's text: send text or token ids, with a tokenizer"))
@@ -326,3 +320,21 @@ def _prompt_fork(processor, request, params, options: RequestOptions, num_lanes:
             "hogwild_max_branches", f"the prompt ends in a goal of {err.num_parts} parts: more than this request's "
                             f"{err.cap} branch lanes (raise hogwild_max_branches, up to --hogwild-max-workers - 1)"))
     return (None if fork is None else fork.numbers), ""
+
+
+def check_forkjoin_params(params, options: RequestOptions) -> None:
+    """The sampling parameters a fork/join request refuses, each named: the engine ends its branch lanes with
+    their end of sequence, and stop strings would end one lane, not the request."""
+    from vllm.sampling_params import RequestOutputKind
+
+    ends = "the engine ends its branch lanes with their end of sequence"
+    refused = {
+        "ignore_eos": (params.ignore_eos, ends),
+        "min_tokens": (params.min_tokens > 0, ends),
+        "stop": (bool(params.stop), "a stop string would end one lane, not the request; use stop_token_ids"),
+        "output_kind": (params.output_kind == RequestOutputKind.CUMULATIVE,
+                        "a fork/join request streams deltas or comes whole, not cumulative outputs"),
+    }
+    for name, (bad, why) in refused.items():
+        if bad:
+            raise request_error(HogwildOptionError(name, f"not with a fork/join request ({options.protocol}): {why}"))

@@ -842,6 +842,13 @@ def plot(report: dict, path: str) -> None:
             bottom = [b + v for b, v in zip(bottom, values)]
         ax.set(ylabel="ms per engine step", title="A speculative step, by part")
         ax.tick_params(axis="x", labelrotation=15)
+    elif kind == "forkjoin":
+        summary = report["summary"]
+        for side in FORKJOIN_SIDES:
+            pts = [r for r in summary if r["side"] == side]
+            ax.plot([r["parts"] for r in pts], [r["sequential_steps"] for r in pts], "o-", label=side)
+        ax.set(xlabel="outlines per goal (branches)", ylabel="sequential decode steps per request",
+               title="Fork/join vs sequential decoding and re-prefilled joins")
     elif kind == "speculative":
         ax.bar([f"{r['config']} N={r['workers']} t={r['temperature']:g}" for r in rows],
                [r["tokens_per_step"] for r in rows], label="tokens per engine step")
