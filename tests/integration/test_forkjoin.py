@@ -158,6 +158,9 @@ def test_a_request_that_does_not_fork_equals_a_plain_request(llm) -> None:
     assert len(a.outputs) == 1 and a.outputs[0].hogwild["forked"] is False
     assert list(a.outputs[0].token_ids) == list(b.outputs[0].token_ids)
     assert a.outputs[0].text == b.outputs[0].text
+    messages = [{"role": "user", "content": prompt}]  # llm.chat: the same, through the chat template
+    c, d = llm.chat([messages, messages], [fj, plain], use_tqdm=False)
+    assert len(c.outputs) == 1 and c.outputs[0].text == d.outputs[0].text
     table = scheduler_of(llm).table
     assert not table.groups and table.num_held == 0, "every lane ended, none held"
 

@@ -76,6 +76,16 @@ def test_a_stream_asking_for_accept_steps_is_a_400_naming_the_field(client) -> N
     assert out.choices[0].text is not None
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_fork_join_request_is_refused_with_speculation_naming_the_protocol(client, stream) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=NAME, prompt="hi", max_tokens=40, stream=stream,
+                                  extra_body={"vllm_xargs": {"hogwild_protocol": "multiverse"}})
+    assert info.value.body["param"] == "hogwild_protocol" and "speculative" in info.value.body["message"]
+
+
 def test_plain_and_streamed_groups_run_beside_speculation(client) -> None:
     text, finish = {}, {}
     for chunk in client.completions.create(model=NAME, prompt="a b a b a b", n=2, max_tokens=12, temperature=0.3,

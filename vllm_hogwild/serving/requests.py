@@ -113,6 +113,10 @@ def forkjoin_lanes(config, options: RequestOptions, n: int) -> int:
     from vllm_hogwild.core.forkjoin import branch_lanes
 
     try:
+        if spec_slack(config):
+            raise HogwildOptionError("hogwild_protocol", f"fork/join requests ({options.protocol}) are not served "
+                                                         "with speculative decoding yet; start the engine without "
+                                                         "--speculative-config")
         if n != 1:
             raise HogwildOptionError("n", f"a fork/join request ({options.protocol}) is one completion: n 1, not {n}; "
                                           "its branches are lanes of their own")
