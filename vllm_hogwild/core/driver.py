@@ -34,7 +34,23 @@ from vllm_hogwild.core.paragraphs import ParagraphTracker
 from vllm_hogwild.core.wire import ARGMAX
 
 
-class ProtocolDriver:
+class PlacedTokens:
+    """Each lane's queue of token ids the engine places, one per sampled token; what was placed, by index."""
+
+    def __init__(self, num_lanes: int) -> None:
+        self.queues = [deque() for _ in range(num_lanes)]  # tokens still to place, per lane
+        self.placed = [set() for _ in range(num_lanes)]  # output indices placed, per lane
+
+    def forced(self, worker: int, num_output_tokens: int) -> int | None:
+        """The token ``worker`` must sample as its output token ``num_output_tokens`` (None: its own choice)."""
+        queue = self.queues[worker]
+        if not queue:
+            return None
+        self.placed[worker].add(num_output_tokens)
+        return queue.popleft()
+
+
+class ProtocolDriver(PlacedTokens):
     forks = False  # a fork/join request's driver is ForkJoinDriver
 
     def __init__(self, options: RequestOptions, num_workers: int, max_tokens: int, prompt_len: int,
@@ -46,8 +62,7 @@ class ProtocolDriver:
         self.tracker = tracker  # step ends (the layouts with a shared history), shared with the views
         self.encode = encode
         self.named = options.protocol in NAMED_PROTOCOLS
-        self.queues = [deque() for _ in range(num_workers)]  # tokens still to place, per lane
-        self.placed = [set() for _ in range(num_workers)]  # output indices placed, per lane
+        super().__init__(num_workers)
         self.num_observed = [0] * num_workers  # output tokens of each lane seen so far
         self.step_numbers = [1] * num_workers  # the step each worker writes
         self.checked_at = [0] * num_workers  # group tokens at each worker's last redundancy check
@@ -101,14 +116,6 @@ class ProtocolDriver:
             return True
         return bool(self.reserve) and self.max_tokens - num_output_tokens <= self.reserve
 
-    def forced(self, worker: int, num_output_tokens: int) -> int | None:
-        """The token ``worker`` must sample as its output token ``num_output_tokens`` (None: its own choice)."""
-        queue = self.queues[worker]
-        if not queue:
-            return None
-        self.placed[worker].add(num_output_tokens)
-        return queue.popleft()
-
     def maybe_start_finisher(self, num_outputs: Sequence[int | None]) -> int | None:
         """Start the finisher when the lowest live worker reaches its reserve; returns that worker.
 
@@ -138,7 +145,7 @@ class ProtocolDriver:
                 self.queues[w].append(eos)
 
 
-class ForkJoinDriver:
+class ForkJoinDriver(PlacedTokens):
     """Protocol driving for a fork/join request (``multiverse``, ``npr``): the same interface as
     :class:`ProtocolDriver`, over :class:`~vllm_hogwild.core.forkjoin.ForkJoinLanes`.
 
@@ -167,8 +174,7 @@ class ForkJoinDriver:
         self.lanes = ForkJoinLanes(FAMILIES[options.protocol], num_lanes, prompt_len, max_tokens,
                                    hogwild=options.branches == "hogwild", branch_end=options.branch_end,
                                    trunk_text=open_goal)
-        self.queues = [deque() for _ in range(num_lanes)]
-        self.placed = [set() for _ in range(num_lanes)]
+        super().__init__(num_lanes)
         self.num_observed = [0] * num_lanes
         if fork_now:
             self._place(self.lanes.fork_now(fork_now))
@@ -190,13 +196,6 @@ class ForkJoinDriver:
 
     def may_place(self, worker: int, num_output_tokens: int) -> bool:
         return bool(self.queues[worker])
-
-    def forced(self, worker: int, num_output_tokens: int) -> int | None:
-        queue = self.queues[worker]
-        if not queue:
-            return None
-        self.placed[worker].add(num_output_tokens)
-        return queue.popleft()
 
     def maybe_start_finisher(self, num_outputs: Sequence[int | None]) -> int | None:
         return None
