@@ -263,3 +263,19 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     assert len(forks) == 2 and forks[0].ends is None and forks[1].ends == (6 + len(texts["1_g"]), 6 + len(texts["2_g"]))
     assert forks[0].fork_at == 6 + goal_len
     assert set(engine.freed) == {r.request_id for r in lanes}
+
+
+@pytest.mark.parametrize("when", ["before the fork", "during the branches"])
+def test_an_aborted_fork_join_request_leaves_nothing_held(when) -> None:
+    from tests.unit.table_engine import FakeEngine
+
+    engine = FakeEngine(prompt_len=6)
+    goal = "<Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>"
+    script = {"0_g": goal + "x" * 50, "1_g": "\n<Path>\n1: aaaa", "2_g": "\n<Path>\n2: bbbb", "3_g": "z"}
+    lanes = engine.add_group("g", 4, max_tokens=200, protocol="multiverse")
+    steps = 5 if when == "before the fork" else len(goal) + 6
+    for _ in range(steps):
+        engine.step(lambda r, k: ord(script[r.request_id][r.num_output_tokens % len(script[r.request_id])]))
+    assert (lanes[1].status == "held") == (when == "before the fork")
+    engine.abort("g")
+    assert not engine.table and engine.table.num_held == 0 and engine.table.num_queued == 0

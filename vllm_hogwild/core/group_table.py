@@ -596,8 +596,8 @@ class GroupTable:
         self._promise(request_id, None)
         if group.phase not in (Phase.ADMITTED, Phase.REPLAYING):
             self._num_held -= 1  # aborted while its group waited
-        elif worker.index in group.kept or worker in self._released:  # a fork/join lane not handed over yet
-            group.kept.discard(worker.index)
+        elif worker.index in group.kept or any(w is worker for w in self._released):  # a fork/join lane
+            group.kept.discard(worker.index)  # not handed to the engine's queue yet (aborted)
             self._released = [w for w in self._released if w is not worker]
             self._num_held -= 1
         self._observe(worker)
