@@ -100,6 +100,10 @@ HOOKS: tuple[Hook, ...] = (
            "vllm_hogwild.serving.accept_steps", "new_completion_output", NO_PATCH_ACCEPT_STEPS),
     _class("vllm.v1.engine.parallel_sampling:ParentRequest.get_outputs",
            "vllm_hogwild.serving.forkjoin", "get_outputs", NO_PATCH_FORKJOIN),
+    _class("vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion.completion_stream_generator",
+           "vllm_hogwild.serving.forkjoin", "completion_stream", NO_PATCH_FORKJOIN),
+    _class("vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat.chat_completion_stream_generator",
+           "vllm_hogwild.serving.forkjoin", "chat_stream", NO_PATCH_FORKJOIN),
     # -- instance wraps (each by the code that owns the object) --
     Hook("vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots", "instance", "vllm_hogwild.scheduler.kv",
          "04-scheduler-lookahead.patch"),

@@ -346,14 +346,18 @@ def test_fork_join_request_whole_and_streamed(server, route) -> None:
         assert tree["branches"][0]["text"].startswith("\n<Path>\n1:")
         assert whole.usage.completion_tokens == tree["num_tokens"]
     stream = _create(c, route, stream=True, stream_options={"include_usage": True}, **kw)
-    streamed, finishes, usage = "", [], None
+    streamed, finishes, usage, trees = "", [], None, []
     for chunk in stream:
         usage = chunk.usage or usage
+        if (chunk.model_extra or {}).get("hogwild") is not None:  # the last event before [DONE]: the tree
+            assert not chunk.choices
+            trees.append(chunk.model_extra["hogwild"])
         for ch in chunk.choices:
             assert ch.index == 0
             streamed += _delta(ch, route) or ""
             if ch.finish_reason is not None:
                 finishes.append(ch.finish_reason)
     assert streamed == text
+    assert trees == [tree], "the stream's last event carries the same tree"
     assert finishes == [choice.finish_reason]
     assert usage.completion_tokens == whole.usage.completion_tokens

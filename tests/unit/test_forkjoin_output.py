@@ -81,6 +81,8 @@ def test_a_stream_sends_the_same_document_in_order_each_token_once() -> None:
     assert [t for d in deltas for t in d.token_ids] == TOKENS
     assert [d.finish_reason for d in deltas][-1] == "length" and all(d.finish_reason is None for d in deltas[:-1])
     assert all(d.index == 0 for d in deltas)
+    assert deltas[-1].hogwild["branches"][1] == {"branch": "2", "text": "\nP2: b.", "num_tokens": 2, "steps": 2}
+    assert deltas[-1].hogwild["trunk_tokens"] == 5, "the last output carries the tree"
     # Branch 1 goes out live; branch 2's text waits for branch 1's end, the trunk's for the last branch's.
     texts = [d.text for d in deltas]
     assert texts[:5] == ["Plan", "</Goal>", "\nP1:", " a", " c"]

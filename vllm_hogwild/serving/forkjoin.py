@@ -17,7 +17,9 @@ client gets one completion:
   once. The trunk streams live; after a fork, branch 1 streams live while
   the others are held, then branch 2's held text follows once branch 1 has
   ended, and so on; the trunk's text from the join on follows the last
-  branch. The deltas' concatenation is the whole completion's text.
+  branch. The deltas' concatenation is the whole completion's text. The last
+  output carries the tree too; the OpenAI server sends it as one last event
+  before ``data: [DONE]`` (:func:`completion_stream`, :func:`chat_stream`).
 
 A lane's forced end of sequence (a branch that wrote its end, a lane no
 branch took) is the engine's, not the model's: it is in no output.
@@ -98,6 +100,7 @@ class Assembly:
         self.current = 1  # streaming: the branch lane whose text goes out live
         self.joined = False
         self.trunk_final: Any = None  # the trunk's last output, held until every lane has ended
+        self.trunk_tokens = 0  # streaming: the trunk's tokens before its last output
 
     # -- a whole completion --------------------------------------------------------------------------
 
@@ -163,6 +166,8 @@ class Assembly:
             if i > 0:
                 lane.record = read_record(output.stop_reason)
         if i == 0:
+            if not output.finished():
+                self.trunk_tokens += len(output.token_ids)
             if self.forked and not self.joined:
                 lane.text += output.text
                 lane.token_ids += list(output.token_ids)
@@ -184,7 +189,10 @@ class Assembly:
                 return _completion(output, out.text, out.token_ids, out.logprobs, None, None)
             return None
         final = self.trunk_final
-        return _completion(final, out.text, out.token_ids, out.logprobs, final.finish_reason, final.stop_reason)
+        delta = _completion(final, out.text, out.token_ids, out.logprobs, final.finish_reason, final.stop_reason)
+        self.trunk_tokens += len(final.token_ids)
+        delta.hogwild = self.tree(self.trunk_tokens, self._branches(), self._fork_record())
+        return delta
 
     def _flush_branches(self, out: _Delta) -> None:
         """Send the live branch's text, then each following branch once the one before it ended; after the last
@@ -223,3 +231,59 @@ def _completion(like, text: str, token_ids, logprobs, finish_reason, stop_reason
     return CompletionOutput(index=0, text=text, token_ids=list(token_ids), cumulative_logprob=cumulative,
                             logprobs=logprobs if logprobs else None, finish_reason=finish_reason,
                             stop_reason=stop_reason, lora_request=getattr(like, "lora_request", None))
+
+
+# -- the OpenAI server's streams: the tree as the last event --------------------------------------------
+
+async def completion_stream(original, serving, request, engine_inputs, result_generator, *args, **kwargs):
+    """``/v1/completions``, streamed: a fork/join request's tree in one last event before ``[DONE]``."""
+    results, box = _recording(request, result_generator)
+    async for event in _with_tree(original(serving, request, engine_inputs, results, *args, **kwargs), box):
+        yield event
+
+
+async def chat_stream(original, serving, request, result_generator, *args, **kwargs):
+    """``/v1/chat/completions``, streamed: a fork/join request's tree in one last event before ``[DONE]``."""
+    results, box = _recording(request, result_generator)
+    async for event in _with_tree(original(serving, request, results, *args, **kwargs), box):
+        yield event
+
+
+TREE_EVENT = "hogwild"  # the last event: {"choices": [], "hogwild": {...the tree...}}
+
+
+def _recording(request, result_generator):
+    """``(results, box)``: the results as they come, and the tree of the last one put in ``box`` (None: not a
+    fork/join request; the results are vLLM's own)."""
+    from vllm_hogwild.serving.requests import PARSED_KEY, Parsed
+
+    found = (getattr(request, "vllm_xargs", None) or {}).get(PARSED_KEY)
+    if not (isinstance(found, Parsed) and found.options.forks):
+        return result_generator, None
+    box: dict = {}
+
+    async def recorded():
+        async for item in result_generator:
+            res = item[1] if isinstance(item, tuple) else item  # completions: (prompt index, output)
+            tree = getattr(res.outputs[0], "hogwild", None) if res.outputs else None
+            if tree is not None:
+                box["tree"] = tree
+            yield item
+
+    return recorded(), box
+
+
+async def _with_tree(events, box: dict | None):
+    import json
+
+    head: dict = {}
+    async for event in events:
+        if box is not None and not head and event.startswith("data: {"):
+            try:
+                chunk = json.loads(event[len("data: "):])
+                head = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
+            except ValueError:
+                pass
+        if box is not None and "tree" in box and event.startswith("data: [DONE]"):
+            yield f"data: {json.dumps({**head, 'choices': [], TREE_EVENT: box['tree']})}\n\n"
+        yield event
