@@ -16,6 +16,13 @@ rules each family's own engine applies are there too: how deep forks may nest,
 how many parts make a fork (others: the request goes on without forking), and
 how much budget a fork needs left.
 
+Serving one request: :class:`ForkJoinLanes` is its lanes' state (the trunk,
+the branch lanes, the order of events around a fork, which lanes sit out a
+step), :func:`fork_view` what each lane reads given the fork
+(:class:`ForkState`, which crosses to the worker processes), and
+:func:`lane_record` what a lane ≥ 1 tells the front end when it finishes, so
+that the lanes come out as one completion (``vllm_hogwild/serving/forkjoin.py``).
+
 Detection is bounded per token: the goal end is matched with RE2 over a
 window of the latest text (:class:`~vllm_hogwild.core.patterns.WindowMatcher`)
 and the goal's entries are counted over at most :data:`MAX_GOAL_CHARS`
@@ -233,7 +240,6 @@ class BranchLane:
     lane: int
     number: str  # the goal's part number
     header: str  # placed at its start
-    text: str = ""  # what the lane wrote (the placed header first)
     wrote_end: bool = False  # its text reached the branch end: it feeds that token and stops
     end: int | None = None  # its lane's length once it stopped
 
@@ -315,7 +321,6 @@ class ForkJoinLanes:
         branch = self._branch(lane)
         if branch is None or self.stage is not Stage.BRANCHES:
             return {}  # a spare lane's end of sequence, or a stopped branch's last sample
-        branch.text += piece
         if not branch.wrote_end and self._watches[lane].feed(piece) == "end":
             branch.wrote_end = True
             self._stop.append(lane)
