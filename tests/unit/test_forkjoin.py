@@ -279,3 +279,23 @@ def test_an_aborted_fork_join_request_leaves_nothing_held(when) -> None:
     assert (lanes[1].status == "held") == (when == "before the fork")
     engine.abort("g")
     assert not engine.table and engine.table.num_held == 0 and engine.table.num_queued == 0
+
+
+def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions() -> None:
+    """A fork/join group takes its whole budget at admission, its kept-back lanes included: a second one that
+    would fit only in the blocks those lanes will take waits (its trunk would wait for them otherwise)."""
+    from tests.unit.table_engine import FakeEngine
+
+    engine = FakeEngine(prompt_len=6, block_size=4, num_blocks=60)
+    a = engine.add_group("a", 4, max_tokens=40, protocol="multiverse")  # 1 + 4 x 11 = 45 blocks
+    engine.step(lambda r, k: ord("x"))
+    assert a[0].status == "running" and all(r.status == "held" for r in a[1:])
+    b = engine.add_group("b", 4, max_tokens=40, protocol="multiverse")
+    engine.step(lambda r, k: ord("x"))  # 60 - 12 held by a's trunk = 48 free; a's kept lanes take 36 of them
+    assert all(r.status == "held" for r in b) and engine.table.num_waiting_groups == 1
+    for _ in range(60):  # a's trunk ends (no goal: its lanes end at once), then b goes in
+        if all(r.status == "finished" for r in a):
+            break
+        engine.step(lambda r, k: ord("x"))
+    engine.step(lambda r, k: ord("x"))
+    assert all(r.status == "finished" for r in a) and b[0].status == "running"

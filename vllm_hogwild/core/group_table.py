@@ -207,8 +207,19 @@ class GroupTable:
         else:
             reserve = not self.on_demand or group.reserved
             need = blocks_for_group(group.prompt_len, group.max_tokens if reserve else 1, n, bs, self.slack)
-        return fits(need, self._promised_blocks, room.watermark_blocks, room.free_blocks,
-                    room.num_running + len(self._promised), n, room.max_running)
+        kept_lanes, kept_blocks = self._kept()
+        return fits(need, self._promised_blocks + kept_blocks, room.watermark_blocks, room.free_blocks,
+                    room.num_running + len(self._promised) + kept_lanes, n, room.max_running)
+
+    def _kept(self) -> tuple[int, int]:
+        """Fork/join lanes kept back until their fork, and the blocks their first allocations will take: no later
+        admission may take those (their trunk waits for them). O(admitted fork/join groups)."""
+        lanes = blocks = 0
+        for group in self._forking.values():
+            if group.kept:
+                lanes += len(group.kept)
+                blocks += len(group.kept) * -(-self._first_slots(group) // self.block_size)
+        return lanes, blocks
 
     def _admit(self, group: Group, admission: Admission) -> None:
         del self._waiting[group.group_id]
@@ -230,9 +241,6 @@ class GroupTable:
         for worker in live:
             slots = group.replay.targets[worker.index] + 1 + self.slack if resumed else self._first_slots(group)
             self._promise(worker.request_id, slots, reserved=group.reserved)
-        for lane in group.kept:  # fork/join lanes queued at the fork: their budget is promised now, so that no
-            # later admission takes the blocks their first allocation needs (the trunk waits for them)
-            self._promise(group.workers[lane].request_id, self._first_slots(group), reserved=True)
         admission.queue += [w.request for w in live]
         if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)
             admission.replays += [(w, w.request.all_token_ids[: w.lane_len + 1])
