@@ -13,7 +13,8 @@ resumes; a :class:`GroupStep` only for a step in which paragraphs joined the
 shared history, or with speculative decoding. A group decoding in lock-step
 costs nothing on the wire: each worker process follows its lanes' lengths and
 blocks from the batch itself. Also: the tokens forced this step, the positions
-a resumed group re-feeds (:class:`GroupReplay`), and the groups that ended.
+a resumed group re-feeds (:class:`GroupReplay`), a fork/join group's fork at
+the fork and at the join (:class:`GroupFork`), and the groups that ended.
 """
 
 from __future__ import annotations
