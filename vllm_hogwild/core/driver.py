@@ -49,6 +49,12 @@ class PlacedTokens:
         self.placed[worker].add(num_output_tokens)
         return queue.popleft()
 
+    def place_only(self, worker: int, token: int | None) -> None:
+        """``worker`` places ``token`` next and nothing else (``None``: nothing at all)."""
+        self.queues[worker].clear()
+        if token is not None:
+            self.queues[worker].append(token)
+
 
 class ProtocolDriver(PlacedTokens):
     forks = False  # a fork/join request's driver is ForkJoinDriver
@@ -141,8 +147,7 @@ class ProtocolDriver(PlacedTokens):
         for w in live:
             eos = eos_ids[w]
             if w != keep and eos is not None and list(self.queues[w]) != [eos]:
-                self.queues[w].clear()
-                self.queues[w].append(eos)
+                self.place_only(w, eos)
 
 
 class ForkJoinDriver(PlacedTokens):
@@ -190,9 +195,7 @@ class ForkJoinDriver(PlacedTokens):
     def end_lanes(self, eos_ids: Sequence[int | None]) -> None:
         """Lanes the protocol is done with sample their end of sequence next."""
         for lane in self.lanes.lanes_to_stop():
-            self.queues[lane].clear()
-            if eos_ids[lane] is not None:
-                self.queues[lane].append(eos_ids[lane])
+            self.place_only(lane, eos_ids[lane])
 
     def may_place(self, worker: int, num_output_tokens: int) -> bool:
         return bool(self.queues[worker])

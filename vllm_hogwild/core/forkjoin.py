@@ -191,9 +191,6 @@ class Stage(Enum):
     JOINED = "joined"  # the trunk decodes on, reading every branch
 
 
-BRANCH_MODES = ("isolated", "hogwild")  # siblings never read each other / read each other as they write
-
-
 @dataclass(frozen=True)
 class ForkState:
     """What a lane's view needs of a fork, on both sides of the wire: sent at the fork, and again at the join."""

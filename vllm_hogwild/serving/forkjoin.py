@@ -37,18 +37,9 @@ ATTR = "_hogwild_forkjoin"  # on vLLM's ParentRequest: the assembly of its lanes
 
 
 @dataclass
-class _Lane:
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list | None = field(default_factory=list)
-    finished: bool = False
-    record: dict | None = None
-    sent_tokens: int = 0  # streaming: tokens of this lane the client has
-    sent_chars: int = 0  # streaming: characters of its text the client has
-
-
-@dataclass
 class _Delta:
+    """Text, token ids and logprobs (None once any piece came without them), appended piece by piece."""
+
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list | None = field(default_factory=list)
@@ -60,6 +51,16 @@ class _Delta:
             self.logprobs += list(logprobs)
         else:
             self.logprobs = None
+
+
+@dataclass
+class _Lane(_Delta):
+    """One lane's output so far."""
+
+    finished: bool = False
+    record: dict | None = None
+    sent_tokens: int = 0  # streaming: tokens of this lane the client has
+    sent_chars: int = 0  # streaming: characters of its text the client has
 
 
 def spec_of_parent(parent) -> RequestSpec | None:
@@ -74,14 +75,17 @@ def spec_of_parent(parent) -> RequestSpec | None:
 def get_outputs(original, parent, child_request_id: str, completion_output):
     """vLLM's ``ParentRequest.get_outputs``; a fork/join request's lanes come out as one completion."""
     assembly = getattr(parent, ATTR, None)
-    if assembly is None:
+    if assembly is None:  # the parent's first output: is it a fork/join request? (kept: False if not)
         spec = spec_of_parent(parent)
         if spec is None:
+            setattr(parent, ATTR, False)
             return original(parent, child_request_id, completion_output)
         from vllm.sampling_params import RequestOutputKind
 
         assembly = Assembly(spec, streaming=parent.sampling_params.output_kind != RequestOutputKind.FINAL_ONLY)
         setattr(parent, ATTR, assembly)
+    elif assembly is False:
+        return original(parent, child_request_id, completion_output)
     outputs, finished = original(parent, child_request_id, completion_output)  # vLLM's bookkeeping of children
     if not assembly.streaming:
         return ([assembly.whole(outputs)] if outputs else []), finished
@@ -110,8 +114,7 @@ class Assembly:
         for i, lane in enumerate(self.lanes[1:], start=1):
             o = by_index[i]
             lane.record = read_record(o.stop_reason)
-            lane.text, lane.token_ids = o.text, list(o.token_ids)
-            lane.logprobs = None if o.logprobs is None else list(o.logprobs)
+            lane.add(o.text, o.token_ids, o.logprobs)
         branches = self._branches()
         fork = self._fork_record()
         cut_t, cut_c = (fork["fork_tokens"], fork["fork_chars"]) if fork and branches else (None, None)
@@ -169,9 +172,7 @@ class Assembly:
             if not output.finished():
                 self.trunk_tokens += len(output.token_ids)
             if self.forked and not self.joined:
-                lane.text += output.text
-                lane.token_ids += list(output.token_ids)
-                _extend(lane, output.logprobs)
+                lane.add(output.text, output.token_ids, output.logprobs)
             else:
                 out.add(output.text, output.token_ids, output.logprobs)
             if output.finished():
@@ -179,9 +180,7 @@ class Assembly:
         else:
             if not self.forked and (not output.finished() or "fork_tokens" in (lane.record or {})):
                 self.forked = True  # a lane ≥ 1 speaks only once the trunk forked
-            lane.text += output.text
-            lane.token_ids += list(output.token_ids)
-            _extend(lane, output.logprobs)
+            lane.add(output.text, output.token_ids, output.logprobs)
         if self.forked and not self.joined:
             self._flush_branches(out)
         if not finished:
@@ -213,13 +212,6 @@ class Assembly:
             trunk = self.lanes[0]
             out.add(trunk.text, trunk.token_ids, trunk.logprobs)
             trunk.text, trunk.token_ids, trunk.logprobs = "", [], []
-
-
-def _extend(lane: _Lane, logprobs) -> None:
-    if lane.logprobs is not None and logprobs is not None:
-        lane.logprobs += list(logprobs)
-    else:
-        lane.logprobs = None
 
 
 def _completion(like, text: str, token_ids, logprobs, finish_reason, stop_reason):
