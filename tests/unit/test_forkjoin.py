@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.unit.test_segment_attention import Case, oracle, ours, paths_for, rel_err
-from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, Watch, decide, parts_of
-from vllm_hogwild.core.views import Span, View, join_view
+from vllm_hogwild.core.forkjoin import FAMILIES, ForkNode, ForkState, ForkTooWide, Watch, decide, fork_view, parts_of
+from vllm_hogwild.core.views import Span, View
 from vllm_hogwild.tools.synthetic import SyntheticGroup
 
 MULTIVERSE = FAMILIES["multiverse"]
@@ -66,8 +66,15 @@ def test_the_watch_sees_a_fork_and_a_branch_end_across_token_boundaries() -> Non
     assert branch.feed("</Goal>") == "end"  # a branch that has ended stays ended
 
 
-def test_join_view_places_every_branch_at_the_prefix_end() -> None:
-    view = join_view(Span(0, 0, 10), [Span(1, 10, 14), Span(2, 10, 17), Span(3, 10, 10)], Span(0, 10, 12))
+def joined(p0: int, branch_lens: list[int], cont_len: int) -> View:
+    """The trunk's view after a join of branches ``branch_lens`` long, forked at ``p0`` (the whole prompt)."""
+    ends = tuple(p0 + n for n in branch_lens)
+    state = ForkState((ForkNode(0, p0, tuple(range(1, len(branch_lens) + 1)), ends),))
+    return fork_view(p0, [p0 + cont_len, *ends], 0, state)
+
+
+def test_a_join_places_every_branch_at_the_prefix_end() -> None:
+    view = joined(10, [4, 7, 0], 2)
     assert view.spans == (Span(0, 0, 10), Span(1, 10, 14), Span(2, 10, 17), Span(0, 10, 12))  # empty one left out
     assert view.view_starts() == [0, 10, 10, 17]
     assert view.view_pos(0, 10) == 17 and view.view_pos(2, 16) == 16
@@ -89,7 +96,7 @@ def _join_setup(c: Case, branch_lens: list[int], cont_len: int, placed: bool):
     prefix, own = Span(0, 0, p0), Span(0, p0, p0 + cont_len)
     branches = [Span(b + 1, p0, p0 + n) for b, n in enumerate(branch_lens)]
     if placed:
-        view = join_view(prefix, branches, own)
+        view = joined(p0, branch_lens, cont_len)
     else:
         view = View((prefix, *branches, own))
     rng = random.Random(c.seed)
@@ -136,26 +143,26 @@ def _waiting(lanes, computed, sampled, live=None):
 
 
 def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage, fork_view, read_record, lane_record
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes, read_record, lane_record
 
     P = 20
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=5, prompt_len=P, max_tokens=500)
     lens = [P] * 5
     assert _waiting(lanes, [P] * 5, [0] * 5) == {1, 2, 3, 4}
-    assert fork_view(P, lens, 0, lanes.state).spans == (Span(0, 0, P),)
+    assert lanes.state is None and fork_view(P, lens, 0, lanes.state).spans == (Span(0, 0, P),)
     assert _feed(lanes, lens, 0, GOAL_MV[:40], 10) == {}
     place = _feed(lanes, lens, 0, GOAL_MV[40:], 25)
     assert place == {0: "<Conclusion>\n", 1: "\n<Path>\n1:", 2: "\n<Path>\n2:", 3: "\n<Path>\n3.1:"}
-    assert lanes.stage is Stage.BRANCHES and lanes.take_released() == [1, 2, 3, 4]
-    assert lanes.lanes_to_stop() == [4], "the spare lane ends at once"
+    assert lanes.take_released() == [1, 2, 3] and lanes.pool == [4], "the lane no fork took stays in the pool"
+    assert lanes.lanes_to_stop() == []
     p0 = P + 35
-    assert lanes.fork_at == p0
-    # The order of a fork the trunk wrote: every lane samples first (the trunk waits, a lane that sampled too),
+    assert lanes.state.forks == (ForkNode(0, p0, (1, 2, 3)),)
+    # The order of a fork the trunk wrote: every branch samples first (the trunk waits, a lane that sampled too),
     # then the trunk feeds the goal's last token (the branches wait), then the branches decode.
-    assert _waiting(lanes, [p0 - 1, P, P, 0, 0], [35, 1, 1, 0, 0]) == {0, 1, 2}
-    assert _waiting(lanes, [p0 - 1, P, P, P, P], [35, 1, 1, 1, 1], [True, True, True, True, False]) == {1, 2, 3}
-    assert _waiting(lanes, [p0, P, P, P, P], [36, 1, 1, 1, 1], [True, True, True, True, False]) == {0}
-    assert _waiting(lanes, [p0, P + 2, P + 1, P + 1, P], [36, 3, 2, 2, 1], [True, True, True, True, False]) == {0, 1}
+    assert _waiting(lanes, [p0 - 1, P, P, 0, 0], [35, 1, 1, 0, 0]) == {0, 1, 2, 4}
+    assert _waiting(lanes, [p0 - 1, P, P, P, 0], [35, 1, 1, 1, 0]) == {1, 2, 3, 4}
+    assert _waiting(lanes, [p0, P, P, P, 0], [36, 1, 1, 1, 0]) == {0, 4}
+    assert _waiting(lanes, [p0, P + 2, P + 1, P + 1, 0], [36, 3, 2, 2, 0]) == {0, 4}, "isolated: no lock-step"
     # Each branch reads the trunk up to the fork, then its own text, placed right after it (not after siblings).
     for lane, (text, n) in {1: ("\n<Path>\n1: even: 4", 6), 2: ("\n<Path>\n2: odd", 4),
                             3: ("\n<Path>\n3.1: n=0", 5)}.items():
@@ -166,14 +173,19 @@ def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> N
     view = fork_view(P, lens, 2, hog)
     assert view.spans == (Span(0, 0, p0), Span(1, P, P + 6), Span(3, P, P + 5), Span(2, P, P + 4))
     assert view.view_starts() == [0, p0, p0 + 6, p0 + 11]
+    hogwild = ForkJoinLanes(MULTIVERSE, num_lanes=4, prompt_len=P, max_tokens=500, hogwild=True)
+    hogwild.observe(0, GOAL_MV, P + 35)
+    assert _waiting(hogwild, [p0, P + 2, P + 1, P + 1], [36, 3, 2, 2]) == {0, 1}, "hogwild branches: lock-step"
     assert _feed(lanes, lens, 2, " done</Path>", 3) == {} and lanes.lanes_to_stop() == [2]
     assert not lanes.stopped(2, lens[2])
     assert _feed(lanes, lens, 1, " cases</Path>", 4) == {} and lanes.lanes_to_stop() == [1]
     assert not lanes.stopped(1, lens[1])
     assert _feed(lanes, lens, 3, " ok</Pa", 2) == {}
     assert _feed(lanes, lens, 3, "th>", 1) == {} and lanes.lanes_to_stop() == [3]
-    assert lanes.stopped(3, lens[3]) and lanes.stage is Stage.JOINED
-    assert _waiting(lanes, lens, [1] * 5) == set()
+    version = lanes.version
+    assert lanes.stopped(3, lens[3]) and lanes.version == version + 1
+    assert lanes.state.forks == (ForkNode(0, p0, (1, 2, 3), (P + 10, P + 7, P + 8)),)
+    assert _waiting(lanes, lens, [1] * 5) == {4}
     # The trunk goes on in its own lane after the fork, read after the longest branch (branch 1: 10 tokens).
     lens[0] = p0 + 2
     view = fork_view(P, lens, 0, lanes.state)
@@ -181,23 +193,106 @@ def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> N
     assert view.view_starts() == [0, p0, p0, p0, p0 + 10]
     assert fork_view(P, lens, 4, lanes.state).spans == (Span(4, 0, P),), "a spare lane reads its own lane"
     record = read_record(lane_record(lanes.record(2, 8, True)))
-    assert record == {"lane": 2, "branch": "2", "keep": 7, "fork_tokens": 35, "fork_chars": len(GOAL_MV)}
-    assert lanes.record(4, 1, True)["keep"] == 0 and read_record("a stop string") is None
-    assert lanes.sequential_tokens(lens) == 2 + 35 + 10  # the trunk's tokens and its longest branch's
+    assert record == {"lane": 2, "branch": "2", "parent": 0, "lanes": [1, 2, 3], "fork_tokens": 35,
+                      "fork_chars": len(GOAL_MV), "keep": 7}
+    assert "keep" not in lanes.record(2), "a record before the lane finished"
+    assert lanes.record(4, 1, True) == {"lane": 4, "branch": None, "keep": 0} and read_record("a stop string") is None
+    lanes.trunk_finished()
+    assert lanes.take_released() == [4] and lanes.lanes_to_stop() == [4], "spare lanes end once the trunk has"
+
+
+GOAL2 = "Split.\n<Parallel>\n<Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>"
+SUB_GOAL = "<Parallel>\n<Goal>\n<Outline>\n1.1: x</Outline>\n<Outline>\n1.2: y</Outline>\n</Goal>"
+
+
+def test_a_branch_forks_again_nested_and_the_trunk_forks_again_after_its_join() -> None:
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+
+    P = 10
+    lanes = ForkJoinLanes(MULTIVERSE, num_lanes=6, prompt_len=P, max_tokens=500)
+    lens = [P] * 6
+    p0 = P + 30
+    assert _feed(lanes, lens, 0, GOAL2, 30) == {0: "<Conclusion>\n", 1: "\n<Path>\n1:", 2: "\n<Path>\n2:"}
+    assert lanes.take_released() == [1, 2] and lanes.pool == [3, 4, 5]
+    lens[0] = p0
+    # Branch 1 writes a goal of its own: its fork takes the lowest free lanes; its sub-branches start where it is.
+    q0 = P + 12
+    place = _feed(lanes, lens, 1, "\n<Path>\n1: " + SUB_GOAL, 12)
+    assert place == {1: "<Conclusion>\n", 3: "\n<Path>\n1.1:", 4: "\n<Path>\n1.2:"}
+    assert lanes.take_released() == [3, 4] and lanes.pool == [5]
+    assert lanes.state.forks[1] == ForkNode(1, q0, (3, 4))
+    assert lanes.strands[3].depth == 2 and lanes.strands[3].parent == 1
+    assert _feed(lanes, lens, 2, "\n<Path>\n2: b", 5) == {}
+    _feed(lanes, lens, 3, "\n<Path>\n1.1: x", 6)
+    _feed(lanes, lens, 4, "\n<Path>\n1.2: y", 3)
+    view = fork_view(P, lens, 3, lanes.state)
+    assert view.spans == (Span(0, 0, p0), Span(1, P, q0), Span(3, P, P + 6))
+    assert view.view_starts() == [0, p0, p0 + 12], "a nested branch reads every fork above it"
+    # Branch 1 waits at its fork (it fed its goal's end), its sibling branch 2 goes on.
+    sampled = [31, 13, 6, 6, 3, 0]
+    assert _waiting(lanes, lens, sampled) == {0, 1, 5}
+    assert _waiting(lanes, [p0, q0 - 1, P + 5, P, P, 0], [31, 13, 6, 1, 0, 0]) == {0, 1, 3, 5}
+    # The sub-branches end (1.2 first): branch 1 joins them and goes on after the longer (6 tokens).
+    _feed(lanes, lens, 4, "</Path>", 1)
+    assert lanes.lanes_to_stop() == [4] and not lanes.stopped(4, lens[4])
+    _feed(lanes, lens, 3, "</Path>", 1)
+    assert lanes.lanes_to_stop() == [3] and lanes.stopped(3, lens[3])
+    assert lanes.state.forks[1] == ForkNode(1, q0, (3, 4), (P + 7, P + 4)) and lanes.state.forks[0].ends is None
+    lens[1] = q0 + 3
+    view = fork_view(P, lens, 1, lanes.state)
+    assert view.spans == (Span(0, 0, p0), Span(1, P, q0), Span(3, P, P + 7), Span(4, P, P + 4), Span(1, q0, q0 + 3))
+    assert view.view_starts() == [0, p0, p0 + 12, p0 + 12, p0 + 12 + 7]
+    _feed(lanes, lens, 1, " done</Path>", 0)
+    assert lanes.lanes_to_stop() == [1] and not lanes.stopped(1, lens[1])
+    _feed(lanes, lens, 2, "</Path>", 1)
+    assert lanes.lanes_to_stop() == [2] and lanes.stopped(2, lens[2])
+    # The trunk after its join: branch 1's whole content (its nested fork laid in), branch 2, both at p0.
+    lens[0] = p0 + 2
+    view = fork_view(P, lens, 0, lanes.state)
+    extent1 = 12 + 7 + 3
+    assert view.spans == (Span(0, 0, p0), Span(1, P, q0), Span(3, P, P + 7), Span(4, P, P + 4),
+                          Span(1, q0, q0 + 3), Span(2, P, P + 6), Span(0, p0, p0 + 2))
+    assert view.view_starts() == [0, p0, p0 + 12, p0 + 12, p0 + 19, p0, p0 + extent1]
+    # Another goal of the trunk's, after its join: a second fork, from the last free lane.
+    goal = "\n<Goal>\n<Outline>\n7: c</Outline>\n</Goal>"
+    assert _feed(lanes, lens, 0, goal, 8) == {0: "<Conclusion>\n", 5: "\n<Path>\n7:"} and lanes.pool == []
+    assert lanes.state.forks[2] == ForkNode(0, p0 + 10, (5,))
+    lens[5] = P + 2
+    view = fork_view(P, lens, 5, lanes.state)
+    assert view.view_starts()[-1] == p0 + extent1 + 10 and view.spans[-1] == Span(5, P, P + 2)
+    assert lanes.record(5)["fork_tokens"] == 40 and lanes.record(3)["parent"] == 1
+    # No lane left: the next goal does not fork, and says why.
+    assert _feed(lanes, lens, 5, "x</Path>", 1) == {} and lanes.stopped(5, lens[5])
+    assert _feed(lanes, lens, 0, goal, 9) == {} and "free branch lanes (0)" in lanes.unforked
+
+
+def test_hogwild_branches_do_not_nest_and_no_fork_may_reach_past_the_context() -> None:
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+
+    P = 10
+    hog = ForkJoinLanes(MULTIVERSE, num_lanes=6, prompt_len=P, max_tokens=500, hogwild=True)
+    assert set(hog.observe(0, GOAL2, P + 30)) == {0, 1, 2}
+    assert hog.observe(1, "\n<Path>\n1: " + SUB_GOAL, P + 12) == {} and hog.pool == [3, 4, 5]
+    assert hog.unforked is None, "a goal inside a hogwild branch is text"
+    # Every lane may write its whole budget: a fork goes only where that keeps positions inside the window.
+    tight = ForkJoinLanes(MULTIVERSE, num_lanes=6, prompt_len=P, max_tokens=100, max_positions=P + 250)
+    assert set(tight.observe(0, GOAL2, P + 30)) == {0, 1, 2}  # P + 100 + 100 <= P + 250
+    assert tight.observe(1, "\n<Path>\n1: " + SUB_GOAL, P + 12) == {}  # P + 100 + (100 + 100) > P + 250
+    assert "context window (260 positions)" in tight.unforked and tight.pool == [3, 4, 5]
 
 
 def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes, Stage, prompt_goal
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes, prompt_goal
 
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=5, max_tokens=500)
-    assert lanes.observe(0, GOAL_MV, 40) == {} and lanes.stage is Stage.TRUNK  # three parts, two branch lanes
+    assert lanes.observe(0, GOAL_MV, 40) == {} and lanes.state is None  # three parts, two branch lanes
     assert "3 parts" in lanes.unforked and lanes.record(1, 0, False)["unforked"] == lanes.unforked
     lanes.trunk_finished()
     assert lanes.take_released() == [1, 2] and lanes.lanes_to_stop() == [1, 2], "unused lanes end at once"
     npr = ForkJoinLanes(NPR, num_lanes=6, prompt_len=5, max_tokens=1500)
-    assert npr.observe(0, GOAL_NPR, 600) == {} and npr.stage is Stage.TRUNK  # under 1,024 tokens left: no fork
+    assert npr.observe(0, GOAL_NPR, 600) == {} and npr.state is None  # under 1,024 tokens left: no fork
     assert _waiting(npr, [5] * 6, [0] * 6) == {1, 2, 3, 4, 5}
-    assert npr.observe(2, "text", 6) == {}, "a lane no branch took writes nothing the protocol reads"
+    assert npr.observe(2, "text", 6) == {}, "a lane no fork took writes nothing the protocol reads"
     # A prompt's tail: a complete goal forks at once; an unclosed one is carried to the trunk's text.
     assert prompt_goal(MULTIVERSE, "intro " + GOAL_MV + "\n") == (("1", "2", "3.1"), "")
     parts, open_goal = prompt_goal(MULTIVERSE, "intro " + GOAL_MV[:60])
@@ -223,7 +318,7 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     stop = engine.stop
 
     def stop_and_record(request):
-        reason = engine.table.stop_reason(request.request_id)
+        reason = engine.table.fork_record(request.request_id, finished=True)
         if reason is not None:
             records[request.request_id] = read_record(reason)
         stop(request)
@@ -248,20 +343,24 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     assert not engine.table and engine.table.num_held == 0
     texts = {r.request_id: decode(r.output_token_ids) for r in lanes}
     assert texts["1_g"] == "\n<Path>\n1: left</Path>" and texts["2_g"] == "\n<Path>\n2: right side</Path>"
-    assert texts["3_g"] == "" and lanes[3].output_token_ids == [EOS], "the spare lane ends at once"
+    assert texts["3_g"] == "" and lanes[3].output_token_ids == [EOS], "the spare lane only ends"
     assert texts["0_g"].startswith(trunk_script[:goal_len] + "<Conclusion>\nx")
     assert [lanes[i].output_token_ids[-1] for i in (1, 2)] == [EOS, EOS]
-    # Every lane's first token comes in a step before the trunk's first token after the fork.
+    # Every branch lane's first token comes in a step before the trunk's first token after the fork; the lane no
+    # fork took ends once the trunk has.
     after = next(step for step, rid, i in order if rid == "0_g" and i == goal_len)
-    assert all(step < after for step, rid, i in order if rid != "0_g" and i == 0)
+    assert all(step < after for step, rid, i in order if rid in ("1_g", "2_g") and i == 0)
+    assert min(step for step, rid, _ in order if rid == "3_g") > max(step for step, rid, _ in order if rid == "0_g")
     # The branches decode while the trunk waits; its join header goes on once both stopped.
     last_branch = max(step for step, rid, _ in order if rid in ("1_g", "2_g"))
     assert not [i for step, rid, i in order if rid == "0_g" and after < step <= last_branch]
-    assert records["1_g"] == {"lane": 1, "branch": "1", "keep": len(texts["1_g"]), "fork_tokens": goal_len, "fork_chars": goal_len}
+    assert records["1_g"] == {"lane": 1, "branch": "1", "parent": 0, "lanes": [1, 2], "fork_tokens": goal_len,
+                              "fork_chars": goal_len, "keep": len(texts["1_g"])}
     assert records["3_g"]["branch"] is None and records["3_g"]["keep"] == 0
-    forks = [f.state for w in engine.wires for f in w.forks]
-    assert len(forks) == 2 and forks[0].ends is None and forks[1].ends == (6 + len(texts["1_g"]), 6 + len(texts["2_g"]))
-    assert forks[0].fork_at == 6 + goal_len
+    forks = [f.state.forks for w in engine.wires for f in w.forks]
+    assert len(forks) == 2 and forks[0][0].ends is None and forks[1][0].ends == (6 + len(texts["1_g"]),
+                                                                               6 + len(texts["2_g"]))
+    assert forks[0][0].at == 6 + goal_len
     assert set(engine.freed) == {r.request_id for r in lanes}
 
 
@@ -281,19 +380,21 @@ def test_an_aborted_fork_join_request_leaves_nothing_held(when) -> None:
     assert not engine.table and engine.table.num_held == 0 and engine.table.num_queued == 0
 
 
-def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions() -> None:
-    """A fork/join group takes its whole budget at admission, its kept-back lanes included: a second one that
-    would fit only in the blocks those lanes will take waits (its trunk would wait for them otherwise)."""
+@pytest.mark.parametrize("kv, num_blocks, max_tokens", [("on-demand", 10, 8), ("reserve", 60, 40)])
+def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions(kv, num_blocks, max_tokens) -> None:
+    """The lanes a fork/join group keeps back for its forks count at admission as the blocks their first allocation
+    takes (on-demand: the prompt and a token, 2 blocks each here; reserve: the whole budget, 1 + 4 x 11 = 45 for
+    the group): a second group that would fit only in those blocks waits (its trunk would wait for them)."""
     from tests.unit.table_engine import FakeEngine
 
-    engine = FakeEngine(prompt_len=6, block_size=4, num_blocks=60)
-    a = engine.add_group("a", 4, max_tokens=40, protocol="multiverse")  # 1 + 4 x 11 = 45 blocks
+    engine = FakeEngine(prompt_len=6, block_size=4, num_blocks=num_blocks, kv=kv)
+    a = engine.add_group("a", 4, max_tokens=max_tokens, protocol="multiverse")
     engine.step(lambda r, k: ord("x"))
     assert a[0].status == "running" and all(r.status == "held" for r in a[1:])
-    b = engine.add_group("b", 4, max_tokens=40, protocol="multiverse")
-    engine.step(lambda r, k: ord("x"))  # 60 - 12 held by a's trunk = 48 free; a's kept lanes take 36 of them
+    b = engine.add_group("b", 4, max_tokens=max_tokens, protocol="multiverse")
+    engine.step(lambda r, k: ord("x"))  # a's trunk holds 2 blocks (on-demand) or 12; its kept lanes take 6 or 36
     assert all(r.status == "held" for r in b) and engine.table.num_waiting_groups == 1
-    for _ in range(60):  # a's trunk ends (no goal: its lanes end at once), then b goes in
+    for _ in range(60):  # a's trunk ends (no goal: its lanes end once it has), then b goes in
         if all(r.status == "finished" for r in a):
             break
         engine.step(lambda r, k: ord("x"))

@@ -27,43 +27,55 @@ def out(index, text, ids, finish=None, record=None):
                             stop_reason=None if record is None else lane_record(record))
 
 
-def rec(lane, branch, keep):
-    return {"lane": lane, "branch": branch, "keep": keep, "fork_tokens": 2, "fork_chars": 11}
+def rec(lane, branch, keep=None, parent=0, lanes=(1, 2), tokens=2, chars=11):
+    """A lane's record as the engine sends it: from its first output on; ``keep`` with its last."""
+    out = {"lane": lane, "branch": branch}
+    if branch is not None:
+        out.update(parent=parent, lanes=list(lanes), fork_tokens=tokens, fork_chars=chars)
+    if keep is not None:
+        out["keep"] = keep
+    return out
 
 
-# The engine's order: trunk "Plan" "</Goal>"; every lane's first sample (branch headers; lane 3 is spare and
-# ends at once); the trunk's join header token (held); branch 2 ends first, branch 1 after; then the trunk.
+# The engine's order: trunk "Plan" "</Goal>"; every branch lane's first sample (its header), each output with
+# its record; the trunk's join header token (held); branch 2 ends first, branch 1 after; then the trunk; lane 3,
+# which no fork took, ends once the trunk has.
 EVENTS = [
     (out(0, "Plan", [10]), False),
     (out(0, "</Goal>", [11]), False),
-    (out(1, "\nP1:", [20]), False),
-    (out(2, "\nP2:", [30]), False),
-    (out(3, "", [EOS], "stop", rec(3, None, 0)), False),
+    (out(1, "\nP1:", [20], record=rec(1, "1")), False),
+    (out(2, "\nP2:", [30], record=rec(2, "2")), False),
     (out(0, "<C>", [12]), False),
-    (out(1, " a", [21]), False),
-    (out(2, " b.", [31]), False),
-    (out(1, " c", [22]), False),
+    (out(1, " a", [21], record=rec(1, "1")), False),
+    (out(2, " b.", [31], record=rec(2, "2")), False),
+    (out(1, " c", [22], record=rec(1, "1")), False),
     (out(2, "", [EOS], "stop", rec(2, "2", 2)), False),
-    (out(1, ".", [23]), False),
+    (out(1, ".", [23], record=rec(1, "1")), False),
     (out(1, "", [EOS], "stop", rec(1, "1", 4)), False),
     (out(0, " so", [13]), False),
-    (out(0, " done", [14], "length"), True),
+    (out(0, " done", [14], "length"), False),
+    (out(3, "", [EOS], "stop", rec(3, None, 0)), True),
 ]
 DOCUMENT = "Plan</Goal>\nP1: a c.\nP2: b.<C> so done"
 TOKENS = [10, 11, 20, 21, 22, 23, 30, 31, 12, 13, 14]
 
 
-def test_a_whole_completion_is_the_flat_document_with_its_tree() -> None:
-    finals = {}
-    for o, _ in EVENTS:
-        if o.index not in finals:
-            finals[o.index] = out(o.index, "", [])
-        f = finals[o.index]
+def finals(events):
+    """Each lane's whole output, as vLLM hands them over in ``FINAL_ONLY`` mode."""
+    whole = {}
+    for o, _ in events:
+        if o.index not in whole:
+            whole[o.index] = out(o.index, "", [])
+        f = whole[o.index]
         f.text += o.text
         f.token_ids = [*f.token_ids, *o.token_ids]
         f.logprobs = [*f.logprobs, *o.logprobs]
         f.finish_reason, f.stop_reason = o.finish_reason, o.stop_reason
-    merged = Assembly(SPEC, streaming=False).whole(list(finals.values()))
+    return list(whole.values())
+
+
+def test_a_whole_completion_is_the_flat_document_with_its_tree() -> None:
+    merged = Assembly(SPEC, streaming=False).whole(finals(EVENTS))
     assert merged.index == 0 and merged.text == DOCUMENT and merged.token_ids == TOKENS
     assert len(merged.logprobs) == len(TOKENS) and merged.finish_reason == "length"
     assert merged.cumulative_logprob == pytest.approx(-0.5 * len(TOKENS))
@@ -71,6 +83,7 @@ def test_a_whole_completion_is_the_flat_document_with_its_tree() -> None:
     assert tree["forked"] and tree["fork_tokens"] == 2 and tree["trunk_tokens"] == 5
     assert [(r["branch"], r["text"], r["num_tokens"]) for r in tree["branches"]] == [
         ("1", "\nP1: a c.", 4), ("2", "\nP2: b.", 2)]
+    assert tree["forks"] == [{"fork_tokens": 2, "branches": tree["branches"]}]
     assert tree["num_tokens"] == len(TOKENS) and tree["sequential_steps"] == 5 + 4
 
 
@@ -92,7 +105,75 @@ def test_a_stream_sends_the_same_document_in_order_each_token_once() -> None:
 def test_a_request_that_never_forks_is_its_trunk() -> None:
     assembly = Assembly(SPEC, streaming=True)
     events = [(out(0, "Just text", [10, 11], "length"), False)]
-    events += [(out(i, "", [EOS], "stop", {"lane": i, "branch": None, "keep": 0}), i == 3) for i in (1, 2, 3)]
+    events += [(out(i, "", [EOS], "stop", rec(i, None, 0)), i == 3) for i in (1, 2, 3)]
     deltas = [d for o, finished in events if (d := assembly.stream(o, finished)) is not None]
     assert "".join(d.text for d in deltas) == "Just text" and [t for d in deltas for t in d.token_ids] == [10, 11]
     assert deltas[-1].finish_reason == "length" and all(d.finish_reason is None for d in deltas[:-1])
+
+
+SPEC6 = RequestSpec(RequestOptions(layout="forkjoin", protocol="multiverse"), num_workers=6)
+# A nested fork and a second fork of the trunk: the trunk forks (lanes 1, 2) after "G"; branch 1 forks (lanes 3, 4)
+# after "\nP1:g" (2 tokens, 5 characters); after the trunk's join, it forks again (lane 5) after "G<C>x" + "G".
+NESTED = [
+    (out(0, "G", [10]), False),
+    (out(1, "\nP1:", [20], record=rec(1, "1", tokens=1, chars=1)), False),
+    (out(2, "\nP2:", [30], record=rec(2, "2", tokens=1, chars=1)), False),
+    (out(0, "<C>", [11]), False),
+    (out(1, "g", [21], record=rec(1, "1", tokens=1, chars=1)), False),
+    (out(2, " two", [31], record=rec(2, "2", tokens=1, chars=1)), False),
+    (out(3, "\nP1.1:", [40], record=rec(3, "1.1", parent=1, lanes=(3, 4), tokens=2, chars=5)), False),
+    (out(4, "\nP1.2:", [50], record=rec(4, "1.2", parent=1, lanes=(3, 4), tokens=2, chars=5)), False),
+    (out(1, "<C>", [22], record=rec(1, "1", tokens=1, chars=1)), False),
+    (out(2, "", [EOS], "stop", rec(2, "2", 2, tokens=1, chars=1)), False),
+    (out(4, " y", [51], record=rec(4, "1.2", parent=1, lanes=(3, 4), tokens=2, chars=5)), False),
+    (out(3, " x", [41], record=rec(3, "1.1", parent=1, lanes=(3, 4), tokens=2, chars=5)), False),
+    (out(4, "", [EOS], "stop", rec(4, "1.2", 2, parent=1, lanes=(3, 4), tokens=2, chars=5)), False),
+    (out(3, "", [EOS], "stop", rec(3, "1.1", 2, parent=1, lanes=(3, 4), tokens=2, chars=5)), False),
+    (out(1, " one", [23], record=rec(1, "1", tokens=1, chars=1)), False),
+    (out(1, "", [EOS], "stop", rec(1, "1", 4, tokens=1, chars=1)), False),
+    (out(0, "x", [12]), False),
+    (out(0, "G", [13]), False),
+    (out(5, "\nP9:", [60], record=rec(5, "9", lanes=(5,), tokens=4, chars=6)), False),
+    (out(0, "<C>", [14]), False),
+    (out(5, " z", [61], record=rec(5, "9", lanes=(5,), tokens=4, chars=6)), False),
+    (out(5, "", [EOS], "stop", rec(5, "9", 2, lanes=(5,), tokens=4, chars=6)), False),
+    (out(0, " end", [15], "stop"), True),
+]
+NESTED_DOC = "G" + "\nP1:g" + "\nP1.1: x" + "\nP1.2: y" + "<C> one" + "\nP2: two" + "<C>xG" + "\nP9: z" + "<C> end"
+NESTED_TOKENS = [10, 20, 21, 40, 41, 50, 51, 22, 23, 30, 31, 11, 12, 13, 60, 61, 14, 15]
+
+
+def test_nested_and_second_forks_assemble_in_document_order_whole_and_streamed() -> None:
+    merged = Assembly(SPEC6, streaming=False).whole(finals(NESTED))
+    assert merged.text == NESTED_DOC and merged.token_ids == NESTED_TOKENS
+    tree = merged.hogwild
+    assert [f["fork_tokens"] for f in tree["forks"]] == [1, 4] and tree["branches"] == tree["forks"][0]["branches"]
+    one = tree["branches"][0]
+    assert one["text"] == "\nP1:g\nP1.1: x\nP1.2: y<C> one" and one["num_tokens"] == 4 + 2 + 2
+    assert [b["branch"] for b in one["forks"][0]["branches"]] == ["1.1", "1.2"] and one["steps"] == 4 + 2
+    assert "forks" not in tree["branches"][1], "a branch that did not fork has no forks"
+    assert tree["num_tokens"] == len(NESTED_TOKENS)
+    assert tree["sequential_steps"] == 6 + max(6, 2) + 2  # the trunk's, branch 1's (with its longest), branch 9's
+    assembly = Assembly(SPEC6, streaming=True)
+    deltas = [d for o, finished in NESTED if (d := assembly.stream(o, finished)) is not None]
+    assert "".join(d.text for d in deltas) == NESTED_DOC
+    assert [t for d in deltas for t in d.token_ids] == NESTED_TOKENS
+    assert deltas[-1].hogwild == tree
+    texts = [d.text for d in deltas]
+    assert texts[:5] == ["G", "\nP1:", "g", "\nP1.1:", " x"], "the first branch of each fork goes out live"
+
+
+def test_a_parent_delta_that_straddles_its_fork_is_cut_at_the_fork_point() -> None:
+    """With vLLM's --stream-interval above 1 the trunk's text before and after a fork may come in one output."""
+    events = [
+        (out(1, "\nP1:", [20], record=rec(1, "1")), False),
+        (out(2, "\nP2:", [30], record=rec(2, "2")), False),
+        (out(1, "", [EOS], "stop", rec(1, "1", 1)), False),
+        (out(2, "", [EOS], "stop", rec(2, "2", 1)), False),
+        (out(0, "Plan</Goal><C> so", [10, 11, 12, 13], "length"), False),
+        (out(3, "", [EOS], "stop", rec(3, None, 0)), True),
+    ]
+    assembly = Assembly(SPEC, streaming=True)
+    deltas = [d for o, finished in events if (d := assembly.stream(o, finished)) is not None]
+    assert "".join(d.text for d in deltas) == "Plan</Goal>\nP1:\nP2:<C> so"
+    assert [t for d in deltas for t in d.token_ids] == [10, 11, 20, 30, 12, 13]

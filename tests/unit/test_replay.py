@@ -185,3 +185,57 @@ def test_chunks_take_whole_past_steps_and_respect_the_budget() -> None:
     first_left = min(replay.step_of(w, e) for w, e in enumerate(ends) if e < targets[w])
     assert last_taken < first_left
     assert replay.chunk_ends(computed, budget=10 ** 6) == targets
+
+
+FJ_GOAL = "Split.\n<Parallel>\n<Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>"
+FJ_SUB = "<Parallel>\n<Goal>\n<Outline>\n1.1: x</Outline>\n<Outline>\n1.2: y</Outline>\n</Goal>"
+FJ_SCRIPTS = {  # each lane's text at its output index (the tokens the engine places are these characters too)
+    0: FJ_GOAL + "<Conclusion>\nso\n<Goal>\n<Outline>\n7: c</Outline>\n</Goal><Conclusion>\n" + "w" * 300,
+    1: "\n<Path>\n1: " + FJ_SUB + "<Conclusion>\nmore</Path>",
+    2: "\n<Path>\n2: " + "b" * 60 + "</Path>",
+    3: "\n<Path>\n1.1: xx</Path>",
+    4: "\n<Path>\n1.2: yyyyyyy</Path>",
+    5: "\n<Path>\n7: c</Path>",
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("branches", ["isolated", "hogwild"])
+def test_fork_join_views_rebuilt_from_the_log_equal_the_live_ones(seed: int, branches: str) -> None:
+    """A fork/join request (a fork of the trunk, a nested fork in its first branch, a second fork of the trunk
+    after its join; hogwild branches do not nest) through the group table, lanes left out of steps by vLLM's
+    token budget: every re-fed token's view, from the log and the forks as they stood at its step, equals the
+    view it was produced under."""
+    from vllm_hogwild.core.group_views import ViewRegistry
+
+    rng = random.Random(seed)
+    n = 6
+    engine = FakeEngine(prompt_len=P)
+    requests = engine.add_group("g", n, 400, protocol="multiverse", branches=branches)
+    group = engine.table.groups["g"]
+    registry, live = ViewRegistry(), {}
+    for _ in range(400):
+        engine.skip = {r.request_id for r in requests if rng.random() < 0.1}
+        wire = engine.step(lambda r, k: ord(FJ_SCRIPTS[int(r.request_id[0])][r.num_output_tokens]))
+        if "g" not in engine.table.groups:
+            break
+        segments = registry.apply(wire, lambda lanes: [r for r in engine.rows if r.request_id in lanes],
+                                  engine.block_ids).rows
+        for row in engine.rows:
+            w = int(row.request_id.partition("_")[0])
+            if row.num_computed >= P:
+                for p in range(row.num_computed, row.num_computed + row.num_scheduled):
+                    live[(w, p)] = per_token(segments.get(row.request_id), p, engine.block_ids(row.request_id))
+        targets = [w.length() for w in group.workers]
+        tables = [engine.block_ids(r.request_id) for r in requests]
+        shape = registry.groups["g"].shape
+    forks = group.driver.lanes.state.forks
+    assert [f.parent for f in forks] == ([0, 1, 0] if branches == "isolated" else [0, 0])
+    assert len(group.log.forks) >= 2 * len(forks), "each fork's start and join are in the log"
+    got = rebuilt("g", shape, [], [P] * n, group.log, targets, tables)
+    checked = 0
+    for (w, p), expected in live.items():
+        if p < targets[w]:
+            assert norm(got[w][p]) == norm(expected), (w, p)
+            checked += expected != own(tables[w], p)
+    assert checked >= 100, "views that read other lanes were compared"

@@ -154,9 +154,9 @@ class ForkJoinDriver(PlacedTokens):
     """Protocol driving for a fork/join request (``multiverse``, ``npr``): the same interface as
     :class:`ProtocolDriver`, over :class:`~vllm_hogwild.core.forkjoin.ForkJoinLanes`.
 
-    It places each branch's header and the trunk's join header (as token ids, one per step), and ends
-    every lane ≥ 1 that is done (a branch that wrote its end, a lane no branch took) with its end of
-    sequence. No answers, no finisher.
+    It places each branch's header and each forking sequence's join header (as token ids, one per step),
+    and ends every lane ≥ 1 that is done (a branch that wrote its end, a lane no fork took) with its end
+    of sequence. No answers, no finisher.
     """
 
     observes_text = True
@@ -169,7 +169,7 @@ class ForkJoinDriver(PlacedTokens):
 
     def __init__(self, options: RequestOptions, num_lanes: int, max_tokens: int, prompt_len: int,
                  encode: Callable[[str], list[int]], fork_now: Sequence[str] | None = None,
-                 open_goal: str = "") -> None:
+                 open_goal: str = "", max_positions: int | None = None) -> None:
         from vllm_hogwild.core.forkjoin import FAMILIES, ForkJoinLanes
 
         self.options = options
@@ -178,7 +178,7 @@ class ForkJoinDriver(PlacedTokens):
         self.encode = encode
         self.lanes = ForkJoinLanes(FAMILIES[options.protocol], num_lanes, prompt_len, max_tokens,
                                    hogwild=options.branches == "hogwild", branch_end=options.branch_end,
-                                   trunk_text=open_goal)
+                                   trunk_text=open_goal, max_positions=max_positions)
         super().__init__(num_lanes)
         self.num_observed = [0] * num_lanes
         if fork_now:

@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Sequence
 
 from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.core.patterns import WindowMatcher, compile_pattern
-from vllm_hogwild.core.views import Span, View, join_view
+from vllm_hogwild.core.views import Span, View
 
 MAX_GOAL_CHARS = 16_384  # a goal longer than this (start tag to end tag) counts the entries of its tail only
 
@@ -183,90 +182,168 @@ class Watch:
         return None
 
 
-# -- one request's lanes through one fork and its join ------------------------------------------------
+# -- one request's lanes through its forks and joins ------------------------------------------------
 
-class Stage(Enum):
-    TRUNK = "trunk"  # lane 0 decodes; the branch lanes wait, outside the engine's queues
-    BRANCHES = "branches"  # the branches decode side by side; the trunk waits at the fork
-    JOINED = "joined"  # the trunk decodes on, reading every branch
+@dataclass(frozen=True)
+class ForkNode:
+    """One fork of a request, as views need it."""
+
+    parent: int  # the lane that wrote the goal
+    at: int  # that lane's length with the goal's last token: its branches are read from its view position there
+    lanes: tuple[int, ...]  # the branch lanes, in the goal's order
+    ends: tuple[int, ...] | None = None  # each branch lane's length once all stopped (None: not joined yet)
 
 
 @dataclass(frozen=True)
 class ForkState:
-    """What a lane's view needs of a fork, on both sides of the wire: sent at the fork, and again at the join."""
+    """Every fork of a request so far, on both sides of the wire: sent when a fork starts and when one joins."""
 
-    fork_at: int  # p0: the trunk's tokens (prompt included) before the first branch token
-    branch_lanes: tuple[int, ...]  # lanes 1..k, in the goal's order
-    ends: tuple[int, ...] | None = None  # each branch's lane length once all ended (None: not joined yet)
+    forks: tuple[ForkNode, ...] = ()  # in the order they started
     hogwild: bool = False  # siblings read each other as they write (``branches: hogwild``)
 
 
 def fork_view(prompt_len: int, lane_lens: Sequence[int], lane: int, state: ForkState | None) -> View:
-    """What ``lane`` reads, its own text last, given the fork (None: none yet); ``lane_lens``: every lane's tokens.
+    """What ``lane`` reads, its own text last, given the forks so far; ``lane_lens``: every lane's tokens.
 
-    - the trunk (lane 0) before the join: its own lane;
-    - branch ``b``: ``[trunk 0..p0][own @p0]``; with ``hogwild`` branches,
-      ``[trunk 0..p0][every other branch so far][own]``, one after another;
-    - the trunk after the join: :func:`join_view` (every branch at p0, the
-      continuation after the longest); with ``hogwild`` branches, the branches
-      one after another and the continuation after them all;
-    - a lane no branch took: its own lane.
+    Every lane holds the prompt; a branch's own text follows it in its lane
+    (from ``prompt_len``). A lane's *content* is its own text with each joined
+    fork it made laid in at the fork's point: every branch's content there
+    (isolated: all at that one view position, the text after the join after
+    the longest; ``hogwild``: one after another, the text after them all).
+    What a lane reads:
+
+    - the trunk (lane 0): its content;
+    - a branch: its parent's content up to the fork, then (``hogwild``) every
+      sibling's content so far, then its own content, from the parent's
+      fork point on; a nested branch so through every fork above it;
+    - a lane no fork took: its own lane.
+
+    O(forks + lanes).
     """
     own_lane = View((Span(lane, 0, lane_lens[lane]),))
-    if state is None:
+    if state is None or not state.forks:
         return own_lane
-    p0 = state.fork_at
-    if lane == 0:
-        if state.ends is None or lane_lens[0] <= p0:
-            return own_lane
-        branches = [Span(b, prompt_len, e) for b, e in zip(state.branch_lanes, state.ends) if e > prompt_len]
-        own = Span(0, p0, lane_lens[0])
+    made: dict[int, list[ForkNode]] = {}
+    branch_of: dict[int, ForkNode] = {}
+    for f in state.forks:
+        made.setdefault(f.parent, []).append(f)
+        branch_of.update((b, f) for b in f.lanes)
+    chain, b = [], lane
+    while b in branch_of:  # the forks above the reader, from its own up to the trunk's
+        chain.append((branch_of[b], b))
+        b = branch_of[b].parent
+    if b != 0:
+        return own_lane
+    layout = _Layout(prompt_len, made, state.hogwild)
+    at, cur, start = 0, 0, 0
+    for f, b in reversed(chain):
+        at = layout.lay(cur, start, f.at, at)
         if state.hogwild:
-            return View((Span(0, 0, p0), *branches, own))
-        return join_view(Span(0, 0, p0), branches, own)
-    if lane not in state.branch_lanes:
-        return own_lane
-    own = Span(lane, prompt_len, lane_lens[lane])
-    others = [Span(b, prompt_len, lane_lens[b]) for b in state.branch_lanes
-              if state.hogwild and b != lane and lane_lens[b] > prompt_len]
-    return View((Span(0, 0, p0), *others, own))
+            for sibling in f.lanes:
+                if sibling != b and lane_lens[sibling] > prompt_len:
+                    at = layout.lay(sibling, prompt_len, lane_lens[sibling], at)
+        cur, start = b, prompt_len
+    layout.lay(cur, start, max(lane_lens[cur], start), at)
+    return layout.view()
+
+
+class _Layout:
+    """Spans with their view positions, laid one after another (see :func:`fork_view`)."""
+
+    def __init__(self, prompt_len: int, made: dict[int, list[ForkNode]], hogwild: bool) -> None:
+        self.prompt_len, self.made, self.hogwild = prompt_len, made, hogwild
+        self.spans: list[Span] = []
+        self.starts: list[int] = []
+
+    def lay(self, lane: int, start: int, end: int, at: int) -> int:
+        """Lane ``lane``'s content from ``start`` to ``end`` laid from view position ``at``; the position after it.
+        A fork it made at ``end`` or later is not in it (its branches are read by the text after the join)."""
+        for f in self.made.get(lane, ()):
+            if f.at >= end or f.ends is None:
+                break
+            if f.at <= start:
+                continue
+            at = self._put(Span(lane, start, f.at), at)
+            start, base = f.at, at
+            for b, e in zip(f.lanes, f.ends):
+                if e > self.prompt_len:
+                    after = self.lay(b, self.prompt_len, e, at if self.hogwild else base)
+                    at = after if self.hogwild else max(at, after)
+        return self._put(Span(lane, start, end), at)
+
+    def _put(self, span: Span, at: int) -> int:
+        if not span.num_tokens:
+            return at
+        if self.spans and (last := self.spans[-1]).lane == span.lane and last.end == span.start \
+                and self.starts[-1] + last.num_tokens == at:
+            self.spans[-1] = Span(span.lane, last.start, span.end)  # it continues the last span: one span
+        else:
+            self.spans.append(span)
+            self.starts.append(at)
+        return at + span.num_tokens
+
+    def view(self) -> View:
+        if len(self.spans) == 1 and self.spans[0].start == 0 and self.starts[0] == 0:
+            return View(tuple(self.spans))  # its own lane from position 0: plain attention
+        return View(tuple(self.spans), tuple(self.starts))
 
 
 @dataclass
-class BranchLane:
+class Strand:
+    """One sequence the protocol follows: the trunk (lane 0), or a branch of some fork."""
+
     lane: int
-    number: str  # the goal's part number
-    header: str  # placed at its start
-    wrote_end: bool = False  # its text reached the branch end: it feeds that token and stops
-    end: int | None = None  # its lane's length once it stopped
+    depth: int  # forks open around it: 0 for the trunk
+    watch: Watch
+    number: str | None = None  # its part of the goal (None: the trunk)
+    parent: int | None = None  # the lane whose fork it is a branch of
+    text: str = ""  # its latest text (at most 2 x MAX_GOAL_CHARS): a goal's parts are read from it
+    chars: int = 0  # characters it wrote (its output text's length)
+    wrote_end: bool = False  # a branch whose text reached its end: it feeds that token and stops
+    end: int | None = None  # a branch's lane length once it stopped
+    waits_at: "OpenFork | None" = None  # the fork of its own that it waits at
+
+
+@dataclass
+class OpenFork:
+    parent: int
+    at: int
+    lanes: list[int]
+    parent_chars: int  # characters the parent had written at the fork
+    joined: bool = False
 
 
 @dataclass
 class ForkJoinLanes:
-    """The lanes of one fork/join request: lane 0 is the trunk, lanes 1.. take the branches of its fork.
+    """The lanes of one fork/join request: lane 0 is the trunk; lanes 1.. are a pool every fork takes from.
 
     Every lane holds the prompt's ``prompt_len`` tokens (the prompt's full
     blocks are shared through the prefix cache); a branch's own tokens follow
-    them in its lane, read at p0. The engine's order of events around a fork:
+    them in its lane. A fork takes as many lanes as its goal has parts, the
+    lowest the pool has left; a sequence that writes a goal forks (a branch
+    too, nested, as deep as the family allows; the trunk again after a join)
+    when the family's rules allow it, the pool has the lanes, and the text
+    could not reach past the context window (``max_positions``). Lanes no fork
+    takes wait outside the engine's queues until the trunk finishes, then end
+    at once. The engine's order of events around a fork that sequence S writes:
 
-    1. the trunk samples the token that completes the goal (or the prompt ends
-       in a complete goal: :meth:`fork_now`); ``fork_at`` is then the trunk's
-       length with that token;
-    2. the branch lanes (and the spare ones) go to the engine's queue: each
-       prefills the prompt's last block and samples its first token, placed
-       (a branch: its header's first token; a spare lane: its end of sequence);
-    3. the trunk then feeds the goal's last token and samples the join header's
-       first token (placed), and waits;
-    4. the branches decode side by side (:meth:`waiting` holds the others);
-       a branch that writes its end feeds that token and stops
-       (:meth:`lanes_to_stop`); one whose budget runs out stops too;
-    5. once every branch has stopped (:meth:`stopped`), the trunk feeds the
-       join header and goes on, reading every branch.
+    1. S samples the token that completes the goal (or the prompt ends in a
+       complete goal: :meth:`fork_now`); the fork's ``at`` is then S's length
+       with that token;
+    2. the branch lanes go to the engine's queue: each prefills the prompt's
+       last block and samples its first token, placed (its header's first);
+    3. S then feeds the goal's last token and samples the join header's first
+       token (placed), and waits;
+    4. the branches decode (``hogwild`` branches in lock-step, as they read
+       each other); a branch that writes its end feeds that token and stops
+       (:meth:`lanes_to_stop`), as does one whose budget runs out;
+    5. once every branch of the fork has stopped (:meth:`stopped`), S feeds
+       the join header and goes on, reading every branch.
 
     Step 3 follows step 2 so that the front end sees every branch lane's
-    first token before the trunk's first token after the fork. One fork per
-    request: a goal inside a branch, or after the join, is text (nesting is not
-    built). Feed every lane's new text with :meth:`observe`.
+    first token (and with it the fork, in its record) before S's first token
+    after the fork. ``hogwild`` branches do not nest: a goal inside one is
+    text. Feed every lane's new text with :meth:`observe`.
     """
 
     family: Family
@@ -275,92 +352,116 @@ class ForkJoinLanes:
     max_tokens: int  # each lane's budget of generated tokens
     hogwild: bool = False
     branch_end: str | None = None  # a request's own branch end (a regular expression), else the family's tag
-    stage: Stage = Stage.TRUNK
-    fork_at: int | None = None
-    trunk_text: str = ""  # the trunk's text: an unclosed goal of the prompt, then what it wrote
-    trunk_chars: int = 0  # characters the trunk wrote (its output text's length)
-    trunk_text_at_fork: int | None = None  # trunk_chars at the fork
-    branches: list[BranchLane] = field(default_factory=list)
-    unforked: str | None = None  # why a goal the trunk wrote did not fork, if one did not
+    trunk_text: str = ""  # an unclosed goal of the prompt: the trunk's text starts with it
+    max_positions: int | None = None  # view positions must stay below this (the context window; None: no limit)
+    strands: dict[int, Strand] = field(default_factory=dict)  # the trunk and every branch, by lane
+    forks: list[OpenFork] = field(default_factory=list)  # every fork, in the order they started
+    pool: list[int] = field(default_factory=list)  # lanes no fork took yet, lowest first
+    unforked: str | None = None  # why the last goal written did not fork, if one did not
+    version: int = 0  # counts changes of :attr:`state`
+    _fork_of: dict[int, OpenFork] = field(default_factory=dict, repr=False)  # branch lane -> its fork
     _release: list[int] = field(default_factory=list)  # lanes to hand to the engine's queue now
     _stop: list[int] = field(default_factory=list)  # lanes whose next token is their end of sequence
-    _trunk: Watch | None = field(default=None, repr=False)
-    _watches: dict[int, Watch] = field(default_factory=dict, repr=False)
+    _state: tuple[int, ForkState | None] = (0, None)
 
     def __post_init__(self) -> None:
         if self.num_lanes < 2:
             raise ValueError("a fork/join request needs a trunk and at least one branch lane")
-        self._trunk = Watch(self.family, in_branch=False)
+        self.strands[0] = Strand(0, 0, Watch(self.family, in_branch=False), text=self.trunk_text)
+        self.pool = list(range(1, self.num_lanes))
 
     @property
     def state(self) -> ForkState | None:
-        if self.fork_at is None:
+        """The forks as views need them (None: no fork yet); a new object only when :attr:`version` moved."""
+        if not self.forks:
             return None
-        ends = tuple(b.end for b in self.branches) if self.stage is Stage.JOINED else None
-        return ForkState(self.fork_at, tuple(b.lane for b in self.branches), ends, self.hogwild)
+        if self._state[0] != self.version or self._state[1] is None:
+            nodes = tuple(ForkNode(f.parent, f.at, tuple(f.lanes),
+                                   tuple(self.strands[b].end for b in f.lanes) if f.joined else None)
+                          for f in self.forks)
+            self._state = (self.version, ForkState(nodes, self.hogwild))
+        return self._state[1]
 
     def fork_now(self, numbers: Sequence[str]) -> dict[int, str]:
         """The prompt ends in a complete goal of these parts (decided in the front end): fork before any token."""
         fork = Fork(tuple(numbers), tuple(self.family.header(n) for n in numbers))
-        return self._fork(fork, self.prompt_len)
+        if fork.num_branches > len(self.pool):
+            raise ForkTooWide(fork.num_branches, len(self.pool))
+        return self._fork(self.strands[0], fork, self.prompt_len)
 
     def observe(self, lane: int, piece: str, lane_len: int) -> dict[int, str]:
         """Lane ``lane`` sampled a token adding ``piece`` and holds ``lane_len`` tokens with it; the text to place
         next, per lane (a placed token's text is fed here too)."""
-        if lane == 0:
-            self.trunk_text += piece
-            self.trunk_chars += len(piece)
-            if len(self.trunk_text) > 2 * MAX_GOAL_CHARS:
-                self.trunk_text = self.trunk_text[-MAX_GOAL_CHARS:]  # parts_of reads no further back
-            if self.stage is Stage.TRUNK and self._trunk.feed(piece) == "fork":
-                return self._decide(lane_len)
-            return {}
-        branch = self._branch(lane)
-        if branch is None or self.stage is not Stage.BRANCHES:
+        strand = self.strands.get(lane)
+        if strand is None or strand.end is not None:
             return {}  # a spare lane's end of sequence, or a stopped branch's last sample
-        if not branch.wrote_end and self._watches[lane].feed(piece) == "end":
-            branch.wrote_end = True
+        strand.text += piece
+        strand.chars += len(piece)
+        if len(strand.text) > 2 * MAX_GOAL_CHARS:
+            strand.text = strand.text[-MAX_GOAL_CHARS:]  # parts_of reads no further back
+        if strand.wrote_end:
+            return {}
+        said = strand.watch.feed(piece)
+        if said == "end":
+            strand.wrote_end = True
             self._stop.append(lane)
+        elif said == "fork" and strand.waits_at is None and not (self.hogwild and strand.depth):
+            return self._decide(strand, lane_len)
         return {}
 
-    def _decide(self, lane_len: int) -> dict[int, str]:
+    def _decide(self, strand: Strand, lane_len: int) -> dict[int, str]:
         try:
-            fork = decide(self.family, self.trunk_text, depth=0,
-                          budget_left=self.max_tokens - (lane_len - self.prompt_len), max_branches=self.num_lanes - 1)
+            fork = decide(self.family, strand.text, depth=strand.depth,
+                          budget_left=self.max_tokens - (lane_len - self.prompt_len), max_branches=len(self.pool))
         except ForkTooWide as err:
-            self.unforked = str(err).replace("--hogwild-max-workers", "the request's branch lanes")
+            self.unforked = (f"a goal of {err.num_parts} parts: more branches than the request's free branch lanes "
+                             f"({err.cap})")
             return {}
         if fork is None:
             return {}
-        return self._fork(fork, lane_len)
+        if self.max_positions is not None and self._reach(strand.lane, fork.num_branches) > self.max_positions:
+            self.unforked = (f"a fork of {fork.num_branches} branches could place text past the context window "
+                             f"({self.max_positions} positions)")
+            return {}
+        return self._fork(strand, fork, lane_len)
 
-    def _fork(self, fork: Fork, fork_at: int) -> dict[int, str]:
-        if fork.num_branches > self.num_lanes - 1:
-            raise ForkTooWide(fork.num_branches, self.num_lanes - 1)
-        self.stage, self.fork_at = Stage.BRANCHES, fork_at
-        self.trunk_text_at_fork = self.trunk_chars
-        self.branches = [BranchLane(i + 1, n, h) for i, (n, h) in enumerate(zip(fork.numbers, fork.headers))]
-        self._watches = {b.lane: Watch(self.family, in_branch=True, branch_end=self.branch_end)
-                         for b in self.branches}
-        self._release = list(range(1, self.num_lanes))
-        self._stop += list(range(len(self.branches) + 1, self.num_lanes))  # spare lanes end at once
-        return {0: self.family.join_header, **{b.lane: b.header for b in self.branches}}
+    def _reach(self, lane: int, num_branches: int) -> int:
+        """The furthest view position the request could reach with a fork of ``num_branches`` more at ``lane``:
+        every lane writes its whole budget, and a fork adds its longest branch (``hogwild``: all of them)."""
+        def reach(strand: int) -> int:
+            widths = [[reach(b) for b in f.lanes] for f in self.forks if f.parent == strand]
+            if strand == lane:
+                widths.append([self.max_tokens] * num_branches)
+            return self.max_tokens + sum(sum(w) if self.hogwild else max(w) for w in widths)
 
-    def _branch(self, lane: int) -> BranchLane | None:
-        return self.branches[lane - 1] if 1 <= lane <= len(self.branches) else None
+        return self.prompt_len + reach(0)
+
+    def _fork(self, strand: Strand, fork: Fork, at: int) -> dict[int, str]:
+        lanes, self.pool = self.pool[:fork.num_branches], self.pool[fork.num_branches:]
+        opened = OpenFork(strand.lane, at, lanes, strand.chars)
+        self.forks.append(opened)
+        for lane, number in zip(lanes, fork.numbers):
+            self.strands[lane] = Strand(lane, strand.depth + 1,
+                                        Watch(self.family, in_branch=True, branch_end=self.branch_end),
+                                        number=number, parent=strand.lane)
+            self._fork_of[lane] = opened
+        strand.waits_at = opened
+        self._release += lanes
+        self.version += 1
+        return {strand.lane: self.family.join_header, **dict(zip(lanes, fork.headers))}
 
     def trunk_finished(self) -> None:
         """The trunk stopped: the lanes no fork took are released, each to end at once."""
-        if self.stage is Stage.TRUNK:
-            self._release = list(range(1, self.num_lanes))
-            self._stop += list(range(1, self.num_lanes))
+        spare, self.pool = self.pool, []
+        self._release += spare
+        self._stop += spare
 
     def end_at_budget(self, lane: int) -> None:
         """Branch ``lane`` has one token of budget left: it ends there (its end of sequence), so that the token
         before it is fed and the join reads it; an unfed last token would be in the document, not in the view."""
-        branch = self._branch(lane)
-        if branch is not None and self.stage is Stage.BRANCHES and not branch.wrote_end:
-            branch.wrote_end = True
+        strand = self.strands.get(lane)
+        if strand is not None and strand.parent is not None and strand.end is None and not strand.wrote_end:
+            strand.wrote_end = True
             self._stop.append(lane)
 
     def take_released(self) -> list[int]:
@@ -373,53 +474,58 @@ class ForkJoinLanes:
         return out
 
     def stopped(self, lane: int, lane_len: int) -> bool:
-        """Lane ``lane`` finished with ``lane_len`` tokens of K/V; True when that joins the branches."""
-        branch = self._branch(lane)
-        if branch is None or self.stage is not Stage.BRANCHES or branch.end is not None:
+        """Lane ``lane`` finished with ``lane_len`` tokens of K/V; True when that joins its fork."""
+        strand = self.strands.get(lane)
+        if strand is None or strand.parent is None or strand.end is not None:
             return False
-        branch.end = lane_len
-        if all(b.end is not None for b in self.branches):
-            self.stage = Stage.JOINED
-            return True
-        return False
+        strand.end = lane_len
+        fork = self._fork_of[lane]
+        if any(self.strands[b].end is None for b in fork.lanes):
+            return False
+        fork.joined = True
+        self.strands[fork.parent].waits_at = None
+        self.version += 1
+        return True
 
     def waiting(self, computed: Sequence[int], sampled: Sequence[int], live: Sequence[bool]) -> set[int]:
-        """The lanes in the engine's queues that sit out the next step. ``computed``: each lane's tokens with
-        K/V; ``sampled``: its sampled tokens; ``live``: it has not stopped."""
-        if self.stage is Stage.TRUNK:
-            return set(range(1, self.num_lanes))
-        if self.stage is Stage.JOINED:
-            return set()
-        lanes = range(1, self.num_lanes)
-        hold = {0} if computed[0] >= self.fork_at else set()  # the trunk waits at the fork
-        if self.fork_at > self.prompt_len and any(live[b] and sampled[b] == 0 for b in lanes):
-            hold.add(0)  # step 3 after step 2: the trunk feeds the goal's last token once every lane sampled
-        running = [b for b in lanes if live[b] and sampled[b] > 0]
-        if computed[0] < self.fork_at:
-            return hold | set(running)  # the branches read the trunk up to p0: it is fed first
-        slowest = min((sampled[b] for b in running), default=0)  # lock-step: siblings read each other by step
-        return hold | {b for b in running if sampled[b] > slowest}
+        """The lanes that sit out the next step (lanes no fork took among them). ``computed``: each lane's tokens
+        with K/V; ``sampled``: its sampled tokens; ``live``: it has not stopped. O(lanes)."""
+        hold = set(self.pool)
+        for fork in self.forks:
+            if fork.joined:
+                continue
+            parent, lanes = fork.parent, fork.lanes
+            if computed[parent] >= fork.at:
+                hold.add(parent)  # it waits at the fork
+            elif fork.at > self.prompt_len and any(live[b] and sampled[b] == 0 for b in lanes):
+                hold.add(parent)  # step 3 after step 2: it feeds the goal's last token once every branch sampled
+            running = [b for b in lanes if live[b] and sampled[b] > 0]
+            if computed[parent] < fork.at:
+                hold.update(running)  # the branches read the parent up to the fork: it is fed first
+            elif self.hogwild and running:
+                slowest = min(sampled[b] for b in running)  # lock-step: hogwild siblings read each other by step
+                hold.update(b for b in running if sampled[b] > slowest)
+        return hold
 
-    def record(self, lane: int, num_output: int, ends_with_eos: bool) -> dict:
-        """What the front end needs of a lane ≥ 1 to assemble the document (see :func:`lane_record`):
-        its part (None: no branch took it), the fork point (tokens and characters of the trunk's output),
-        and ``keep``: how many of its ``num_output`` tokens are the branch's (an end of sequence is not)."""
-        branch = self._branch(lane)
-        keep = 0 if branch is None else num_output - (1 if ends_with_eos else 0)
-        out = {"lane": lane, "branch": None if branch is None else branch.number, "keep": keep}
-        if self.fork_at is not None:
-            out.update(fork_tokens=self.fork_at - self.prompt_len, fork_chars=self.trunk_text_at_fork)
+    def record(self, lane: int, num_output: int | None = None, ends_with_eos: bool = False) -> dict:
+        """What the front end needs of a lane ≥ 1 to assemble the document (see :func:`lane_record`), from its
+        first output on: its part (None: no fork took it), its fork (the parent lane, the fork's lanes, the
+        fork point in the parent's output tokens and characters); once it finished (``num_output``: its
+        output tokens), ``keep``: how many are the branch's (an end of sequence is not)."""
+        strand = self.strands.get(lane)
+        out: dict = {"lane": lane, "branch": None if strand is None else strand.number}
+        if strand is not None:
+            fork = self._fork_of[lane]
+            out.update(parent=fork.parent, lanes=list(fork.lanes), fork_tokens=fork.at - self.prompt_len,
+                       fork_chars=fork.parent_chars)
+        if num_output is not None:
+            out["keep"] = 0 if strand is None else num_output - (1 if ends_with_eos else 0)
         if self.unforked:
             out["unforked"] = self.unforked
         return out
 
-    def sequential_tokens(self, lane_lens: Sequence[int]) -> int:
-        """Decode steps the request took one after another: the trunk's tokens plus its longest branch's."""
-        longest = max(((b.end or lane_lens[b.lane]) - self.prompt_len for b in self.branches), default=0)
-        return lane_lens[0] - self.prompt_len + longest
 
-
-RECORD_PREFIX = "hogwild-fork:"  # a lane ≥ 1's stop_reason: how it took part (the front end reads and drops it)
+RECORD_PREFIX = "hogwild-fork:"  # a lane ≥ 1's stop_reason: how it takes part (the front end reads and drops it)
 
 
 def lane_record(record: dict) -> str:
@@ -428,9 +534,13 @@ def lane_record(record: dict) -> str:
     return RECORD_PREFIX + json.dumps(record, separators=(",", ":"))
 
 
+def is_record(stop_reason) -> bool:
+    return isinstance(stop_reason, str) and stop_reason.startswith(RECORD_PREFIX)
+
+
 def read_record(stop_reason) -> dict | None:
     import json
 
-    if not isinstance(stop_reason, str) or not stop_reason.startswith(RECORD_PREFIX):
+    if not is_record(stop_reason):
         return None
     return json.loads(stop_reason[len(RECORD_PREFIX):])

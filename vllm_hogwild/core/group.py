@@ -112,25 +112,22 @@ class Group:
     num_live: int = 0  # workers that have not stopped
     counters: GroupCounters | None = None
     replay: Replay | None = None  # preempted or replaying: what each lane re-feeds
-    kept: set[int] = field(default_factory=set)  # fork/join: lanes kept out of the engine's queues until the fork
-    fork_sent: Any = None  # fork/join: the fork state the worker processes hold
-
-    @property
-    def reserved(self) -> bool:
-        """A fork/join group takes its whole budget at admission and is never preempted (see the table)."""
-        return self.driver.forks
+    kept: set[int] = field(default_factory=set)  # fork/join: lanes kept out of the engine's queues until a fork
+    fork_sent: int = 0  # fork/join: the version of the fork state the worker processes hold
 
     @classmethod
     def create(cls, group_id: str, spec: RequestSpec, max_tokens: int, prompt_len: int, arrival: float,
-               arrival_time: float, encode: Callable[[str], list[int]]) -> "Group":
+               arrival_time: float, encode: Callable[[str], list[int]], max_positions: int | None = None) -> "Group":
+        """``max_positions``: the context window (fork/join requests keep every view position below it)."""
         n, options = spec.num_workers, spec.options
         tracker = (ParagraphTracker(n, prompt_len, options.step_end or PARAGRAPH_END)
                    if options.layout in HISTORY_LAYOUTS else None)
         if options.forks:
-            driver = ForkJoinDriver(options, n, max_tokens, prompt_len, encode, spec.fork_now, spec.open_goal)
+            driver = ForkJoinDriver(options, n, max_tokens, prompt_len, encode, spec.fork_now, spec.open_goal,
+                                    max_positions)
             return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, None, driver,
                        StepLog(n, prompt_len), workers=[None] * n, num_live=n, counters=GroupCounters(n),
-                       kept=set() if spec.fork_now else set(range(1, n)))
+                       kept=set(driver.lanes.pool))
         driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
         return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
                    StepLog(n, prompt_len), workers=[None] * n, num_live=n, counters=GroupCounters(n))

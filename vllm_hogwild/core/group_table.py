@@ -87,12 +87,13 @@ class Preemption:
 class GroupTable:
     def __init__(self, *, block_size: int, max_plain_wait: float, encode: Callable[[str], list[int]],
                  text_for: Callable[[Any], Callable[[int], str]] | None = None, slack: int = 0,
-                 speculative: bool = False, kv: str = "on-demand",
+                 speculative: bool = False, kv: str = "on-demand", max_positions: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``encode``: text to token ids (placed text); ``text_for(request)``: that request's detokenizer
         (the text each sampled token adds), for groups that observe text; ``slack``: slots a lane may need
         past its budget (:func:`~vllm_hogwild.core.options.spec_slack`); ``speculative``: the engine verifies
-        drafts (a lane may accept several tokens per step); ``kv``: one of :data:`KV_MODES`; ``clock``:
+        drafts (a lane may accept several tokens per step); ``kv``: one of :data:`KV_MODES`;
+        ``max_positions``: the context window (a fork/join request's views stay below it); ``clock``:
         seconds, for metrics."""
         if kv not in KV_MODES:
             raise ValueError(f"kv: one of {KV_MODES}")
@@ -100,6 +101,7 @@ class GroupTable:
         self.slack = slack
         self.speculative = speculative
         self.on_demand = kv == "on-demand"
+        self.max_positions = max_positions
         self.fairness = Fairness(max_plain_wait)
         self.stats = HogwildStats()
         self._encode = encode
@@ -117,7 +119,6 @@ class GroupTable:
         # (with `reserve` the whole budget, which that allocation reserves: :meth:`first_allocation`)
         self._promised: dict[str, int] = {}
         self._promised_blocks = 0  # blocks those first allocations take
-        self._reserved: set[str] = set()  # queued requests of fork/join groups: their first allocation takes the budget
         self._forking: dict[str, Group] = {}  # admitted fork/join groups (their holds are the protocol's)
         self._released: list[Worker] = []  # fork/join lanes to hand to the engine's queue at the next admission
         self._uneven: set[str] = set()  # groups that may be out of lock-step
@@ -157,7 +158,7 @@ class GroupTable:
         group = self.groups.get(group_id)
         if group is None:
             group = Group.create(group_id, spec, max_tokens, prompt_len, arrival=arrival,
-                                 arrival_time=self._clock(), encode=self._encode)
+                                 arrival_time=self._clock(), encode=self._encode, max_positions=self.max_positions)
             self.groups[group_id] = group
             self._waiting[group_id] = group
         worker = Worker(group, index, request_id, request, eos_token_id)
@@ -182,7 +183,7 @@ class GroupTable:
         if self._released:
             for worker in self._released:
                 self._num_held -= 1
-                self._promise(worker.request_id, self._first_slots(worker.group), reserved=True)
+                self._promise(worker.request_id, self._first_slots(worker.group))
                 admission.queue.append(worker.request)
             self._released = []
         ready = [g for g in self._waiting.values() if g.phase in (Phase.WAITING, Phase.PREEMPTED)]
@@ -201,19 +202,18 @@ class GroupTable:
 
     def _fits(self, group: Group, room: Room) -> bool:
         bs, n = self.block_size, group.num_workers
-        if group.phase is Phase.PREEMPTED:  # every lane as it was, and its next token
-            shared = group.prompt_len // bs
-            need = shared + sum(-(-(k + 1 + self.slack) // bs) - shared for k in group.replay.targets)
+        if group.phase is Phase.PREEMPTED:  # every lane as it was (at least its prompt), and its next token
+            p = group.prompt_len
+            need = p // bs + sum(-(-(max(k, p) + 1 + self.slack) // bs) - p // bs for k in group.replay.targets)
         else:
-            reserve = not self.on_demand or group.reserved
-            need = blocks_for_group(group.prompt_len, group.max_tokens if reserve else 1, n, bs, self.slack)
+            need = blocks_for_group(group.prompt_len, 1 if self.on_demand else group.max_tokens, n, bs, self.slack)
         kept_lanes, kept_blocks = self._kept()
         return fits(need, self._promised_blocks + kept_blocks, room.watermark_blocks, room.free_blocks,
                     room.num_running + len(self._promised) + kept_lanes, n, room.max_running)
 
     def _kept(self) -> tuple[int, int]:
-        """Fork/join lanes kept back until their fork, and the blocks their first allocations will take: no later
-        admission may take those (their trunk waits for them). O(admitted fork/join groups)."""
+        """Fork/join lanes kept back until a fork takes them, and the blocks their first allocations will take: no
+        later admission may take those (a sequence that forks waits for them). O(admitted fork/join groups)."""
         lanes = blocks = 0
         for group in self._forking.values():
             if group.kept:
@@ -235,12 +235,13 @@ class GroupTable:
         self._uneven.add(group.group_id)
         live = [w for w in group.workers if not w.request.is_finished() and w.index not in group.kept]
         self._num_held -= len(live)
-        if group.reserved:
+        if group.driver.forks:
             self._forking[group.group_id] = group
             self._uneven.discard(group.group_id)
         for worker in live:
-            slots = group.replay.targets[worker.index] + 1 + self.slack if resumed else self._first_slots(group)
-            self._promise(worker.request_id, slots, reserved=group.reserved)
+            slots = (max(group.replay.targets[worker.index], group.prompt_len) + 1 + self.slack if resumed
+                     else self._first_slots(group))
+            self._promise(worker.request_id, slots)
         admission.queue += [w.request for w in live]
         if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)
             admission.replays += [(w, w.request.all_token_ids[: w.lane_len + 1])
@@ -254,21 +255,16 @@ class GroupTable:
 
     def _first_slots(self, group: Group) -> int:
         """The slots a lane's first allocation takes: its prompt and first token, or its whole budget."""
-        reserve = not self.on_demand or group.reserved
-        return group.prompt_len + (group.max_tokens if reserve else 1) + self.slack
+        return group.prompt_len + (1 if self.on_demand else group.max_tokens) + self.slack
 
-    def _promise(self, request_id: str, slots: int | None, reserved: bool = False) -> None:
-        """Record (``slots``) or drop (None) what a queued request's first allocation takes (``reserved``: a
-        fork/join lane, whose first allocation takes its whole budget whatever the engine's KV mode)."""
+    def _promise(self, request_id: str, slots: int | None) -> None:
+        """Record (``slots``) or drop (None) what a queued request's first allocation takes."""
         before = self._promised.pop(request_id, None)
-        self._reserved.discard(request_id)
         if before is not None:
             self._promised_blocks -= -(-before // self.block_size)
         if slots is not None:
             self._promised[request_id] = slots
             self._promised_blocks += -(-slots // self.block_size)
-            if reserved:
-                self._reserved.add(request_id)
 
     @property
     def num_queued(self) -> int:
@@ -278,12 +274,12 @@ class GroupTable:
     @property
     def has_reservations(self) -> bool:
         """``reserve``: whether a queued worker's first allocation (its whole budget) is still to come."""
-        return bool(self._promised) and (not self.on_demand or bool(self._reserved))
+        return bool(self._promised) and not self.on_demand
 
     def first_allocation(self, request_id: str) -> int | None:
         """``reserve``: the slots (tokens) the request's first allocation must cover, its whole budget; None:
         not a first allocation."""
-        if self.on_demand and request_id not in self._reserved:
+        if self.on_demand:
             return None
         return self._promised.get(request_id)
 
@@ -310,6 +306,8 @@ class GroupTable:
         """
         held = []
         for group in self._forking.values():
+            if group.phase is not Phase.ADMITTED:
+                continue  # replaying lanes keep step through their chunk ends
             ws = group.workers
             waiting = group.driver.lanes.waiting([w.request.num_computed_tokens for w in ws],
                                                  [w.request.num_output_tokens for w in ws],
@@ -353,14 +351,19 @@ class GroupTable:
         group = self._running.pop(group_id)
         self._observing.pop(group_id, None)
         self._replaying.pop(group_id, None)
+        self._forking.pop(group_id, None)
         self._uneven.discard(group_id)
         if group.replay is None:
             group.replay = Replay(group.log, [w.length() for w in group.workers])
         preemption = Preemption(group_id, [], [], [])
+        pending = {w.index for w in self._released if w.group is group}
+        if pending:  # fork/join lanes a fork took, not queued yet: held already, queued on resumption
+            self._released = [w for w in self._released if w.group is not group]
         for w in group.workers:
             self._promise(w.lane_request_id, None)
             if not w.finished:
-                preemption.requests.append(w.request)
+                if w.index not in group.kept and w.index not in pending:  # (kept lanes wait in the table already)
+                    preemption.requests.append(w.request)
                 continue
             if w.lane_request is not w.request:  # a replay request: dropped whatever it holds
                 del self.replays[w.lane_request_id]
@@ -405,7 +408,8 @@ class GroupTable:
             if group.replay.done(valid):
                 group.phase, group.replay = Phase.ADMITTED, None
                 del self._replaying[group.group_id]
-                self._uneven.add(group.group_id)
+                if not group.driver.forks:  # (a fork/join group's holds are its protocol's)
+                    self._uneven.add(group.group_id)
                 finished += [w.lane_request for w in group.workers if w.finished]
         return rollbacks, finished
 
@@ -473,10 +477,11 @@ class GroupTable:
             if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
                 self._place_tokens(group, scheduled, forced, drafts)
             if group.driver.forks:
-                state = group.driver.lanes.state
-                if state != group.fork_sent:
-                    forks.append(GroupFork(group.group_id, state))
-                    group.fork_sent = state
+                lanes = group.driver.lanes
+                if lanes.version != group.fork_sent:  # a fork started or joined: the worker processes' views change
+                    forks.append(GroupFork(group.group_id, lanes.state))
+                    group.log.fork(lanes.state)
+                    group.fork_sent = lanes.version
                 self._count_prefill(group, scheduled)
             elif not group.prefilled:
                 self._count_prefill(group, scheduled)
@@ -485,8 +490,9 @@ class GroupTable:
                 group.prefilled = True
             log = group.log
             if (all_scheduled and not self.speculative and log.runs and len(log.runs[-1].decoding) == group.num_live
-                    and not (group.tracker is not None and group.tracker.pending)):
+                    and not (group.tracker is not None and group.tracker.pending) and not group.driver.forks):
                 log.advance()  # lock-step: the same workers, one token more each; the worker processes follow
+                # (a fork/join group's decoding lanes change as forks start and join: each step is recorded)
                 continue
             decoding = [w.index for w in workers if not w.finished and (n := scheduled.get(w.request_id))
                         and w.request.num_computed_tokens - n >= group.prompt_len]  # a prefill chunk reads its lane
@@ -647,16 +653,21 @@ class GroupTable:
             self._ended.append(group.group_id)
         return parked
 
-    def stop_reason(self, request_id: str) -> str | None:
-        """A fork/join lane ≥ 1 that finishes: how it took part, for the front end (its ``stop_reason``)."""
+    def fork_record(self, request_id: str, finished: bool = False) -> str | None:
+        """A fork/join lane ≥ 1: how it takes part, for the front end (its ``stop_reason``, carried by each of
+        its outputs from the first on; ``finished``: with how many of its tokens are its branch's). None: not
+        such a lane."""
         from vllm_hogwild.core.forkjoin import lane_record
 
         worker = self.workers.get(request_id)
         if worker is None or not worker.group.driver.forks or worker.index == 0:
             return None
+        lanes = worker.group.driver.lanes
+        if not finished:
+            return lane_record(lanes.record(worker.index))
         tokens = worker.request.output_token_ids
         eos = bool(tokens) and worker.eos_token_id is not None and tokens[-1] == worker.eos_token_id
-        return lane_record(worker.group.driver.lanes.record(worker.index, len(tokens), eos))
+        return lane_record(lanes.record(worker.index, len(tokens), eos))
 
     def _record_end(self, group: Group, block_ids: Callable[[str], Sequence[int]]) -> None:
         lanes = [(block_ids(w.lane_request_id), w.length()) for w in group.workers]

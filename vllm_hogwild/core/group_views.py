@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from vllm_hogwild.core.forkjoin import ForkState, fork_view
 from vllm_hogwild.core.options import FORKJOIN_LAYOUT
 from vllm_hogwild.core.views import Segment, Separators, Span, build_views, segments_of
-from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, StepWire
+from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, ReplayStep, StepWire
 
 SEPARATOR_NAMES = ("history", "others", "pivot", "own")  # the order of GroupShape.separators
 
@@ -53,7 +53,7 @@ class GroupViews:
     shape: GroupShape
     history: list[Span] = field(default_factory=list)  # finished paragraphs, in the order they joined
     paragraph_starts: list[int] = field(default_factory=list)  # where each lane's part outside the history starts
-    fork: ForkState | None = None  # fork/join: the fork, once there is one (its branches' ends once joined)
+    fork: ForkState | None = None  # fork/join: the forks so far (each one's branch ends once joined)
 
     def __post_init__(self) -> None:
         self.paragraph_starts = self.paragraph_starts or [self.shape.prompt_len] * len(self.shape.request_ids)
@@ -129,7 +129,7 @@ class GroupViews:
                         step = replay.steps[index]
                         lens = list(step.lane_lens)
                         lens[lane] = p + 1  # its own tokens up to itself: causal within the row
-                        view = self._views(lens, [lane], self.history[:step.num_history], step.paragraph_starts)[0]
+                        view = self._views(lens, [lane], step)[0]
                         segments = segments_of(view, tables)
                     plain &= segments is None
                     tokens.append(segments or (Segment(tables[lane], 0, p + 1, 0),))
@@ -138,13 +138,16 @@ class GroupViews:
             self.lanes[lane].length = max(self.lanes[lane].length, runs[-1][1] if runs else 0)
         return out
 
-    def _views(self, lane_lens, readers, history=None, paragraph_starts=None):
+    def _views(self, lane_lens, readers, past: ReplayStep | None = None):
+        """The readers' views now, or (``past``) as they were at a past step: its history, paragraph starts
+        and forks."""
         shape = self.shape
         if shape.layout == FORKJOIN_LAYOUT:
-            return [fork_view(shape.prompt_len, lane_lens, w, self.fork) for w in readers]
+            return [fork_view(shape.prompt_len, lane_lens, w, self.fork if past is None else past.fork)
+                    for w in readers]
         return build_views(shape.layout, shape.prompt_len, lane_lens, readers=readers,
-                           history=self.history if history is None else history,
-                           paragraph_starts=self.paragraph_starts if paragraph_starts is None else paragraph_starts,
+                           history=self.history if past is None else self.history[:past.num_history],
+                           paragraph_starts=self.paragraph_starts if past is None else past.paragraph_starts,
                            separators=self.separators, prompt_end=shape.prompt_end)
 
 

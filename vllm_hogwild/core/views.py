@@ -82,7 +82,7 @@ class View:
     ``starts``: the view position of each span's first token. ``None`` (every
     Hogwild layout) places the spans one after another. A fork/join view gives
     them: the branches of a join all start where the prefix ends, and the
-    continuation after the longest (:func:`join_view`). Spans are read in
+    continuation after the longest (:func:`~vllm_hogwild.core.forkjoin.fork_view`). Spans are read in
     ``spans`` order either way; the own span is last and starts at or after
     every other span's end.
     """
@@ -134,24 +134,6 @@ class View:
     def tokens(self) -> list[tuple[int, int]]:
         """Every ``(lane, stored_pos)`` of the view, in view order."""
         return [(s.lane, p) for s in self.spans for p in range(s.start, s.end)]
-
-
-def join_view(prefix: Span, branches: Sequence[Span], own: Span) -> View:
-    """The continuation after a join: ``[prefix @0][branch 1 @p0] ... [branch k @p0][own @p0 + longest]``.
-
-    ``p0`` is the prefix's length; no branch reads another, so they all start
-    there, and the continuation reads them all. Empty branches are kept out.
-    """
-    if prefix.start != 0:
-        raise ValueError("a join's prefix starts at its lane's first token")
-    p0 = prefix.num_tokens
-    kept = [b for b in branches if b.num_tokens]
-    longest = max((b.num_tokens for b in kept), default=0)
-    spans = (prefix, *kept, own)
-    starts = (0, *([p0] * len(kept)), p0 + longest)
-    if prefix.num_tokens == 0:
-        spans, starts = spans[1:], starts[1:]
-    return View(tuple(spans), tuple(starts))
 
 
 def normalize(spans: Sequence[Span]) -> tuple[Span, ...]:

@@ -67,6 +67,7 @@ class ReplayStep:
     lane_lens: tuple[int, ...]  # what each lane's co-workers read then
     num_history: int  # paragraphs in the shared history after that step's joins
     paragraph_starts: tuple[int, ...]  # where each lane's part outside the history started then
+    fork: Any = None  # a fork/join request: its forks then (core.forkjoin.ForkState; None: none yet)
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,10 @@ class GroupReplay:
 
 @dataclass(frozen=True)
 class GroupFork:
-    """A fork/join group's fork as its lanes' views need it: sent at the fork and again at the join."""
+    """A fork/join group's forks as its lanes' views need them: sent when a fork starts and when one joins."""
 
     group_id: str
-    state: Any  # core.forkjoin.ForkState (fork point, branch lanes, their ends once joined, the branch mode)
+    state: Any  # core.forkjoin.ForkState: every fork so far (parent, point, branch lanes, ends once joined)
 
 
 @dataclass(frozen=True)

@@ -176,8 +176,6 @@ class RoomMaker:
         s = self.scheduler
         coordinator, units = s.kv_cache_manager.coordinator, []
         for group in s.table.running_groups:
-            if group.reserved:
-                continue  # a fork/join group holds its whole budget: never preempted
             lanes = [w.lane_request_id for w in group.workers]
             units.append(Unit(group.group_id, True, group.arrival, group.workers[0].request.priority,
                               sum(needs.get(r, 0) for r in lanes),

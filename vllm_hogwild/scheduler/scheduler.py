@@ -47,7 +47,8 @@ class HogwildScheduler(Scheduler):
         self.hogwild_options = EngineOptions.from_additional_config(self.vllm_config.additional_config)
         self.table = GroupTable(block_size=self.block_size, max_plain_wait=self.hogwild_options.max_plain_wait,
                                 encode=self._encode, text_for=self._text_stream, slack=spec_slack(self.vllm_config),
-                                speculative=bool(self.num_spec_tokens), kv=self.hogwild_options.kv)
+                                speculative=bool(self.num_spec_tokens), kv=self.hogwild_options.kv,
+                                max_positions=self.max_model_len)
         if self.num_spec_tokens:  # lock-step counts steps, not tokens: each worker's accepted runs go through the table
             self._update_request_with_output = self._update_worker_with_output
         self.parked: dict[str, Request] = {}  # finished lanes' requests whose blocks co-workers still read
@@ -100,6 +101,9 @@ class HogwildScheduler(Scheduler):
                 admission.queue.append(self._replay_request(worker, tokens))
             for request in reversed(admission.queue):
                 self.waiting.prepend_request(request)
+                record = table.fork_record(request.request_id)
+                if record is not None:  # a fork/join lane: how it takes part, with each of its outputs
+                    request.stop_reason = record
         self._budget.install(table.has_reservations)
         if self.num_spec_tokens:
             for request in table.drafts_to_drop():
@@ -109,7 +113,7 @@ class HogwildScheduler(Scheduler):
             self.running = [r for r in self.running if r not in held]
         if self._resort:  # workers first: vLLM preempts from the tail of `running` (it appends what it admits)
             self.running.sort(key=lambda r: r.request_id not in table)
-        self._cap_replays()
+        idle = self._cap_replays()
         waiting, held_plain = self.waiting, ()
         if preempted:  # as vLLM does after a preemption: no new admissions this step
             self.waiting = create_request_queue(self.policy)
@@ -123,6 +127,8 @@ class HogwildScheduler(Scheduler):
             self.waiting = waiting
         for request in held_plain:
             self.waiting.add_request(request)
+        if idle:
+            self.waiting.prepend_requests(idle)
         if held:
             self.running = [*held, *self.running]
         for request_id in output.preempted_req_ids or ():
@@ -190,16 +196,23 @@ class HogwildScheduler(Scheduler):
         if done:
             self.finish_requests([r.request_id for r in done], RequestStatus.FINISHED_STOPPED)
 
-    def _cap_replays(self) -> None:
-        """While a group replays, vLLM's per-request chunk hook stops each of its lanes at the table's chunk end."""
+    def _cap_replays(self) -> list[Request]:
+        """While a group replays, vLLM's per-request chunk hook stops each of its lanes at the table's chunk end.
+        Returns the replaying lanes in vLLM's waiting queue with nothing to re-feed this step, taken out of it for
+        the step (a chunk of no token there would stop vLLM's admissions for the step)."""
         replaying = self.table.replaying
         if replaying:
             budget = self.max_num_scheduled_tokens - len(self.running)  # room left for every other request's token
             self._replay_ends = self.table.replay_ends(max(1, budget), self.scheduler_config.long_prefill_token_threshold)
             setattr(self, CAPPED, self._capped_chunk)
-        elif CAPPED in self.__dict__:
+            idle = [r for r in self.waiting if self._replay_ends.get(r.request_id) == 0]
+            if idle:
+                self.waiting.remove_requests(idle)
+            return idle
+        if CAPPED in self.__dict__:
             delattr(self, CAPPED)
             self._replay_ends = {}
+        return []
 
     def _capped_chunk(self, request: Request, num_computed_tokens: int, num_new_tokens: int) -> int:
         n = Scheduler._reserve_prefill_lookahead(self, request, num_computed_tokens, num_new_tokens)
@@ -207,12 +220,16 @@ class HogwildScheduler(Scheduler):
         return n if end is None else max(0, min(n, end - num_computed_tokens))
 
     def _get_local_prefix_cache_hit(self, request: Request):
-        """vLLM's; a resumed lane's hit stops at the group's prompt, and short of the lane's end: its later blocks
-        are re-fed (with their views), and every lane re-feeds at least one token."""
+        """vLLM's; a resumed lane's hit stops at the group's prompt, and short of the lane's end and of this step's
+        chunk end: its later blocks are re-fed (with their views), and every lane re-feeds at least one token
+        when it is scheduled (a chunk of no token would stop vLLM's admissions for the step)."""
         hit = super()._get_local_prefix_cache_hit(request)
         blocks, num_hit = hit[0], hit[1]
         if num_hit and request.request_id in self.table:
             cap = self.table.prefix_hit_cap(request.request_id, self.block_size)
+            end = self._replay_ends.get(request.request_id)
+            if cap is not None and end:
+                cap = min(cap, (end - 1) // self.block_size * self.block_size)
             if cap is not None and num_hit > cap:
                 blocks = self.kv_cache_manager.truncate_computed_blocks(blocks, cap)
                 hit = (blocks, cap, *hit[2:])
@@ -260,7 +277,7 @@ class HogwildScheduler(Scheduler):
             return super()._free_blocks(request)
         if request_id not in self.table.workers:
             return super()._free_blocks(request)
-        record = self.table.stop_reason(request_id)
+        record = self.table.fork_record(request_id, finished=True)
         if record is not None:  # a fork/join lane: how it took part, for the front end (called before its output)
             request.stop_reason = record
         parked = self.table.finish(request_id, self._lane_blocks)

@@ -17,13 +17,17 @@ anything. O(1) per token.
 Hooks (``vllm_hogwild.hooks``): ``OutputProcessor.add_request`` marks a
 Hogwild worker's state, ``OutputProcessor.process_outputs`` numbers the step
 and records it per new token, ``RequestState._new_completion_output`` attaches
-the numbers (all of them, or the delta's in ``DELTA`` output mode).
+the numbers (all of them, or the delta's in ``DELTA`` output mode). That last
+wrap also lets a fork/join lane's record (its ``stop_reason``, which vLLM drops
+from every output but the last) go with each of its outputs: the front end
+learns a branch's fork from its first token (``vllm_hogwild/serving/forkjoin.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from vllm_hogwild.core.forkjoin import is_record
 from vllm_hogwild.core.options import spec_of
 
 ATTR = "hogwild_accept_steps"  # on vLLM's RequestState: the worker's accept steps so far
@@ -54,10 +58,12 @@ def process_outputs(original, self, engine_core_outputs, engine_core_timestamp=N
     return original(self, engine_core_outputs, engine_core_timestamp, *args, **kwargs)
 
 
-def new_completion_output(original, self, token_ids, *args: Any, **kwargs: Any):
-    completion = original(self, token_ids, *args, **kwargs)
+def new_completion_output(original, self, token_ids, finish_reason, stop_reason, *args: Any, **kwargs: Any):
+    completion = original(self, token_ids, finish_reason, stop_reason, *args, **kwargs)
     steps = getattr(self, ATTR, None)
     if steps is not None:
         n = len(completion.token_ids)
         completion.hogwild = {"accept_steps": steps[len(steps) - n:] if n else []}
+        if completion.stop_reason is None and is_record(stop_reason):
+            completion.stop_reason = stop_reason  # a fork/join lane's record goes with every output, not the last only
     return completion

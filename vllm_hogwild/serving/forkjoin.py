@@ -1,32 +1,36 @@
 """A fork/join request's lanes assembled into the one completion its client asked for. Front end.
 
 The front end sends a fork/join request (``n=1``) as ``1 + B`` lanes (vLLM's
-``n`` fan-out): lane 0 is the trunk, lanes 1..B take the branches of its fork
-(the engine core keeps them out of its queues until then). Each lane ≥ 1 ends
-with a record of how it took part (its ``stop_reason``, see
-:func:`vllm_hogwild.core.forkjoin.read_record`): which part it decoded, where
-the trunk forked, how many of its tokens are the branch's. vLLM's
-``ParentRequest.get_outputs`` is wrapped (:func:`get_outputs`) so that the
-client gets one completion:
+``n`` fan-out): lane 0 is the trunk, lanes 1..B a pool the forks take their
+branches from (the engine core keeps a lane out of its queues until a fork
+takes it). Every output of a lane ≥ 1 carries its record (its ``stop_reason``,
+see :func:`vllm_hogwild.core.forkjoin.read_record`): which part it decodes,
+which lane forked it and where (the fork point in that lane's output tokens
+and characters), its siblings; its last also how many of its tokens are the
+branch's. vLLM's ``ParentRequest.get_outputs`` is wrapped (:func:`get_outputs`)
+so that the client gets one completion:
 
-- **whole** (``FINAL_ONLY``): the flat document the model was trained on,
-  the trunk up to the fork, every branch in order (placed headers included),
-  the trunk from the join on; its token ids and logprobs in the same order;
-  ``completion.hogwild`` carries the tree (:func:`tree`);
+- **whole** (``FINAL_ONLY``): the flat document the model was trained on:
+  each sequence's text with, at each of its fork points, every branch of
+  that fork in order (each a document of its own: a branch may fork too),
+  placed headers included; its token ids and logprobs in the same order;
+  ``completion.hogwild`` carries the tree (:meth:`Assembly.tree`);
 - **streamed** (``DELTA``): the same document in the same order, each token
-  once. The trunk streams live; after a fork, branch 1 streams live while
-  the others are held, then branch 2's held text follows once branch 1 has
-  ended, and so on; the trunk's text from the join on follows the last
-  branch. The deltas' concatenation is the whole completion's text. The last
-  output carries the tree too; the OpenAI server sends it as one last event
-  before ``data: [DONE]`` (:func:`completion_stream`, :func:`chat_stream`).
+  once. The text goes out as soon as nothing can come before it: up to a
+  fork point, then the fork's first branch live while the others are held,
+  then the second's held text once the first has ended, and so on, then the
+  text after the join. The deltas' concatenation is the whole completion's
+  text. The last output carries the tree too; the OpenAI server sends it as
+  one last event before ``data: [DONE]`` (:func:`completion_stream`,
+  :func:`chat_stream`).
 
-A lane's forced end of sequence (a branch that wrote its end, a lane no
-branch took) is the engine's, not the model's: it is in no output.
+A lane's forced end of sequence (a branch that wrote its end, a lane no fork
+took) is the engine's, not the model's: it is in no output.
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,8 +63,20 @@ class _Lane(_Delta):
 
     finished: bool = False
     record: dict | None = None
-    sent_tokens: int = 0  # streaming: tokens of this lane the client has
-    sent_chars: int = 0  # streaming: characters of its text the client has
+    sent_tokens: int = 0  # tokens of this lane in the document sent so far
+    sent_chars: int = 0  # characters of its text sent so far
+    next_fork: int = 0  # its forks sent whole so far
+
+
+@dataclass
+class _Fork:
+    tokens: int  # the fork point in the parent's output tokens
+    chars: int  # ... and characters
+    lanes: tuple[int, ...]  # its branches, in the goal's order
+    next_lane: int = 0  # its branches sent whole so far
+
+    def __lt__(self, other: "_Fork") -> bool:
+        return self.tokens < other.tokens
 
 
 def spec_of_parent(parent) -> RequestSpec | None:
@@ -100,118 +116,138 @@ class Assembly:
         self.spec = spec
         self.streaming = streaming
         self.lanes = [_Lane() for _ in range(spec.num_workers)]
-        self.forked = spec.fork_now is not None  # the prompt ended in a goal: forked before the first token
-        self.current = 1  # streaming: the branch lane whose text goes out live
-        self.joined = False
+        self.forks: dict[int, list[_Fork]] = {}  # by the lane that forked, in fork-point order
+        self._known: set[tuple[int, int]] = set()  # (parent, fork point) of every fork in ``forks``
         self.trunk_final: Any = None  # the trunk's last output, held until every lane has ended
-        self.trunk_tokens = 0  # streaming: the trunk's tokens before its last output
+
+    def _take(self, output) -> None:
+        """One output of a lane in: its text, tokens and logprobs; a lane ≥ 1's record, and with it its fork."""
+        lane = self.lanes[output.index]
+        lane.add(output.text, output.token_ids, output.logprobs)
+        lane.finished = lane.finished or output.finished()
+        if output.index == 0:
+            if output.finished():
+                self.trunk_final = output
+            return
+        record = read_record(output.stop_reason)
+        if record is None:
+            return
+        first = lane.record is None
+        lane.record = record
+        key = (record.get("parent"), record.get("fork_tokens"))
+        if first and record.get("branch") is not None and key not in self._known:
+            self._known.add(key)
+            insort(self.forks.setdefault(record["parent"], []),
+                   _Fork(record["fork_tokens"], record["fork_chars"], tuple(record["lanes"])))
 
     # -- a whole completion --------------------------------------------------------------------------
 
     def whole(self, outputs):
-        by_index = {o.index: o for o in outputs}
-        trunk = by_index[0]
-        for i, lane in enumerate(self.lanes[1:], start=1):
-            o = by_index[i]
-            lane.record = read_record(o.stop_reason)
-            lane.add(o.text, o.token_ids, o.logprobs)
-        branches = self._branches()
-        fork = self._fork_record()
-        cut_t, cut_c = (fork["fork_tokens"], fork["fork_chars"]) if fork and branches else (None, None)
-        trunk_ids, trunk_lp = list(trunk.token_ids), None if trunk.logprobs is None else list(trunk.logprobs)
-        if cut_t is None:
-            text, ids, lps = trunk.text, trunk_ids, trunk_lp
-        else:
-            d = _Delta()
-            d.add(trunk.text[:cut_c], trunk_ids[:cut_t], None if trunk_lp is None else trunk_lp[:cut_t])
-            for lane in branches:
-                keep = lane.record["keep"]
-                d.add(lane.text, lane.token_ids[:keep], None if lane.logprobs is None else lane.logprobs[:keep])
-            d.add(trunk.text[cut_c:], trunk_ids[cut_t:], None if trunk_lp is None else trunk_lp[cut_t:])
-            text, ids, lps = d.text, d.token_ids, d.logprobs
-        merged = _completion(trunk, text, ids, lps, trunk.finish_reason, trunk.stop_reason)
-        merged.hogwild = self.tree(len(trunk_ids), branches, fork)
+        for o in sorted(outputs, key=lambda o: o.index):
+            self._take(o)
+        document = _Delta()
+        self._flush(0, document)
+        trunk = self.trunk_final
+        merged = _completion(trunk, document.text, document.token_ids, document.logprobs, trunk.finish_reason,
+                             trunk.stop_reason)
+        merged.hogwild = self.tree()
         return merged
-
-    def tree(self, trunk_tokens: int, branches: list[_Lane], fork: dict | None) -> dict:
-        """``completion.hogwild``: the fork and each branch (its part, text, tokens and sequential steps)."""
-        out = {"protocol": self.spec.options.protocol, "branches_mode": self.spec.options.branches,
-               "forked": bool(branches)}
-        unforked = next((lane.record.get("unforked") for lane in self.lanes[1:]
-                         if lane.record and lane.record.get("unforked")), None)
-        if unforked:
-            out["unforked"] = unforked
-        if not branches:
-            out["sequential_steps"] = trunk_tokens
-            return out
-        rows = [{"branch": lane.record["branch"], "text": lane.text, "num_tokens": lane.record["keep"],
-                 "steps": lane.record["keep"]} for lane in branches]
-        longest = max(r["num_tokens"] for r in rows)
-        out.update(fork_tokens=fork["fork_tokens"], branches=rows, trunk_tokens=trunk_tokens,
-                   num_tokens=trunk_tokens + sum(r["num_tokens"] for r in rows),
-                   sequential_steps=trunk_tokens + longest)
-        return out
-
-    def _branches(self) -> list[_Lane]:
-        return [lane for lane in self.lanes[1:] if lane.record and lane.record.get("branch") is not None]
-
-    def _fork_record(self) -> dict | None:
-        return next((lane.record for lane in self.lanes[1:] if lane.record and "fork_tokens" in lane.record), None)
 
     # -- a stream ------------------------------------------------------------------------------------
 
     def stream(self, output, finished: bool):
         """One lane's delta in; the delta the client gets now (None: nothing yet)."""
-        i, lane = output.index, self.lanes[output.index]
+        self._take(output)
         out = _Delta()
-        if output.finished():
-            lane.finished = True
-            if i > 0:
-                lane.record = read_record(output.stop_reason)
-        if i == 0:
-            if not output.finished():
-                self.trunk_tokens += len(output.token_ids)
-            if self.forked and not self.joined:
-                lane.add(output.text, output.token_ids, output.logprobs)
-            else:
-                out.add(output.text, output.token_ids, output.logprobs)
-            if output.finished():
-                self.trunk_final = output
-        else:
-            if not self.forked and (not output.finished() or "fork_tokens" in (lane.record or {})):
-                self.forked = True  # a lane ≥ 1 speaks only once the trunk forked
-            lane.add(output.text, output.token_ids, output.logprobs)
-        if self.forked and not self.joined:
-            self._flush_branches(out)
+        self._flush(0, out)
         if not finished:
             if out.text or out.token_ids:
                 return _completion(output, out.text, out.token_ids, out.logprobs, None, None)
             return None
         final = self.trunk_final
         delta = _completion(final, out.text, out.token_ids, out.logprobs, final.finish_reason, final.stop_reason)
-        self.trunk_tokens += len(final.token_ids)
-        delta.hogwild = self.tree(self.trunk_tokens, self._branches(), self._fork_record())
+        delta.hogwild = self.tree()
         return delta
 
-    def _flush_branches(self, out: _Delta) -> None:
-        """Send the live branch's text, then each following branch once the one before it ended; after the last
-        branch, the trunk's text from the join on."""
-        while self.current < len(self.lanes):
-            lane = self.lanes[self.current]
-            if lane.finished and lane.record is not None and lane.record.get("branch") is None:
-                break  # a lane no branch took: the branches before it were all
-            end = lane.record["keep"] if lane.finished and lane.record is not None else len(lane.token_ids)
-            out.add(lane.text[lane.sent_chars:], lane.token_ids[lane.sent_tokens:end],
-                    None if lane.logprobs is None else lane.logprobs[lane.sent_tokens:end])
-            lane.sent_chars, lane.sent_tokens = len(lane.text), max(lane.sent_tokens, end)
-            if not lane.finished:
-                return
-            self.current += 1
-        if all(lane.finished for lane in self.lanes[1:]):
-            self.joined = True
-            trunk = self.lanes[0]
-            out.add(trunk.text, trunk.token_ids, trunk.logprobs)
-            trunk.text, trunk.token_ids, trunk.logprobs = "", [], []
+    # -- the document --------------------------------------------------------------------------------
+
+    def _own(self, index: int) -> int:
+        """The tokens of lane ``index`` that are its own text (a lane ≥ 1's forced end of sequence is not)."""
+        lane = self.lanes[index]
+        if index and lane.finished and lane.record is not None and "keep" in lane.record:
+            return lane.record["keep"]
+        return len(lane.token_ids)
+
+    def _flush(self, index: int, out: _Delta) -> bool:
+        """Append to ``out`` what of lane ``index``'s document can go out now (nothing can come before it any
+        more); True once all of it has. A fork's branches go whole, in order, at its fork point (the engine
+        sends every branch's first token, and with it the fork, before its parent's first token after it)."""
+        lane = self.lanes[index]
+        forks = self.forks.get(index, ())
+        while lane.next_fork < len(forks):
+            fork = forks[lane.next_fork]
+            self._send(lane, fork.tokens, fork.chars, out)
+            if lane.sent_tokens < fork.tokens or lane.sent_chars < fork.chars:
+                return False  # its text up to the fork has not all arrived
+            while fork.next_lane < len(fork.lanes):
+                if not self._flush(fork.lanes[fork.next_lane], out):
+                    return False
+                fork.next_lane += 1
+            lane.next_fork += 1
+        self._send(lane, self._own(index), len(lane.text), out)
+        return lane.finished
+
+    @staticmethod
+    def _send(lane: _Lane, tokens: int, chars: int, out: _Delta) -> None:
+        tokens, chars = min(tokens, len(lane.token_ids)), min(chars, len(lane.text))
+        if tokens > lane.sent_tokens or chars > lane.sent_chars:
+            a = lane.sent_tokens
+            out.add(lane.text[lane.sent_chars:chars], lane.token_ids[a:tokens],
+                    None if lane.logprobs is None else lane.logprobs[a:tokens])
+            lane.sent_tokens, lane.sent_chars = max(a, tokens), max(lane.sent_chars, chars)
+
+    # -- the tree ------------------------------------------------------------------------------------
+
+    def tree(self) -> dict:
+        """``completion.hogwild``: every fork of the trunk, each branch with its part, text (its whole document),
+        tokens, sequential steps and its own forks."""
+        out = {"protocol": self.spec.options.protocol, "branches_mode": self.spec.options.branches,
+               "forked": bool(self.forks)}
+        unforked = next((lane.record["unforked"] for lane in reversed(self.lanes[1:])
+                         if lane.record and lane.record.get("unforked")), None)
+        if unforked:
+            out["unforked"] = unforked
+        trunk_tokens = len(self.lanes[0].token_ids)
+        if not self.forks:
+            out["sequential_steps"] = trunk_tokens
+            return out
+        node = self._node(0)
+        out.update(fork_tokens=node["forks"][0]["fork_tokens"], branches=node["forks"][0]["branches"],
+                   forks=node["forks"], trunk_tokens=trunk_tokens, num_tokens=node["num_tokens"],
+                   sequential_steps=node["steps"])
+        return out
+
+    def _node(self, index: int) -> dict:
+        """Lane ``index``'s document: its text, tokens, sequential steps (its own tokens and, at each of its
+        forks, the branch that took the most) and its forks."""
+        lane = self.lanes[index]
+        own = self._own(index)
+        text, num_tokens, steps, forks, at = [], own, own, [], 0
+        for fork in self.forks.get(index, ()):
+            text.append(lane.text[at:fork.chars])
+            at = fork.chars
+            rows = []
+            for b in fork.lanes:
+                child = self._node(b)
+                rows.append({"branch": self.lanes[b].record["branch"], "text": child["text"],
+                             "num_tokens": child["num_tokens"], "steps": child["steps"],
+                             **({"forks": child["forks"]} if child["forks"] else {})})
+                text.append(child["text"])
+                num_tokens += child["num_tokens"]
+            steps += max(r["steps"] for r in rows)
+            forks.append({"fork_tokens": fork.tokens, "branches": rows})
+        text.append(lane.text[at:])
+        return {"text": "".join(text), "num_tokens": num_tokens, "steps": steps, "forks": forks}
 
 
 def _completion(like, text: str, token_ids, logprobs, finish_reason, stop_reason):
