@@ -17,9 +17,18 @@ nothing from the plugin. One request: the prompt, a trunk and k branches.
 Every key is rotated at its view position in the reader's view and the query at its own.
 A lane's last token is sampled, never fed. Token 0 of a branch is the engine's placed header:
 its log-probability is the prompt's last position's when the fork starts at once.
+
+:meth:`DenseForkJoin.tree_logprobs` takes any tree of isolated forks: a branch may fork again
+(nested), and a sequence may fork again after a join. A sequence's *content* is its tokens with,
+at each of its fork points, every branch's content placed there (all branches at that one
+position; the text after the join after the longest). A token reads what its sequence's parent
+read up to the fork, the parent's content up to the fork, then its own sequence's content so far.
+Every branch's token 0 is sampled from the prompt alone (its lane's prefill of the prompt).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,40 +53,12 @@ class DenseForkJoin(DenseHogwild):
         (the trunk after them all, and branch b after the branches before it), as a sequential
         decode of the same tokens would; ``siblings_visible`` shows the isolated branches each
         other's tokens (hogwild views with isolated positions)."""
-        m = self.model.model
-        layers = m.layers
         p, k = len(prompt), len(branches)
         p0 = p + fork_tokens
         lanes = 1 + k
-        keys = [[torch.zeros(0, self.num_kv_heads, self.head_dim, dtype=torch.float64)] * lanes for _ in layers]
-        vals = [[torch.zeros(0, self.num_kv_heads, self.head_dim, dtype=torch.float64)] * lanes for _ in layers]
-
-        def run(rows):
-            """One engine step: ``rows`` of (lane, token, view) with view [(lane, start, end, view_start)], own
-            last; every row's K/V is written (at the end of its lane) before any attention."""
-            h = m.embed_tokens(torch.tensor([t for _, t, _ in rows]))
-            for li, layer in enumerate(layers):
-                q, kk, vv = self._qkv(layer, layer.input_layernorm(h))
-                for r, (lane, _, _) in enumerate(rows):
-                    keys[li][lane] = torch.cat([keys[li][lane], kk[r:r + 1]])
-                    vals[li][lane] = torch.cat([vals[li][lane], vv[r:r + 1]])
-                outs = []
-                for r, (_, _, view) in enumerate(rows):
-                    ks = torch.cat([keys[li][ln][a:b] for ln, a, b, _ in view])
-                    vs = torch.cat([vals[li][ln][a:b] for ln, a, b, _ in view])
-                    pos = [v0 + i for _, a, b, v0 in view for i in range(b - a)]
-                    outs.append(self._attend_at(q[r], ks, vs, pos, pos[-1]))
-                h = h + layer.self_attn.o_proj(torch.stack(outs))
-                h = h + layer.mlp(layer.post_attention_layernorm(h))
-            return [self._logprobs(h[r]) for r in range(len(rows))]
-
-        # The prompt, once; every lane holds it.
-        first = None
-        for i, t in enumerate(prompt):
-            first = run([(0, t, [(0, 0, i + 1, 0)])])[0]
-        for lane in range(1, lanes):
-            for li in range(len(layers)):
-                keys[li][lane], vals[li][lane] = keys[li][0].clone(), vals[li][0].clone()
+        cache = _Cache(self, lanes)
+        run = cache.run
+        first = cache.prompt(prompt)
         out_trunk = [first[trunk[0]].item()]
         out_branches = [[first[b[0]].item()] if b else [] for b in branches]
         # The trunk up to the fork: plain decoding.
@@ -118,3 +99,110 @@ class DenseForkJoin(DenseHogwild):
             lp = run([(0, trunk[i], view)])[0]
             out_trunk.append(lp[trunk[i + 1]].item())
         return out_trunk, out_branches
+
+    @torch.no_grad()
+    def tree_logprobs(self, prompt: list[int], root: "Node", sequential: bool = False,
+                      siblings_visible: bool = False) -> "Node":
+        """The log-probability of every token of every sequence of ``root`` (the trunk), as a tree of the same
+        shape. Controls that must miss the engine: ``sequential`` places a fork's branches one after another;
+        ``siblings_visible`` shows each branch the branches of its fork before it."""
+        cache = _Cache(self, 1)
+        first = cache.prompt(prompt)
+        p = len(prompt)
+
+        def walk(node: Node, lane: int, context: list, at: int) -> tuple[Node, list, int]:
+            """Feed ``node``'s tokens in lane ``lane`` (its own text from stored position ``p``, placed from view
+            position ``at``), reading ``context`` before its own content; returns its log-probabilities, its
+            content (spans ``(lane, start, end, view start)``) and the view position after it."""
+            content = [(0, 0, p, 0)] if lane == 0 else []
+            start, start_at = p, at  # its own text since its last fork point: stored, placed
+            lps, forks = [first[node.tokens[0]].item()], []
+            at_fork = dict(node.forks)
+            fed = len(node.tokens) - 1 if lane == 0 else len(node.tokens)  # the trunk's last token is not fed
+            for j in range(fed + 1):
+                if j in at_fork:  # tokens 0..j-1 are fed: the branches run, then the text after the join
+                    content.append((lane, start, p + j, start_at))
+                    base = end = at
+                    children, before = [], []
+                    for child in at_fork[j]:
+                        seen = context + content + (before if siblings_visible else [])
+                        tree, c_content, c_end = walk(child, cache.new_lane(p), seen, end if sequential else base)
+                        children.append(tree)
+                        before += c_content
+                        end = max(end, c_end)
+                    content += before
+                    forks.append((j, children))
+                    at, start, start_at = end, p + j, end
+                if j == fed:
+                    break
+                view = context + content + [(lane, start, p + j + 1, start_at)]
+                logits = cache.run([(lane, node.tokens[j], view)])[0]
+                if j + 1 < len(node.tokens):
+                    lps.append(logits[node.tokens[j + 1]].item())
+                at += 1
+            content.append((lane, start, p + fed, start_at))
+            return Node(lps, forks), [c for c in content if c[2] > c[1]], at
+
+        return walk(root, 0, [], p)[0]
+
+
+@dataclass
+class Node:
+    """One sequence of a fork/join request: its tokens (or log-probabilities), and at each fork point (its
+    tokens before it) the branches of that fork, in order."""
+
+    tokens: list
+    forks: list[tuple[int, list["Node"]]] = field(default_factory=list)
+
+
+class _Cache:
+    """Every lane's unrotated K/V, layer by layer; rows of one step are written before any attention."""
+
+    def __init__(self, oracle: DenseForkJoin, lanes: int) -> None:
+        self.oracle = oracle
+        empty = torch.zeros(0, oracle.num_kv_heads, oracle.head_dim, dtype=torch.float64)
+        layers = oracle.model.model.layers
+        self.keys = [[empty] * lanes for _ in layers]
+        self.vals = [[empty] * lanes for _ in layers]
+
+    def prompt(self, prompt: list[int]) -> torch.Tensor:
+        """Lane 0 prefills the prompt (every lane holds it: see :meth:`new_lane`); the last position's logprobs."""
+        first = None
+        for i, t in enumerate(prompt):
+            first = self.run([(0, t, [(0, 0, i + 1, 0)])])[0]
+        for lane in range(1, len(self.keys[0])):
+            self.copy_prompt(lane, len(prompt))
+        return first
+
+    def copy_prompt(self, lane: int, p: int) -> None:
+        for li in range(len(self.keys)):
+            self.keys[li][lane], self.vals[li][lane] = self.keys[li][0][:p].clone(), self.vals[li][0][:p].clone()
+
+    def new_lane(self, p: int) -> int:
+        for li in range(len(self.keys)):
+            self.keys[li].append(None)
+            self.vals[li].append(None)
+        lane = len(self.keys[0]) - 1
+        self.copy_prompt(lane, p)
+        return lane
+
+    def run(self, rows):
+        """One engine step: ``rows`` of (lane, token, view) with view [(lane, start, end, view_start)], own
+        last; every row's K/V is written (at the end of its lane) before any attention."""
+        o = self.oracle
+        m = o.model.model
+        h = m.embed_tokens(torch.tensor([t for _, t, _ in rows]))
+        for li, layer in enumerate(m.layers):
+            q, kk, vv = o._qkv(layer, layer.input_layernorm(h))
+            for r, (lane, _, _) in enumerate(rows):
+                self.keys[li][lane] = torch.cat([self.keys[li][lane], kk[r:r + 1]])
+                self.vals[li][lane] = torch.cat([self.vals[li][lane], vv[r:r + 1]])
+            outs = []
+            for r, (_, _, view) in enumerate(rows):
+                ks = torch.cat([self.keys[li][ln][a:b] for ln, a, b, _ in view])
+                vs = torch.cat([self.vals[li][ln][a:b] for ln, a, b, _ in view])
+                pos = [v0 + i for _, a, b, v0 in view for i in range(b - a)]
+                outs.append(o._attend_at(q[r], ks, vs, pos, pos[-1]))
+            h = h + layer.self_attn.o_proj(torch.stack(outs))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return [o._logprobs(h[r]) for r in range(len(rows))]

@@ -2,8 +2,10 @@
 
 The random model never writes a family's closing tags, so the prompts end in a complete goal (the fork
 starts at once) and each branch ends at ``hogwild_branch_end``, a pattern frequent in random text and
-absent from every header the engine places. Per-token logprobs of every branch and of the trunk after
-the join are checked against tests/forkjoin_oracle.py, which imports nothing from the plugin.
+absent from every header the engine places. A nested fork and a second fork after a join need a goal
+written mid-stream: there a scripted logits processor writes it for the model (tests/integration/scripted.py,
+standing in for a model trained to branch, which cannot run here). Per-token logprobs of every branch and of
+the trunk are checked against tests/forkjoin_oracle.py, which imports nothing from the plugin.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.forkjoin_oracle import DenseForkJoin
+from tests.forkjoin_oracle import DenseForkJoin, Node
 from tests.integration.conftest import make_llm, scheduler_of, shutdown
+from tests.integration.scripted import KEY, SCRIPTED, START
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-MAX_WORKERS = 5
+MAX_WORKERS = 6
 BRANCH_END = "[jqyz]"  # frequent in random text; no placed header has one
 TRUNK_CHECKED = 40  # trunk tokens after the join compared with the oracle (NPR's budget is 1,024 and more)
 
@@ -33,7 +36,8 @@ GOALS = {
 
 @pytest.fixture(scope="module")
 def llm(tiny_model):
-    engine = make_llm(tiny_model, max_model_len=4096, additional_config={"hogwild": {"max_workers": MAX_WORKERS}})
+    engine = make_llm(tiny_model, max_model_len=4096, additional_config={"hogwild": {"max_workers": MAX_WORKERS}},
+                      logits_processors=[SCRIPTED])
     yield engine
     shutdown(engine)
 
@@ -82,9 +86,26 @@ CASES = [  # (protocol, parts, branch mode, max_tokens)
 NEVER = "QQQ"  # the budget case's branch end
 
 
+SUB_GOAL = " <Parallel>\n<Goal>\n<Outline>\n1.1: left</Outline>\n<Outline>\n1.2: right</Outline>\n</Goal>"
+SECOND_GOAL = "Then.\n<Goal>\n<Outline>\n3: check</Outline>\n</Goal>"
+NESTED = len(CASES) + 1  # the nested request's index in ``runs`` (after the cases and the plain request)
+
+
+def nested_params(tokenizer, max_tokens: int, seed: int):
+    """A Multiverse request whose branch 1 writes a goal of two parts right after its header (a nested fork) and
+    whose trunk writes a goal of one part right after its first join header (a second fork): 5 branch lanes."""
+    def enc(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    sp = params("multiverse", max_tokens, seed=seed, max_branches=5)
+    sp.extra_args[KEY] = [[[START, *enc("\n<Path>\n1:")], enc(SUB_GOAL)],
+                          [[START, *enc("<Conclusion>\n")], enc(SECOND_GOAL)]]
+    return sp
+
+
 @pytest.fixture(scope="module")
 def runs(llm):
-    """Every case, and a plain request beside them, in ONE generate call: they share the engine's steps."""
+    """Every case, a plain request and the nested request, in ONE generate call: they share the engine's steps."""
     from vllm import SamplingParams
 
     tokenizer = llm.get_tokenizer()
@@ -93,8 +114,61 @@ def runs(llm):
            for i, (protocol, _, mode, n) in enumerate(CASES)]
     sps[-1].extra_args["hogwild_branch_end"] = NEVER
     sps.append(SamplingParams(temperature=1.0, seed=7, max_tokens=16))
+    prompts.append(GOALS[("multiverse", 2)])
+    sps.append(nested_params(tokenizer, 96, seed=60))
     outputs = llm.generate(prompts, sps, use_tqdm=False)
     return [(tokenizer.encode(p), o) for p, o in zip(prompts, outputs)]
+
+
+def split_tree(ids: list, lps: list, forks: list[dict]) -> tuple[Node, Node]:
+    """A flat document (a sequence's part of it) as trees of tokens and of logprobs, by the tree's forks."""
+    own_ids, own_lps, fork_ids, fork_lps, at = [], [], [], [], 0
+    for fork in forks:
+        take = fork["fork_tokens"] - len(own_ids)
+        own_ids += ids[at:at + take]
+        own_lps += lps[at:at + take]
+        at += take
+        children = []
+        for row in fork["branches"]:
+            n = row["num_tokens"]
+            children.append(split_tree(ids[at:at + n], lps[at:at + n], row.get("forks", [])))
+            at += n
+        fork_ids.append((fork["fork_tokens"], [c[0] for c in children]))
+        fork_lps.append((fork["fork_tokens"], [c[1] for c in children]))
+    return Node(own_ids + ids[at:], fork_ids), Node(own_lps + lps[at:], fork_lps)
+
+
+def tree_error(got: Node, want: Node) -> float:
+    err = max((abs(a - b) for a, b in zip(got.tokens, want.tokens, strict=True)), default=0.0)
+    for (j, children), (k, expected) in zip(got.forks, want.forks, strict=True):
+        assert j == k
+        err = max([err, *(tree_error(c, e) for c, e in zip(children, expected, strict=True))])
+    return err
+
+
+def test_a_nested_fork_and_a_second_fork_match_the_dense_oracle(runs, oracle) -> None:
+    prompt, out = runs[NESTED]
+    completion = out.outputs[0]
+    tree = completion.hogwild
+    assert [len(f["branches"]) for f in tree["forks"]] == [2, 1] and tree["forks"][0]["fork_tokens"] == 0
+    first, second = tree["forks"]
+    assert [b["branch"] for b in first["branches"]] == ["1", "2"] and second["branches"][0]["branch"] == "3"
+    nested = first["branches"][0]["forks"]
+    assert len(nested) == 1 and [b["branch"] for b in nested[0]["branches"]] == ["1.1", "1.2"]
+    assert "forks" not in first["branches"][1]
+    assert first["branches"][0]["text"].startswith("\n<Path>\n1:" + SUB_GOAL + "\n<Path>\n1.1:")
+    assert completion.text.startswith(first["branches"][0]["text"] + first["branches"][1]["text"] + "<Conclusion>\n")
+    assert tree["num_tokens"] == len(completion.token_ids)
+    ids = list(completion.token_ids)
+    lps = [step[t].logprob for step, t in zip(completion.logprobs, ids)]
+    tokens, got = split_tree(ids, lps, tree["forks"])
+    err = tree_error(got, oracle.tree_logprobs(prompt, tokens))
+    lengths = [len(c.tokens) for _, cs in tokens.forks for c in cs] + [len(c.tokens) for c in tokens.forks[0][1][0].forks[0][1]]
+    print(f"nested and second fork: sequence lengths {lengths}, max |logprob - oracle| {err:.2e}")
+    assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
+    # Controls: a fork's branches placed one after another, or shown the branches before them, miss.
+    assert tree_error(got, oracle.tree_logprobs(prompt, tokens, sequential=True)) > 1e-3
+    assert tree_error(got, oracle.tree_logprobs(prompt, tokens, siblings_visible=True)) > 1e-3
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{p}-{k}-{m}" for p, k, m, _ in CASES])
@@ -184,3 +258,33 @@ def test_bad_fork_options_name_their_field(llm) -> None:
             llm.generate([goal], [sp], use_tqdm=False)
     ok = llm.generate(["still serving"], [SamplingParams(max_tokens=4)], use_tqdm=False)
     assert len(ok[0].outputs[0].token_ids) == 4
+
+
+def test_a_streamed_nested_request_sends_its_document_in_order_each_token_once(llm, oracle) -> None:
+    """Offline streaming (vLLM's DELTA outputs): the deltas of a request with a nested and a second fork,
+    concatenated, are its document in canonical order (the oracle checks the tokens where the tree places them),
+    and the last carries the tree."""
+    from vllm.sampling_params import RequestOutputKind
+
+    engine, tokenizer = llm.llm_engine, llm.get_tokenizer()
+    params = nested_params(tokenizer, 96, seed=61)
+    params.output_kind = RequestOutputKind.DELTA
+    prompt = GOALS[("multiverse", 2)]
+    engine.add_request("streamed", prompt, params)
+    ids, lps, text, trees, deltas = [], [], "", [], 0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            assert len(out.outputs) == 1 and out.outputs[0].index == 0
+            c = out.outputs[0]
+            deltas += 1
+            ids += c.token_ids
+            lps += [step[t].logprob for step, t in zip(c.logprobs, c.token_ids)]
+            text += c.text
+            if getattr(c, "hogwild", None) is not None:
+                trees.append(c.hogwild)
+    assert len(trees) == 1 and deltas > 20, "many deltas; the tree on the last"
+    tree = trees[0]
+    assert [len(f["branches"]) for f in tree["forks"]] == [2, 1] and tree["num_tokens"] == len(ids)
+    assert text.startswith(tree["branches"][0]["text"] + tree["branches"][1]["text"] + "<Conclusion>\n")
+    tokens, got = split_tree(ids, lps, tree["forks"])
+    assert tree_error(got, oracle.tree_logprobs(tokenizer.encode(prompt), tokens)) <= 1e-4

@@ -176,6 +176,7 @@ def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> N
     hogwild = ForkJoinLanes(MULTIVERSE, num_lanes=4, prompt_len=P, max_tokens=500, hogwild=True)
     hogwild.observe(0, GOAL_MV, P + 35)
     assert _waiting(hogwild, [p0, P + 2, P + 1, P + 1], [36, 3, 2, 2]) == {0, 1}, "hogwild branches: lock-step"
+    assert _waiting(hogwild, [p0, P + 1, P, 0], [36, 2, 1, 0]) == {0, 1, 2}, "until every sibling sampled"
     assert _feed(lanes, lens, 2, " done</Path>", 3) == {} and lanes.lanes_to_stop() == [2]
     assert not lanes.stopped(2, lens[2])
     assert _feed(lanes, lens, 1, " cases</Path>", 4) == {} and lanes.lanes_to_stop() == [1]

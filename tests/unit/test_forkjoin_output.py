@@ -177,3 +177,22 @@ def test_a_parent_delta_that_straddles_its_fork_is_cut_at_the_fork_point() -> No
     deltas = [d for o, finished in events if (d := assembly.stream(o, finished)) is not None]
     assert "".join(d.text for d in deltas) == "Plan</Goal>\nP1:\nP2:<C> so"
     assert [t for d in deltas for t in d.token_ids] == [10, 11, 20, 30, 12, 13]
+
+
+def test_a_fork_the_prompt_ends_in_is_known_before_any_branch_speaks() -> None:
+    """The prompt ends in a goal: the trunk's first token (its join header's) may come before the branches'."""
+    spec = RequestSpec(RequestOptions(layout="forkjoin", protocol="multiverse"), num_workers=4, fork_now=("1", "2"))
+    start = dict(tokens=0, chars=0)
+    events = [
+        (out(0, "<C>", [12]), False),
+        (out(1, "\nP1: a", [20, 21], record=rec(1, "1", **start)), False),
+        (out(2, "\nP2:", [30], record=rec(2, "2", **start)), False),
+        (out(2, "", [EOS], "stop", rec(2, "2", 1, **start)), False),
+        (out(1, "", [EOS], "stop", rec(1, "1", 2, **start)), False),
+        (out(0, " so", [13], "length"), False),
+        (out(3, "", [EOS], "stop", rec(3, None, 0)), True),
+    ]
+    assembly = Assembly(spec, streaming=True)
+    deltas = [d for o, finished in events if (d := assembly.stream(o, finished)) is not None]
+    assert "".join(d.text for d in deltas) == "\nP1: a\nP2:<C> so"
+    assert [t for d in deltas for t in d.token_ids] == [20, 21, 30, 12, 13]

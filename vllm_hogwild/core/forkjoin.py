@@ -502,8 +502,8 @@ class ForkJoinLanes:
             running = [b for b in lanes if live[b] and sampled[b] > 0]
             if computed[parent] < fork.at:
                 hold.update(running)  # the branches read the parent up to the fork: it is fed first
-            elif self.hogwild and running:
-                slowest = min(sampled[b] for b in running)  # lock-step: hogwild siblings read each other by step
+            elif self.hogwild and running:  # lock-step: hogwild siblings read each other by step, so a sibling
+                slowest = min(sampled[b] for b in lanes if live[b])  # still to sample its first token holds all
                 hold.update(b for b in running if sampled[b] > slowest)
         return hold
 

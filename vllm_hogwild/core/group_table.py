@@ -480,7 +480,6 @@ class GroupTable:
                 lanes = group.driver.lanes
                 if lanes.version != group.fork_sent:  # a fork started or joined: the worker processes' views change
                     forks.append(GroupFork(group.group_id, lanes.state))
-                    group.log.fork(lanes.state)
                     group.fork_sent = lanes.version
                 self._count_prefill(group, scheduled)
             elif not group.prefilled:

@@ -139,12 +139,11 @@ class GroupViews:
         return out
 
     def _views(self, lane_lens, readers, past: ReplayStep | None = None):
-        """The readers' views now, or (``past``) as they were at a past step: its history, paragraph starts
-        and forks."""
+        """The readers' views now, or (``past``) as they were at a past step: its history and paragraph starts
+        (a fork/join request's forks now give its views of then: see :mod:`vllm_hogwild.core.replay`)."""
         shape = self.shape
         if shape.layout == FORKJOIN_LAYOUT:
-            return [fork_view(shape.prompt_len, lane_lens, w, self.fork if past is None else past.fork)
-                    for w in readers]
+            return [fork_view(shape.prompt_len, lane_lens, w, self.fork) for w in readers]
         return build_views(shape.layout, shape.prompt_len, lane_lens, readers=readers,
                            history=self.history if past is None else self.history[:past.num_history],
                            paragraph_starts=self.paragraph_starts if past is None else past.paragraph_starts,

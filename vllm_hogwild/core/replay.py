@@ -5,9 +5,8 @@ which workers decoded and every lane's length (what co-workers read: accepted
 tokens only). Steps are kept as runs: in a run, the same workers decode and
 each of their lanes grows by one token per step, so a group decoding in
 lock-step costs one counter per step, whatever its length. A speculative step
-(lanes grow by their accepted tokens) is a run of one step. Paragraph joins,
-and a fork/join request's forks as they start and join, are kept apart, as
-events.
+(lanes grow by their accepted tokens) is a run of one step. Paragraph joins
+are kept apart, as events.
 
 **Replay.** A preempted group frees every block. On resumption every lane
 re-feeds its tokens as chunked-prefill rows, each token with the view it was
@@ -17,9 +16,13 @@ produced under:
   ``lane_len - 1``) and its drafts; a position's view is the one of the *last*
   step that fed it (a rejected draft is fed again later);
 - that view: every co-worker at the step's lane length, the shared history as
-  it stood after the step's joins, each lane's paragraph start then (a
-  fork/join request: its forks as they stood then), and its own lane up to the
-  position itself (causal within the row);
+  it stood after the step's joins, each lane's paragraph start then, and its own
+  lane up to the position itself (causal within the row). A fork/join
+  request's forks need no record: a view reads only text before its reader's
+  position, and a fork before that position had joined, with the branch
+  lengths it keeps, by the time the reader got there
+  (:func:`~vllm_hogwild.core.forkjoin.fork_view` of the forks now gives the
+  view of then);
 - prompt positions are plain prefill: the lane from position 0.
 
 The lanes re-feed in lock-step by past steps: in one engine step every lane
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from vllm_hogwild.core.wire import GroupReplay, ReplayStep
 
@@ -67,7 +70,6 @@ class StepLog:
     prompt_len: int
     runs: list[Run] = field(default_factory=list)
     joins: list[tuple[int, int, tuple[int, ...]]] = field(default_factory=list)  # (step, history spans, starts)
-    forks: list[tuple[int, Any]] = field(default_factory=list)  # (first step, the fork state from it on)
     num_steps: int = 0
 
     def record(self, lens: Sequence[int], decoding: Sequence[int], exact: bool = False) -> None:
@@ -89,10 +91,6 @@ class StepLog:
         """Paragraphs joined the history at the step just recorded; ``num_history`` spans in it now."""
         self.joins.append((self.num_steps - 1, num_history, tuple(paragraph_starts)))
 
-    def fork(self, state: Any) -> None:
-        """A fork/join request's forks are ``state`` (a ``ForkState``) from the next step recorded on."""
-        self.forks.append((self.num_steps, state))
-
 
 @dataclass
 class Replay:
@@ -112,7 +110,6 @@ class Replay:
         self._lasts = [[first + length - 1 for _, first, length in fed] for fed in self._fed]
         self._run_firsts = [r.first for r in self.log.runs]
         self._join_steps = [j[0] for j in self.log.joins]
-        self._fork_steps = [f[0] for f in self.log.forks]
 
     @property
     def prompt_len(self) -> int:
@@ -146,8 +143,7 @@ class Replay:
         i = bisect_right(self._join_steps, step) - 1
         log = self.log
         num_history, starts = (0, (log.prompt_len,) * log.num_lanes) if i < 0 else log.joins[i][1:]
-        f = bisect_right(self._fork_steps, step) - 1
-        return ReplayStep(run.lens_at(step), num_history, starts, None if f < 0 else log.forks[f][1])
+        return ReplayStep(run.lens_at(step), num_history, starts)
 
     def done(self, computed: Sequence[int]) -> bool:
         return all(c >= k for c, k in zip(computed, self.targets))

@@ -67,7 +67,6 @@ class ReplayStep:
     lane_lens: tuple[int, ...]  # what each lane's co-workers read then
     num_history: int  # paragraphs in the shared history after that step's joins
     paragraph_starts: tuple[int, ...]  # where each lane's part outside the history started then
-    fork: Any = None  # a fork/join request: its forks then (core.forkjoin.ForkState; None: none yet)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,9 @@ class Assembly:
         self.forks: dict[int, list[_Fork]] = {}  # by the lane that forked, in fork-point order
         self._known: set[tuple[int, int]] = set()  # (parent, fork point) of every fork in ``forks``
         self.trunk_final: Any = None  # the trunk's last output, held until every lane has ended
+        if spec.fork_now:  # the prompt ends in a goal: the trunk forks before its first token, into lanes 1..k
+            self.forks[0] = [_Fork(0, 0, tuple(range(1, len(spec.fork_now) + 1)))]
+            self._known.add((0, 0))
 
     def _take(self, output) -> None:
         """One output of a lane in: its text, tokens and logprobs; a lane ≥ 1's record, and with it its fork."""
@@ -181,7 +184,8 @@ class Assembly:
     def _flush(self, index: int, out: _Delta) -> bool:
         """Append to ``out`` what of lane ``index``'s document can go out now (nothing can come before it any
         more); True once all of it has. A fork's branches go whole, in order, at its fork point (the engine
-        sends every branch's first token, and with it the fork, before its parent's first token after it)."""
+        sends every branch's first token, and with it the fork, before its parent's first token after it; a
+        fork the prompt ends in is known from the start)."""
         lane = self.lanes[index]
         forks = self.forks.get(index, ())
         while lane.next_fork < len(forks):
