@@ -158,6 +158,18 @@ def test_capacity_runs_every_configuration_at_every_size(tmp_path) -> None:
     assert tight["steps"] < rows[6, "reserve"]["steps"]
 
 
+def test_capacity_of_fork_join_requests_on_demand_and_reserve(tmp_path) -> None:
+    """The same load as fork/join requests (a trunk and 2 branch lanes each): no stock side; at a tight size
+    on-demand requests are preempted and replayed, reserve never preempts and takes more engine steps."""
+    report = _run(None, ["capacity", "--protocol", "multiverse", "--groups", "4", "--workers", "3",
+                         "--max-tokens", "96", "--blocks", "8", "--stop-every", "90"], tmp_path)
+    rows = {r["kind"]: r for r in report["results"]}
+    assert list(rows) == ["on-demand", "reserve"] and report["protocol"] == "multiverse"
+    assert rows["on-demand"]["group_preemptions"] >= 1 and rows["on-demand"]["replayed_tokens"] > 0
+    assert rows["reserve"]["group_preemptions"] == 0
+    assert rows["on-demand"]["steps"] < rows["reserve"]["steps"]
+
+
 def test_forkjoin_compares_three_sides_on_the_same_token_counts(llm, tmp_path) -> None:
     report = _run(llm, ["forkjoin", "--parts", "2", "3", "--requests", "1", "--rounds", "1", "--max-tokens", "32",
                         "--context", "4", "--branch-end", "[jqyz]"], tmp_path)

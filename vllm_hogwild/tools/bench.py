@@ -10,6 +10,7 @@
     python -m vllm_hogwild.tools.bench split     [--workers 8] [--prompt-len 1500] [--max-tokens 128] [--dtype float32]
                                                    [--compiled]
     python -m vllm_hogwild.tools.bench capacity  [--groups 16] [--workers 4] [--max-tokens 448] [--blocks 2000 96 64 48]
+                                                 [--protocol raw|multiverse]
     python -m vllm_hogwild.tools.bench forkjoin  [--parts 2 4 8] [--requests 2] [--max-tokens 48] [--rounds 2]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
 
@@ -81,6 +82,10 @@
   groups preempted and tokens replayed, and each configuration's steps against
   its own with the largest cache. Every configuration is an engine of its own,
   in its own process; ``--model tiny`` (the default here) keeps the steps cheap.
+  ``--protocol multiverse``: the groups are fork/join requests instead (a
+  trunk and ``--workers - 1`` branch lanes, the prompt ending in a goal of as
+  many parts, every sequence stopping at the same stop tokens), on-demand and
+  reserve only (a stock engine has no fork).
 - ``forkjoin``: a fork-heavy workload: requests whose prompts end in a
   Multiverse goal of 2, 4 or 8 outlines (the fork starts at once), each
   branch ending at ``--branch-end``. Three sides in one engine, the last two
@@ -665,13 +670,18 @@ def _number(text: str) -> int | None:
 CAPACITY_KINDS = ("stock", "on-demand", "reserve")
 
 
+def capacity_kinds(protocol: str) -> tuple[str, ...]:
+    """The configurations ``capacity`` compares: a stock engine has no fork, so fork/join runs Hogwild's only."""
+    return CAPACITY_KINDS if protocol == "raw" else CAPACITY_KINDS[1:]
+
+
 def capacity(llm, args) -> dict:
     """Each (KV size, configuration) in its own process; steps relative to the same configuration's at the
     largest size."""
     results = []
     for blocks in args.blocks:
-        for kind in CAPACITY_KINDS:
-            argv = ["capacity-side", "--kind", kind,
+        for kind in capacity_kinds(args.protocol):
+            argv = ["capacity-side", "--kind", kind, "--protocol", args.protocol,
                     "--blocks", str(blocks), "--groups", str(args.groups), "--workers", str(args.workers),
                     "--max-tokens", str(args.max_tokens), "--prompt-len", str(args.prompt_len),
                     "--stop-every", str(args.stop_every), "--model", args.model or "tiny"]
@@ -680,7 +690,7 @@ def capacity(llm, args) -> dict:
     base = {r["kind"]: r["steps"] for r in results if r["blocks"] == largest}
     for r in results:
         r["steps_vs_largest"] = r["steps"] / base[r["kind"]]
-    return {"benchmark": "capacity", "results": results}
+    return {"benchmark": "capacity", "protocol": args.protocol, "results": results}
 
 
 def capacity_side(args) -> None:
@@ -696,14 +706,23 @@ def capacity_side(args) -> None:
                   max_num_seqs=total, num_gpu_blocks_override=args.blocks, block_size=block_size,
                   max_num_batched_tokens=4096, additional_config=options)
     stops = list(range(args.stop_every, 49152, args.stop_every))
-    prompts = [_prompt(args.prompt_len, 70_000 + i) for i in range(args.groups)]
-    params = [SamplingParams(n=args.workers, temperature=1.0, seed=i, max_tokens=args.max_tokens, ignore_eos=True,
-                             stop_token_ids=stops, extra_args={"hogwild": {"layout": "contiguous"}} if hogwild else None)
-              for i in range(args.groups)]
+    if args.protocol == "raw":
+        prompts = [_prompt(args.prompt_len, 70_000 + i) for i in range(args.groups)]
+        params = [SamplingParams(n=args.workers, temperature=1.0, seed=i, max_tokens=args.max_tokens, ignore_eos=True,
+                                 stop_token_ids=stops, extra_args={"hogwild": {"layout": "contiguous"}} if hogwild else None)
+                  for i in range(args.groups)]
+    else:  # one trunk and workers - 1 branch lanes; the prompt ends in a goal of as many parts: the fork starts at once
+        parts = args.workers - 1
+        prompts = [goal_prompt(parts, 70_000 + i, context=max(0, (args.prompt_len - 40) // 14)) for i in range(args.groups)]
+        params = [SamplingParams(temperature=1.0, seed=i, max_tokens=args.max_tokens, stop_token_ids=stops,
+                                 extra_args={"hogwild_protocol": args.protocol, "hogwild_max_branches": parts})
+                  for i in range(args.groups)]
     with _timing(_scheduler(llm)) as spent:
         wall, outs = _timed(llm, prompts, params)
     table = getattr(_scheduler(llm), "table", None)
     lens = [len(c.token_ids) for o in outs for c in o.outputs]
+    if args.protocol != "raw" and not all(o.outputs[0].hogwild["forked"] for o in outs):
+        raise RuntimeError("a fork/join request of the workload did not fork")
     print(json.dumps({"kind": args.kind, "blocks": args.blocks, "groups": args.groups, "workers": args.workers,
                       "max_tokens": args.max_tokens, "steps": spent["steps"], "wall_s": wall,
                       "mean_tokens": statistics.mean(lens), "max_tokens_seen": max(lens),
@@ -1036,6 +1055,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--stop-every", type=int, default=60, help="stop tokens: every token id divisible by this")
     cside = sub.add_parser("capacity-side", help=argparse.SUPPRESS)  # one engine of `capacity`, in its own process
     cside.add_argument("--kind", choices=CAPACITY_KINDS, required=True)
+    for parser_ in (c, cside):
+        parser_.add_argument("--protocol", choices=("raw", "multiverse"), default="raw",
+                             help="Hogwild groups (raw), or fork/join requests of a trunk and --workers - 1 branch lanes")
     for name in ("--blocks", "--groups", "--workers", "--max-tokens", "--prompt-len", "--stop-every"):
         cside.add_argument(name, type=int, required=True)
     cside.add_argument("--model", default="tiny")
