@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import gc
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,18 @@ def shutdown(llm) -> None:
     llm.llm_engine.engine_core.shutdown()
     del llm
     gc.collect()
+
+
+@contextmanager
+def plain_replay():
+    """A control: engines started inside re-feed each lane of a resumed group as a plain prefill of itself."""
+    from vllm_hogwild.runner.runner_hook import PLAIN_REPLAY_ENV
+
+    os.environ[PLAIN_REPLAY_ENV] = "1"  # read by the worker process as it starts
+    try:
+        yield
+    finally:
+        del os.environ[PLAIN_REPLAY_ENV]
 
 
 def scheduler_of(llm):

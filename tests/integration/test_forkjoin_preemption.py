@@ -10,13 +10,11 @@ resumes them by re-feeding each lane as a plain prefill of itself must miss it.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from tests.forkjoin_oracle import DenseForkJoin
-from tests.integration.conftest import make_llm, scheduler_of, shutdown
+from tests.integration.conftest import make_llm, plain_replay, scheduler_of, shutdown
 from tests.integration.scripted import SCRIPTED
 from tests.integration.test_forkjoin import GOALS, nested_params, params, split, split_tree, tree_error
 
@@ -108,11 +106,8 @@ def test_preempted_fork_join_requests_resume_exactly(exact, oracle) -> None:
 
 def test_a_plain_re_prefill_on_resumption_misses_the_oracle(tiny_model, oracle, exact) -> None:
     """The control: the same requests, resumed by re-feeding each lane as a plain prefill of itself."""
-    os.environ["VLLM_HOGWILD_TEST_PLAIN_REPLAY"] = "1"  # read by the worker process as it starts
-    try:
+    with plain_replay():
         control = run_engine(tiny_model)
-    finally:
-        del os.environ["VLLM_HOGWILD_TEST_PLAIN_REPLAY"]
     errs = errors(oracle, control)
     replayed = [e.num_replayed_tokens for e in control["ended"]]
     print(f"\ncontrol: tokens replayed per request {replayed}, errors " + ", ".join(f"{e:.1e}" for e in errs))

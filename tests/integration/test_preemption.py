@@ -10,14 +10,12 @@ of their lanes must miss it.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from tests.hogwild_checks import collab_errors, max_err
 from tests.hogwild_oracle import DenseHogwild
-from tests.integration.conftest import make_llm, scheduler_of, shutdown
+from tests.integration.conftest import make_llm, plain_replay, scheduler_of, shutdown
 from tests.integration.test_offline import prompt_ids, sampled_logprobs
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -155,11 +153,8 @@ def test_preemptions_are_on_the_metrics_and_nothing_leaks(exact) -> None:
 
 def test_a_plain_re_prefill_on_resumption_misses_the_oracle(tiny_model, oracle, exact) -> None:
     """The control: the same groups, resumed by re-feeding each lane as a plain prefill of itself."""
-    os.environ["VLLM_HOGWILD_TEST_PLAIN_REPLAY"] = "1"  # read by the worker process as it starts
-    try:
+    with plain_replay():
         control = run_engine(tiny_model)
-    finally:
-        del os.environ["VLLM_HOGWILD_TEST_PLAIN_REPLAY"]
     errs = errors(oracle, control)
     replayed = [e.num_replayed_tokens for e in control["ended"]]  # a group preempted before it decoded replays none
     print(f"\ncontrol: tokens replayed per group {replayed}, errors " + ", ".join(f"{e:.1e}" for e in errs))

@@ -34,6 +34,17 @@ def per_token(segments, p, table):
     return (*rest, Segment(last.block_ids, last.start, p + 1, last.delta))
 
 
+def record_live(live: dict, registry, engine, wire) -> None:
+    """Apply the step's wire as a worker process does; record the view of every position a decode row feeds."""
+    segments = registry.apply(wire, lambda lanes: [r for r in engine.rows if r.request_id in lanes],
+                              engine.block_ids).rows
+    for row in engine.rows:
+        w = int(row.request_id.partition("_")[0])
+        if row.num_computed >= P:  # a decode row (a prefill chunk reads its own lane)
+            for p in range(row.num_computed, row.num_computed + row.num_scheduled):
+                live[(w, p)] = per_token(segments.get(row.request_id), p, engine.block_ids(row.request_id))
+
+
 def rebuilt(group_id, shape, history, starts, log, targets, tables, fork=None):
     """Every position of every lane, re-fed with the view of the step it was produced under."""
     replay = Replay(log, list(targets))
@@ -69,13 +80,7 @@ def test_views_rebuilt_from_the_log_equal_the_live_ones(layout: str, protocol: s
         wire = engine.step(lambda r, k: ord(scripts[r.request_id][k % len(scripts[r.request_id])]))
         if "g" not in engine.table.groups:
             break
-        segments = registry.apply(wire, lambda lanes: [r for r in engine.rows if r.request_id in lanes],
-                                  engine.block_ids).rows
-        for row in engine.rows:
-            w = int(row.request_id.partition("_")[0])
-            if row.num_computed >= P:  # a decode row: record each position's view
-                for p in range(row.num_computed, row.num_computed + row.num_scheduled):
-                    live[(w, p)] = per_token(segments.get(row.request_id), p, engine.block_ids(row.request_id))
+        record_live(live, registry, engine, wire)
     assert group.log.num_steps >= 10 and len(live) >= 20
     targets = [w.length() for w in group.workers]
     tables = [engine.block_ids(r.request_id) for r in requests]
@@ -219,13 +224,7 @@ def test_fork_join_views_rebuilt_from_the_log_equal_the_live_ones(seed: int, bra
         wire = engine.step(lambda r, k: ord(FJ_SCRIPTS[int(r.request_id[0])][r.num_output_tokens]))
         if "g" not in engine.table.groups:
             break
-        segments = registry.apply(wire, lambda lanes: [r for r in engine.rows if r.request_id in lanes],
-                                  engine.block_ids).rows
-        for row in engine.rows:
-            w = int(row.request_id.partition("_")[0])
-            if row.num_computed >= P:
-                for p in range(row.num_computed, row.num_computed + row.num_scheduled):
-                    live[(w, p)] = per_token(segments.get(row.request_id), p, engine.block_ids(row.request_id))
+        record_live(live, registry, engine, wire)
         targets = [w.length() for w in group.workers]
         tables = [engine.block_ids(r.request_id) for r in requests]
         shape = registry.groups["g"].shape
