@@ -27,3 +27,25 @@ def build_tiny_gpt2(folder: Path) -> Path:
         if (source / name).exists():
             shutil.copy(source / name, folder / name)
     return folder
+
+
+MULTIVERSE_TAGS = ("<Parallel>", "</Parallel>", "<Goal>", "</Goal>", "<Outline>", "</Outline>", "<Path>", "</Path>",
+                   "<Conclusion>", "</Conclusion>")
+
+
+def build_tagged_llama(folder: Path) -> Path:
+    """The tiny random Llama with Multiverse's tags added to its tokenizer as special tokens, as Multiverse's own
+    tokenizer has them: one token each, left out of the text unless a request keeps special tokens."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    if (folder / "config.json").exists():
+        return folder
+    build_tiny_llama(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.add_special_tokens({"additional_special_tokens": list(MULTIVERSE_TAGS)})
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    torch.manual_seed(1)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -282,6 +282,23 @@ def test_hogwild_branches_do_not_nest_and_no_fork_may_reach_past_the_context() -
     assert "context window (260 positions)" in tight.unforked and tight.pool == [3, 4, 5]
 
 
+def test_tags_that_are_special_tokens_fork_though_the_clients_text_leaves_them_out() -> None:
+    """Multiverse's tags are special tokens of its tokenizer: a request's text skips them by default. The protocol
+    reads them (``hidden``); the fork point counts the characters the client's text has."""
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+
+    lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=4, max_tokens=500)
+    pieces = [("Split.\n", ""), ("", "<Goal>"), ("\n", ""), ("", "<Outline>"), ("\n1: a", ""), ("", "</Outline>"),
+              ("", "<Outline>"), ("\n2: b", ""), ("", "</Outline>"), ("\n", "")]
+    for i, (visible, hidden) in enumerate(pieces):
+        assert lanes.observe(0, visible, 5 + i, hidden) == {}
+    place = lanes.observe(0, "", 15, "</Goal>")
+    assert set(place) == {0, 1, 2} and lanes.state.forks[0].at == 15
+    assert lanes.record(1)["fork_chars"] == len("Split.\n\n\n1: a\n2: b\n"), "the client's characters"
+    assert lanes.observe(1, "\n\n1: a", 8, "") == {} and lanes.observe(1, "", 9, "</Path>") == {}
+    assert lanes.lanes_to_stop() == [1], "a branch end that is a special token ends the branch"
+
+
 def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules() -> None:
     from vllm_hogwild.core.forkjoin import ForkJoinLanes, prompt_goal
 

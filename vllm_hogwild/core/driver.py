@@ -94,8 +94,9 @@ class ProtocolDriver(PlacedTokens):
             return 0
         return len(self.suffix) + self.options.finisher
 
-    def observe(self, worker: int, index: int, text: str) -> None:
-        """Output token ``index`` of ``worker`` was sampled; ``text`` is what it adds to the worker's text."""
+    def observe(self, worker: int, index: int, text: str, hidden: str = "") -> None:
+        """Output token ``index`` of ``worker`` was sampled; ``text`` is what it adds to the worker's text (the
+        Hogwild protocols read the client's text: ``hidden``, a token's text the client does not see, is not)."""
         ended = self.tracker is not None and self.tracker.on_sampled(
             worker, self.prompt_len + index, text, can_end=index not in self.placed[worker])
         self.num_observed[worker] = index + 1
@@ -188,9 +189,9 @@ class ForkJoinDriver(PlacedTokens):
         for lane, text in texts.items():
             self.queues[lane].extend(self.encode(text))
 
-    def observe(self, worker: int, index: int, text: str) -> None:
+    def observe(self, worker: int, index: int, text: str, hidden: str = "") -> None:
         self.num_observed[worker] = index + 1
-        self._place(self.lanes.observe(worker, text, self.prompt_len + index + 1))
+        self._place(self.lanes.observe(worker, text, self.prompt_len + index + 1, hidden))
 
     def end_lanes(self, eos_ids: Sequence[int | None]) -> None:
         """Lanes the protocol is done with sample their end of sequence next."""

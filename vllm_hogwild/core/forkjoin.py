@@ -389,14 +389,17 @@ class ForkJoinLanes:
             raise ForkTooWide(fork.num_branches, len(self.pool))
         return self._fork(self.strands[0], fork, self.prompt_len)
 
-    def observe(self, lane: int, piece: str, lane_len: int) -> dict[int, str]:
-        """Lane ``lane`` sampled a token adding ``piece`` and holds ``lane_len`` tokens with it; the text to place
-        next, per lane (a placed token's text is fed here too)."""
+    def observe(self, lane: int, piece: str, lane_len: int, hidden: str = "") -> dict[int, str]:
+        """Lane ``lane`` sampled a token adding ``piece`` to its text and holds ``lane_len`` tokens with it; the
+        text to place next, per lane (a placed token's text is fed here too). ``hidden``: the token's text when
+        the client's text leaves it out (a special token, as a model's tags may be: ``</Goal>`` in
+        Multiverse's tokenizer); the protocol reads it, the fork points count the client's characters."""
         strand = self.strands.get(lane)
         if strand is None or strand.end is not None:
             return {}  # a spare lane's end of sequence, or a stopped branch's last sample
+        piece, visible = piece + hidden, len(piece)
         strand.text += piece
-        strand.chars += len(piece)
+        strand.chars += visible
         if len(strand.text) > 2 * MAX_GOAL_CHARS:
             strand.text = strand.text[-MAX_GOAL_CHARS:]  # parts_of reads no further back
         if strand.wrote_end:

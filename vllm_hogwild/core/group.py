@@ -53,6 +53,7 @@ class Worker:
     request: Any  # the client's engine request (read through :class:`Lane` only)
     eos_token_id: int | None = None
     text: Callable[[int], str] | None = None  # the text each sampled token adds (groups that observe text)
+    hidden: Callable[[int], str] | None = None  # fork/join: a token's text the client's text leaves out ("": none)
     sampled_steps: int = 0  # speculative decoding: steps in which it accepted tokens (lock-step counts these)
     finished: bool = False
     lane_len: int = 0  # once finished: its lane's tokens (its last sampled token is never fed)

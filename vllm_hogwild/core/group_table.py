@@ -86,11 +86,14 @@ class Preemption:
 
 class GroupTable:
     def __init__(self, *, block_size: int, max_plain_wait: float, encode: Callable[[str], list[int]],
-                 text_for: Callable[[Any], Callable[[int], str]] | None = None, slack: int = 0,
+                 text_for: Callable[[Any], Callable[[int], str]] | None = None,
+                 hidden_for: Callable[[Any], Callable[[int], str] | None] | None = None, slack: int = 0,
                  speculative: bool = False, kv: str = "on-demand", max_positions: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``encode``: text to token ids (placed text); ``text_for(request)``: that request's detokenizer
-        (the text each sampled token adds), for groups that observe text; ``slack``: slots a lane may need
+        (the text each sampled token adds), for groups that observe text; ``hidden_for(request)``: a token's
+        text that request's text leaves out (special tokens it skips; None: none), which fork/join protocols
+        read (a model's tags may be special tokens); ``slack``: slots a lane may need
         past its budget (:func:`~vllm_hogwild.core.options.spec_slack`); ``speculative``: the engine verifies
         drafts (a lane may accept several tokens per step); ``kv``: one of :data:`KV_MODES`;
         ``max_positions``: the context window (a fork/join request's views stay below it); ``clock``:
@@ -106,6 +109,7 @@ class GroupTable:
         self.stats = HogwildStats()
         self._encode = encode
         self._text_for = text_for
+        self._hidden_for = hidden_for
         self._clock = clock
         self.groups: dict[str, Group] = {}  # by group id, in arrival order
         self.workers: dict[str, Worker] = {}  # by request id
@@ -164,6 +168,8 @@ class GroupTable:
         worker = Worker(group, index, request_id, request, eos_token_id)
         if group.driver.observes_text and self._text_for is not None:
             worker.text = self._text_for(request)
+        if group.driver.forks and self._hidden_for is not None:
+            worker.hidden = self._hidden_for(request)
         group.workers[index] = worker
         self.workers[request_id] = worker
         self._num_held += 1
@@ -589,7 +595,8 @@ class GroupTable:
             return
         tokens = worker.request.output_token_ids
         for i in range(driver.num_observed[worker.index], len(tokens)):
-            driver.observe(worker.index, i, worker.text(tokens[i]))
+            token = tokens[i]
+            driver.observe(worker.index, i, worker.text(token), worker.hidden(token) if worker.hidden else "")
 
     def _stop(self, group: Group, keep: int | None = None) -> None:
         live = [w.index for w in group.workers if not w.request.is_finished()]

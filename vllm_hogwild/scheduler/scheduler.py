@@ -46,7 +46,8 @@ class HogwildScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.hogwild_options = EngineOptions.from_additional_config(self.vllm_config.additional_config)
         self.table = GroupTable(block_size=self.block_size, max_plain_wait=self.hogwild_options.max_plain_wait,
-                                encode=self._encode, text_for=self._text_stream, slack=spec_slack(self.vllm_config),
+                                encode=self._encode, text_for=self._text_stream, hidden_for=self._hidden_text,
+                                slack=spec_slack(self.vllm_config),
                                 speculative=bool(self.num_spec_tokens), kv=self.hogwild_options.kv,
                                 max_positions=self.max_model_len)
         if self.num_spec_tokens:  # lock-step counts steps, not tokens: each worker's accepted runs go through the table
@@ -57,6 +58,7 @@ class HogwildScheduler(Scheduler):
         self._room_maker = RoomMaker(self)
         self._replay_ends: dict[str, int] = {}  # this step's chunk end of each replaying lane
         self._hogwild_tokenizer = None
+        self._special_texts: dict[int, str] | None = None  # special token id -> its text, where decoding skips it
         address = runtime_of(self.vllm_config.additional_config).get("stats")
         self._stats_sender = StatsSender(address, self.vllm_config.parallel_config.data_parallel_rank) \
             if address and self.log_stats else None
@@ -307,6 +309,22 @@ class HogwildScheduler(Scheduler):
 
     def _text_stream(self, request: Request):
         return TextStream(self._tokenizer(), request).next
+
+    def _hidden_text(self, request: Request):
+        """The text of the special tokens ``request``'s text skips (None: it skips none), token by token."""
+        return self._special_text if request.sampling_params.skip_special_tokens else None
+
+    def _special_text(self, token_id: int) -> str:
+        """The token's text if decoding with ``skip_special_tokens`` leaves it out, else ""."""
+        if self._special_texts is None:  # once: the tokenizer's special tokens (a few; tags may be among them)
+            tokenizer = self._tokenizer()
+            ids = set(getattr(tokenizer, "all_special_ids", ()))
+            ids |= {i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()
+                    if getattr(t, "special", False)}
+            texts = {i: tokenizer.decode([i], skip_special_tokens=False) for i in ids}
+            self._special_texts = {i: t for i, t in texts.items()
+                                   if t and not tokenizer.decode([i], skip_special_tokens=True)}
+        return self._special_texts.get(token_id, "")
 
     def make_stats(self, *args: Any, **kwargs: Any):
         stats = super().make_stats(*args, **kwargs)

@@ -366,6 +366,8 @@ def forkjoin() -> list[TouchPoint]:
         *same_kind(SAMPLING_PARAMS, "RequestOutputKind", CONSTANT, ("FINAL_ONLY", "CUMULATIVE"), FORKJOIN),
         *same_kind(SAMPLING_PARAMS, "SamplingParams", FIELD, ("ignore_eos", "min_tokens", "output_kind"),
                    REQUEST_CHECK + ": refused with a fork/join request"),
+        TouchPoint(SAMPLING_PARAMS, "SamplingParams.skip_special_tokens", FIELD,
+                   HOGWILD_SCHEDULER + ": a fork/join lane's skipped special tokens (tags) read by its protocol"),
         TouchPoint(ASYNC_LLM, "AsyncLLM", SOURCE, REQUEST_CHECK + ": the lanes are vLLM's n fan-out of the params "
                    "process_inputs returned", text="params = request.params"),
         TouchPoint(LLM_ENGINE, "LLMEngine", SOURCE, REQUEST_CHECK + ": the same offline", text="params = request.params"),
