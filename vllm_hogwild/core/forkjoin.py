@@ -16,12 +16,14 @@ rules each family's own engine applies are there too: how deep forks may nest,
 how many parts make a fork (others: the request goes on without forking), and
 how much budget a fork needs left.
 
-Serving one request: :class:`ForkJoinLanes` is its lanes' state (the trunk,
-the branch lanes, the order of events around a fork, which lanes sit out a
-step), :func:`fork_view` what each lane reads given the fork
-(:class:`ForkState`, which crosses to the worker processes), and
-:func:`lane_record` what a lane ≥ 1 tells the front end when it finishes, so
-that the lanes come out as one completion (``vllm_hogwild/serving/forkjoin.py``).
+A branch may fork again (nested), and any sequence again after a join: a
+request's forks make a tree. Serving one request: :class:`ForkJoinLanes` is
+its lanes' state (the trunk and every branch, each fork, the pool of lanes
+forks take, the order of events around a fork, which lanes sit out a step),
+:func:`fork_view` what each lane reads given the forks (:class:`ForkState`,
+which crosses to the worker processes), and :func:`lane_record` what a lane
+≥ 1 tells the front end with each output, so that the lanes come out as one
+completion (``vllm_hogwild/serving/forkjoin.py``).
 
 Detection is bounded per token: the goal end is matched with RE2 over a
 window of the latest text (:class:`~vllm_hogwild.core.patterns.WindowMatcher`)
