@@ -117,11 +117,9 @@ class Assembly:
         self.streaming = streaming
         self.lanes = [_Lane() for _ in range(spec.num_workers)]
         self.forks: dict[int, list[_Fork]] = {}  # by the lane that forked, in fork-point order
-        self._known: set[tuple[int, int]] = set()  # (parent, fork point) of every fork in ``forks``
         self.trunk_final: Any = None  # the trunk's last output, held until every lane has ended
         if spec.fork_now:  # the prompt ends in a goal: the trunk forks before its first token, into lanes 1..k
             self.forks[0] = [_Fork(0, 0, tuple(range(1, len(spec.fork_now) + 1)))]
-            self._known.add((0, 0))
 
     def _take(self, output) -> None:
         """One output of a lane in: its text, tokens and logprobs; a lane ≥ 1's record, and with it its fork."""
@@ -132,16 +130,17 @@ class Assembly:
             if output.finished():
                 self.trunk_final = output
             return
+        if lane.record is not None and not output.finished():
+            return  # its record changes only with its last output (how many of its tokens are the branch's)
         record = read_record(output.stop_reason)
         if record is None:
             return
         first = lane.record is None
         lane.record = record
-        key = (record.get("parent"), record.get("fork_tokens"))
-        if first and record.get("branch") is not None and key not in self._known:
-            self._known.add(key)
-            insort(self.forks.setdefault(record["parent"], []),
-                   _Fork(record["fork_tokens"], record["fork_chars"], tuple(record["lanes"])))
+        if first and record.get("branch") is not None:  # the first of its fork's lanes to speak brings the fork
+            forks = self.forks.setdefault(record["parent"], [])
+            if all(f.tokens != record["fork_tokens"] for f in forks):
+                insort(forks, _Fork(record["fork_tokens"], record["fork_chars"], tuple(record["lanes"])))
 
     # -- a whole completion --------------------------------------------------------------------------
 
