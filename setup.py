@@ -24,7 +24,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["vllm_hogwild", "vllm_hogwild.*"]),
-    package_data={"vllm_hogwild.attention": ["csrc/*.cpp"]},  # the CPU op is compiled on first use
+    # The CPU op is compiled on first use; the trained collaborators ship as HF folders (about 4 MB each).
+    package_data={"vllm_hogwild.attention": ["csrc/*.cpp"], "vllm_hogwild": ["models/*/*"]},
     # RE2: client regular expressions matched in linear time (vllm_hogwild/core/patterns.py).
     install_requires=["google-re2>=1.1"],
     extras_require={

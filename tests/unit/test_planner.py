@@ -71,3 +71,18 @@ def test_the_cli(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["best", "--tokens", "10", "--parallel", "2"])
     assert "parallel: " in capsys.readouterr().err
+
+
+def test_fit_recovers_p_and_c_from_one_and_two_workers() -> None:
+    from vllm_hogwild.core.planner import fit, steps
+
+    one = [80.0, 100.0, 130.0, 170.0]
+    two = [steps(t, 0.9, 3.0, 2) for t in one]
+    found = fit(one, two)
+    assert abs(found.parallel - 0.9) < 1e-9 and abs(found.coordination - 3.0) < 1e-9
+    clipped = fit(one, [t * 0.4 for t in one])  # better than linear: p clipped to 1, c refitted at 0
+    assert clipped.parallel == 1.0 and clipped.coordination == 0.0
+    with pytest.raises(ValueError, match="^runs: "):
+        fit([100.0], [60.0])
+    with pytest.raises(ValueError, match="^runs: "):
+        fit([100.0, 100.0], [60.0, 61.0])

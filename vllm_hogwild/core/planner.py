@@ -69,6 +69,29 @@ def optimum(t_serial: float, parallel: float, coordination: float) -> float:
     return math.inf if coordination == 0 else math.sqrt(t_serial * parallel / coordination)
 
 
+@dataclass(frozen=True)
+class Fit:
+    parallel: float  # p
+    coordination: float  # c, steps per worker
+
+
+def fit(one: "list[float]", two: "list[float]") -> Fit:
+    """``p`` and ``c`` from paired runs of the same jobs with 1 and 2 workers (least squares).
+
+    ``T(2) = T(1) * (1 - p / 2) + 2 c`` is a line in ``T(1)``: its slope gives ``p``, its intercept ``c``
+    (``p`` clipped to [0, 1], ``c`` to >= 0 and refitted with it). Needs at least two jobs of different lengths.
+    """
+    if len(one) != len(two) or len(one) < 2:
+        raise ValueError("runs: the same jobs (at least 2) with 1 and with 2 workers")
+    mx, my = sum(one) / len(one), sum(two) / len(two)
+    var = sum((x - mx) ** 2 for x in one)
+    if var == 0:
+        raise ValueError("runs: the jobs must differ in length")
+    slope = sum((x - mx) * (y - my) for x, y in zip(one, two)) / var
+    parallel = min(1.0, max(0.0, 2 * (1 - slope)))
+    return Fit(parallel, max(0.0, (my - mx * (1 - parallel / 2)) / 2))  # the intercept, unless p was clipped
+
+
 def _check(t_serial: float, parallel: float, coordination: float) -> None:
     if t_serial <= 0:
         raise ValueError(f"tokens: a positive token budget, not {t_serial}")

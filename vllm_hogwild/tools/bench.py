@@ -3,7 +3,8 @@
     python -m vllm_hogwild.tools.bench decode    [--workers 2 4 8] [--prompt-lens 200 1500] [--max-tokens 128] [--rounds 2]
     python -m vllm_hogwild.tools.bench recompute [--workers 2 4] [--prompt-lens 1000] [--max-tokens 64] [--every 1 16 64]
     python -m vllm_hogwild.tools.bench overhead  [--groups 64] [--workers 4] [--plain 64] [--max-tokens 16]
-    python -m vllm_hogwild.tools.bench answer    [--workers 1 2 4] [--budgets 96 192] [--tasks 8] [--parts 4]
+    python -m vllm_hogwild.tools.bench answer    [--workers 1 2 4 8] [--tasks 64] [--seed 0]
+                                                 [--layouts contiguous isolated interleaved]
     python -m vllm_hogwild.tools.bench speculative [--workers 2 4] [--temperatures 0.1 0.7] [--methods ngram draft]
                                                    [--items 40] [--max-tokens 160] [--rounds 2]
     python -m vllm_hogwild.tools.bench verify    [--workers 2] [--temperature 0.1] [--items 40] [--max-tokens 160]
@@ -34,14 +35,13 @@
   each G of ``--groups``; every sequence runs at once (``max_num_seqs`` and
   the KV cache are set to fit them), rounds alternate the two engines. ``--model tiny`` uses a
   tiny random model: the scheduler's work does not depend on the model.
-- ``answer``: time to answer on generated tasks with exactly checkable
-  answers: each task is a list of independent additions whose results are to
-  be summed. For 1, 2 and 4 collaborating workers (the ``collab`` protocol,
-  math template) and per-worker budgets, the accuracy of the group's final
-  answer against the sequential decode steps the group took. With a capable
-  reasoning model (``--model``) this is the paper-style curve; the embedded
-  135M model mostly fails the arithmetic, so on it the curve shows the
-  machinery, not the gain.
+- ``answer``: time to a correct answer with the trained collaborator
+  (``vllm_hogwild/tools/bench_answer.py``): Roman numerals for 12 to 24 listed
+  numbers, N workers in raw mode, accuracy, mean sequential steps and
+  duplicated items per layout, with two controls (``isolated``: nobody sees a
+  claim; ``interleaved``: claims are seen only once an entry is finished), a
+  computed fixed split, and the planner's wall-clock model fitted on N=1 and
+  N=2 against the other N.
 - ``speculative``: speculative decoding inside Hogwild groups, on a workload
   where n-gram lookup accepts well: every worker copies a numbered list from
   the prompt and goes on with it. For each N and temperature, four
@@ -616,53 +616,12 @@ class _timing:
 # -- time to answer ------------------------------------------------------------
 
 
-def make_tasks(num_tasks: int, parts: int, seed: int = 0) -> list[tuple[str, int]]:
-    """``(question, answer)``: independent additions whose results are summed; exactly checkable."""
-    rng = random.Random(seed)
-    tasks = []
-    for _ in range(num_tasks):
-        pairs = [(rng.randint(10, 99), rng.randint(10, 99)) for _ in range(parts)]
-        items = "\n".join(f"{i + 1}. {a} + {b}" for i, (a, b) in enumerate(pairs))
-        question = (f"Compute each of these {parts} sums, then add all the results together and give the "
-                    f"total.\n{items}")
-        tasks.append((question, sum(a + b for a, b in pairs)))
-    return tasks
-
-
 def answer(llm, args) -> dict:
-    from vllm import SamplingParams
+    from vllm_hogwild.tools import bench_answer
 
-    from vllm_hogwild.core.collab import answer as group_answer
-
-    tasks = make_tasks(args.tasks, args.parts, seed=args.seed)
-    results = []
-    for n in args.workers:
-        for budget in args.budgets:
-            params = SamplingParams(n=n, temperature=0.6, seed=args.seed, max_tokens=budget,
-                                    extra_args={"hogwild": {"protocol": "collab", "task": "math"}})
-            t0 = time.perf_counter()
-            outs = llm.chat([[{"role": "user", "content": q}] for q, _ in tasks], params, use_tqdm=False)
-            wall = time.perf_counter() - t0
-            correct, steps, answered = 0, [], 0
-            for out, (_, truth) in zip(outs, tasks):
-                found = group_answer(out)
-                answered += found is not None
-                correct += found is not None and _number(found.text) == truth
-                steps.append(max(len(c.token_ids) for c in out.outputs))
-            row = {"workers": n, "budget": budget, "tasks": len(tasks), "parts": args.parts,
-                   "accuracy": correct / len(tasks), "answered": answered / len(tasks),
-                   "mean_sequential_steps": statistics.mean(steps), "wall_s": wall}
-            results.append(row)
-            print(json.dumps(row), flush=True)
-    return {"benchmark": "answer", "results": results}
-
-
-def _number(text: str) -> int | None:
-    digits = "".join(ch for ch in text if ch.isdigit() or ch == "-")
-    try:
-        return int(digits)
-    except ValueError:
-        return None
+    report = bench_answer.answer(llm, args)
+    report.update(machine=machine(), dtype="float32", attention=_attention_of(llm))
+    return report
 
 
 # -- capacity under a tight KV cache -------------------------------------------
@@ -792,9 +751,9 @@ def markdown(report: dict) -> str:
                 f"{r['engine_steps']:.0f} | {r['prefilled_tokens']:.0f} | {r['wall_s']:.2f} | "
                 f"{r['wall_vs_forkjoin']:.2f}x |" for r in report["summary"]]
     else:
-        head = "| workers | budget per worker | tasks | accuracy | answered | mean sequential steps | wall s |"
-        body = [f"| {r['workers']} | {r['budget']} | {r['tasks']} | {r['accuracy']:.2f} | {r['answered']:.2f} | "
-                f"{r['mean_sequential_steps']:.1f} | {r['wall_s']:.1f} |" for r in rows]
+        from vllm_hogwild.tools import bench_answer
+
+        return bench_answer.markdown(report)
     sep = "|" + "|".join("---:" for _ in range(head.count("|") - 1)) + "|"
     return "\n".join([head, sep, *body])
 
@@ -874,11 +833,9 @@ def plot(report: dict, path: str) -> None:
         ax.tick_params(axis="x", labelrotation=90)
         ax.set(ylabel="tokens per engine step", title="Speculative decoding, stock and Hogwild")
     else:
-        for n in sorted({r["workers"] for r in rows}):
-            pts = sorted((r for r in rows if r["workers"] == n), key=lambda r: r["mean_sequential_steps"])
-            ax.plot([r["mean_sequential_steps"] for r in pts], [r["accuracy"] for r in pts], "o-",
-                    label=f"{n} worker{'s' if n > 1 else ''}")
-        ax.set(xlabel="sequential decode steps", ylabel="accuracy", title="Time to answer", ylim=(-0.05, 1.05))
+        from vllm_hogwild.tools import bench_answer
+
+        bench_answer.plot(report, ax)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -1021,12 +978,11 @@ def build_parser() -> argparse.ArgumentParser:
     side.add_argument("--prompt-len", type=int, required=True)
     side.add_argument("--max-tokens", type=int, required=True)
     side.add_argument("--model", default=None)
-    a = sub.add_parser("answer", help="accuracy vs sequential decode steps for 1, 2 and 4 workers")
-    a.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    a.add_argument("--budgets", type=int, nargs="+", default=[96, 192])
-    a.add_argument("--tasks", type=int, default=8)
-    a.add_argument("--parts", type=int, default=4)
-    a.add_argument("--seed", type=int, default=0)
+    a = sub.add_parser("answer", help="the trained collaborator: accuracy vs sequential steps for N workers, "
+                                      "with the isolated and interleaved controls")
+    from vllm_hogwild.tools import bench_answer
+
+    bench_answer.add_arguments(a)
     s = sub.add_parser("speculative", help="stock and Hogwild, each without and with speculation (n-gram, draft model)")
     s.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     s.add_argument("--temperatures", type=float, nargs="+", default=[0.1, 0.7])
@@ -1073,7 +1029,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "'</Path>', need a model trained on them)")
     for p in (d, r, o, a, s, v, sp, c, fj):
         p.add_argument("--model", default=None,
-                       help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct")
+                       help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct "
+                            "(answer: the trained collaborator)")
         p.add_argument("--json", default=None, help="write the report here")
         p.add_argument("--plot", default=None, help="write a PNG plot here")
     return parser
@@ -1101,7 +1058,7 @@ def main(argv: list[str] | None = None) -> None:
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
     if llm is None and args.command not in ("overhead", "speculative", "verify", "split", "capacity"):  # own engines
-        length = 4096  # answer
+        length = 4096
         extra = {}
         if args.command in ("decode", "recompute"):
             length = max(2048, max(args.prompt_lens) + max(args.workers) * args.max_tokens + 16)
@@ -1109,7 +1066,13 @@ def run(args, llm=None) -> dict:
             extra = {"dtype": args.dtype, "enforce_eager": not args.compiled}
         if args.command == "forkjoin":
             extra = {"additional_config": {"hogwild": {"max_workers": max(args.parts) + 1}}}
-        llm = _engine(args.model, length, **extra)
+        if args.command == "answer":
+            from vllm_hogwild.tools import bench_answer
+
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            llm = bench_answer.engine(args.model)
+        else:
+            llm = _engine(args.model, length, **extra)
     return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,
             "speculative": speculative, "verify": verify, "split": split, "capacity": capacity,
             "forkjoin": forkjoin}[args.command](llm, args)

@@ -1,17 +1,17 @@
-"""The main job: a Hogwild group of 2 workers on the embedded default model.
+"""The main job: the trained collaborator solves one task with 1 worker, then as a Hogwild group of 4.
 
-    python -m vllm_hogwild.tools.demo [--workers N] [--prompt TEXT] [--max-tokens N]
-                                [--protocol collab|raw] [--task math|code|general] [--markdown FILE]
+    python -m vllm_hogwild.tools.demo [--workers 4] [--items 20] [--seed 0] [--layout contiguous]
+    python -m vllm_hogwild.tools.demo --smollm2 [--help]      # the SmolLM2 collab demo
 
-By default the workers collaborate (the ``collab`` protocol, math template):
-they are told they are a team, every step starts with its writer's name, and
-each reads the prompt, the finished steps of everybody (the shared history)
-and the step each co-worker is writing, all from one shared KV cache. Their
-texts are shown as they grow; then the steps in the order they joined the
-history, the tokens per worker, the final answer (a worker's, or the
-finisher's when the budget ran out) and the time taken. ``--markdown`` also
-writes that record to a file. ``--protocol raw`` runs the checkable core
-instead: no names, no headers, the contiguous layout.
+The task lists numbers to be written in Roman numerals
+(:mod:`vllm_hogwild.core.roman`). The collaborator
+(:mod:`vllm_hogwild.tools.collaborator`, shipped in the package) takes a number
+by writing it, and a co-worker that reads the claim takes another: with one
+shared KV cache, a co-worker's tokens are readable one engine step after they
+are written. Both runs stream who took which number as they write; each ends
+with the answer's check, its sequential decode steps and its wall time, and
+the summary sets the group's steps beside one worker's. ``--layout isolated``
+runs the control where workers cannot read each other.
 """
 
 from __future__ import annotations
@@ -22,6 +22,20 @@ import sys
 import time
 
 from vllm_hogwild.core.protocol import NAMES
+
+SMOLLM2_DOC = """The SmolLM2 collab demo: a Hogwild group of 2 workers of the embedded SmolLM2-135M-Instruct.
+
+By default the workers collaborate (the ``collab`` protocol, math template):
+they are told they are a team, every step starts with its writer's name, and
+each reads the prompt, the finished steps of everybody (the shared history)
+and the step each co-worker is writing, all from one shared KV cache. Their
+texts are shown as they grow; then the steps in the order they joined the
+history, the tokens per worker, the final answer (a worker's, or the
+finisher's when the budget ran out) and the time taken. ``--markdown`` also
+writes that record to a file. ``--protocol raw`` runs the checkable core
+instead: no names, no headers, the contiguous layout. The model is too small
+to split the work or to get the arithmetic right: the run shows the machinery.
+"""
 
 DEFAULT_PROMPTS = {
     "collab": "A shop sells pens at 3 dollars each and notebooks at 5 dollars each. "
@@ -55,8 +69,10 @@ class Board:
                 self.shown[i] = len(text)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def smollm2_demo(argv: list[str]) -> None:
+    """The SmolLM2 collab demo (``--smollm2``): two workers of the embedded model on a word problem."""
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --smollm2", description=SMOLLM2_DOC,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompt", default=None, help="the task (default: a small word problem; raw: a list)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=192, help="per worker")
@@ -65,7 +81,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--markdown", default=None, help="also write the run's record to this file")
     parser.add_argument("--model", default=None, help="HF folder (default: the embedded SmolLM2-135M-Instruct)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     prompt_text = args.prompt or DEFAULT_PROMPTS[args.protocol]
 
     from vllm_hogwild.tools.default_model import prepare
@@ -130,6 +146,104 @@ def main() -> None:
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(record + "\n")
+
+
+
+class ClaimBoard:
+    """Who took which number, printed as the workers write: a claim when an entry starts, the entry when done."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.texts = [""] * num_workers
+        self.num_entries = [0] * num_workers
+        self.claimed: dict[int, list[str]] = {}
+
+    def update(self, step: int, worker: int, text: str) -> None:
+        from vllm_hogwild.core import roman
+
+        entries, _ = roman.parse(text)
+        claim = roman.parse(text + " = I;")[0][len(entries):]  # an entry that has started, not ended
+        for number, numeral in entries[self.num_entries[worker]:]:
+            print(f"  step {step:4d}  {NAMES[worker]:<5}  {number:>2} = {numeral}")
+        self.num_entries[worker] = len(entries)
+        if claim and text != self.texts[worker]:
+            number = claim[0][0]
+            takers = self.claimed.setdefault(number, [])
+            if NAMES[worker] not in takers:
+                takers.append(NAMES[worker])
+                also = f"   (also taken by {', '.join(takers[:-1])})" if len(takers) > 1 else ""
+                print(f"  step {step:4d}  {NAMES[worker]:<5}  takes {number}{also}")
+        self.texts[worker] = text
+
+
+def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
+    from vllm_hogwild.core import roman
+    from vllm_hogwild.tools import bench_answer
+
+    params = bench_answer.params(num_workers, layout, seed)
+    engine = llm.llm_engine
+    board = ClaimBoard(num_workers)
+    t0 = time.perf_counter()
+    llm.enqueue([roman.prompt(task)], params, use_tqdm=False)
+    step, final = 0, None
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        step += 1
+        for out in outs:
+            for completion in out.outputs:
+                board.update(step, completion.index, completion.text)
+            if out.finished:
+                final = out
+    wall = time.perf_counter() - t0
+    texts = bench_answer.texts_of(final)
+    score = roman.check(task, texts)
+    return {"workers": num_workers, "layout": layout, "texts": texts, "score": score,
+            "steps": bench_answer.steps_of(final), "wall_s": wall}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--smollm2" in argv:
+        return smollm2_demo([a for a in argv if a != "--smollm2"])
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
+    parser.add_argument("--items", type=int, default=20, help="numbers in the task (1 to 39)")
+    parser.add_argument("--seed", type=int, default=0, help="draws the task and seeds the sampling")
+    parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
+    parser.add_argument("--model", default=None, help="HF folder (default: the shipped collaborator)")
+    parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
+    args = parser.parse_args(argv)
+    if not 1 <= args.workers <= 8:
+        parser.error("--workers: 1 to 8")
+    from vllm_hogwild.core import roman
+
+    try:
+        task = roman.make_task(args.items, args.seed)
+    except ValueError as err:
+        parser.error(f"--{err}")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm_hogwild.tools import bench_answer
+
+    t0 = time.perf_counter()
+    llm = bench_answer.engine(args.model)
+    print(f"\nengine start-up {time.perf_counter() - t0:.1f} s\n\nTask ({task.num_items} numbers, seed {args.seed}):\n"
+          f"{roman.prompt(task)}\n")
+    runs = []
+    for n in (1, args.workers):
+        print(f"--- {n} worker{'s' if n > 1 else ''} ({'raw mode, ' + args.layout if n > 1 else 'a plain request'}) ---")
+        run = run_task(llm, task, n, args.layout, args.seed)
+        score = run["score"]
+        for w in range(n):
+            print(f"  {NAMES[w]} did {score.claims(w)}")
+        verdict = "correct" if score.correct else (f"WRONG (missing {list(score.missing)}, wrong {list(score.wrong)}, "
+                                                   f"{score.malformed} malformed characters)")
+        print(f"  answer: {verdict}; {score.duplicated_items} duplicated item(s); {run['steps']} sequential decode "
+              f"steps; {run['wall_s']:.2f} s\n")
+        runs.append(run)
+    one, group = runs
+    print(f"{args.workers} workers: {group['steps']} steps against {one['steps']} for one worker "
+          f"({group['steps'] / one['steps']:.2f}x), wall {group['wall_s']:.2f} s against {one['wall_s']:.2f} s; "
+          f"both answers {'correct' if one['score'].correct and group['score'].correct else 'checked above'}.")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+"""The trained collaborator in a real engine: workers that read each other finish in fewer steps.
+
+One engine (the shipped weights, ``vllm_hogwild/models/collaborator``) for the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from tests.integration.conftest import make_llm, shutdown
+from vllm_hogwild.core import roman
+from vllm_hogwild.tools import bench, bench_answer
+from vllm_hogwild.tools import collaborator as C
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+TASKS = roman.make_tasks(6, seed=11, min_items=16, max_items=24)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    engine = make_llm(C.model_dir(), max_model_len=1024, additional_config={"hogwild": {"max_workers": 8}})
+    yield engine
+    shutdown(engine)
+
+
+def _runs(llm, num_workers: int, layout: str) -> tuple[list[int], list[roman.Score]]:
+    outs, _ = bench_answer.run_groups(llm, TASKS, num_workers, layout, seed=0)
+    return [bench_answer.steps_of(o) for o in outs], [roman.check(t, bench_answer.texts_of(o))
+                                                      for t, o in zip(TASKS, outs)]
+
+
+def test_two_workers_that_read_each_other_take_fewer_steps(llm) -> None:
+    one, one_scores = _runs(llm, 1, "contiguous")
+    two, two_scores = _runs(llm, 2, "contiguous")
+    isolated, isolated_scores = _runs(llm, 2, "isolated")
+    print("steps, 1 worker:", one, "2 workers:", two, "2 isolated:", isolated)
+    assert sum(s.correct for s in one_scores) >= 5 and sum(s.correct for s in two_scores) >= 5
+    assert statistics.mean(two) <= 0.65 * statistics.mean(one)
+    assert all(b < a for a, b in zip(one, two))  # every task, not only on average
+    # The control: workers that cannot read each other do every number twice and save nothing.
+    assert statistics.mean(isolated) >= 0.9 * statistics.mean(one)
+    assert statistics.mean(s.duplicated_items for s in isolated_scores) >= 0.8 * statistics.mean(
+        t.num_items for t in TASKS)
+    assert statistics.mean(s.duplicated_items for s in two_scores) <= 3
+
+
+def test_one_worker_is_a_plain_request(llm) -> None:
+    from vllm import SamplingParams
+
+    prompts = [roman.prompt(t) for t in TASKS[:3]]
+    group = llm.generate(prompts, bench_answer.params(1, "contiguous", seed=3), use_tqdm=False)
+    plain = llm.generate(prompts, SamplingParams(temperature=bench_answer.TEMPERATURE, min_p=bench_answer.MIN_P,
+                                                 seed=3, max_tokens=bench_answer.MAX_TOKENS), use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in group] == [o.outputs[0].token_ids for o in plain]
+
+
+def test_bench_answer_reports_every_width_layout_and_the_fit(llm, tmp_path) -> None:
+    args = bench.build_parser().parse_args(["answer", "--workers", "1", "2", "4", "--tasks", "3", "--seed", "5",
+                                            "--json", str(tmp_path / "a.json")])
+    report = bench.run(args, llm)
+    rows = {(r["workers"], r["layout"]): r for r in report["results"]}
+    assert set(rows) == {(1, "contiguous"), (2, "contiguous"), (4, "contiguous"), (2, "isolated"), (4, "isolated"),
+                         (2, "interleaved"), (4, "interleaved"), (1, "fixed split"), (2, "fixed split"),
+                         (4, "fixed split")}
+    for r in report["results"]:
+        assert set(r) >= {"workers", "layout", "tasks", "accuracy", "mean_sequential_steps", "duplicated_items",
+                          "wall_s"}
+    assert rows[(4, "contiguous")]["mean_sequential_steps"] < rows[(1, "contiguous")]["mean_sequential_steps"]
+    fit = report["planner"]
+    assert 0 <= fit["parallel"] <= 1 and fit["coordination"] >= 0 and [r["workers"] for r in fit["rows"]] == [1, 2, 4]
+    png = tmp_path / "answer.png"
+    bench.plot(report, str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "fitted on N=1 and N=2" in bench.markdown(report)
+
+
+def test_shipped_folder_is_what_the_training_command_writes() -> None:
+    folder = C.model_dir()
+    assert json.loads((folder / "tokenizer.json").read_text()) == json.loads(C.build_tokenizer().to_str())
+    record = json.loads((folder / "training.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    want = C.model_config(C.Vocab.build(), record["num_layers"], record["hidden"]).to_dict()
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
+                "max_position_embeddings", "tie_word_embeddings"):
+        assert config[key] == want[key], key
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 10 * 2**20
+
+
+def test_training_is_seeded_and_reproducible(tmp_path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from vllm_hogwild.tools.train import train
+
+    a = train(tmp_path / "a", steps=3, batch_size=4, num_layers=1, hidden=64, log_every=1)
+    b = train(tmp_path / "b", steps=3, batch_size=4, num_layers=1, hidden=64, log_every=1)
+    assert a["loss_curve"] == b["loss_curve"]
+    wa, wb = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    c = train(tmp_path / "c", steps=3, batch_size=4, num_layers=1, hidden=64, seed=1, log_every=1)
+    assert c["loss_curve"] != a["loss_curve"]

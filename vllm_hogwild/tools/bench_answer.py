@@ -1,0 +1,260 @@
+"""``bench answer``: time to a correct answer with the trained collaborator, and the controls that take it away.
+
+    python -m vllm_hogwild.tools.bench answer [--workers 1 2 4 8] [--tasks 64] [--seed 0]
+                                              [--layouts contiguous isolated interleaved] [--json F] [--plot F]
+
+Every task lists 12 to 24 numbers (``--seed`` draws them) to be written in
+Roman numerals (:mod:`vllm_hogwild.core.roman`); the collaborator
+(:mod:`vllm_hogwild.tools.collaborator`) runs as a Hogwild group of N workers
+in raw mode, sampled at temperature 1 with ``min_p`` 0.2 and the request's
+seed (worker i: seed + i). For each N and layout, over the same tasks:
+
+- ``accuracy``: the share of tasks whose workers' entries, together, give every
+  number exactly its numeral (:func:`vllm_hogwild.core.roman.check`);
+- ``mean_sequential_steps``: engine steps until the group's last worker ended
+  (its longest output, end of sequence included);
+- ``duplicated_items``: entries beyond the first for a number, per task;
+- ``wall_s``: the whole batch of tasks, submitted at once.
+
+Layouts: ``contiguous`` (co-workers' text is read the step after it is
+written), ``isolated`` (a control: every worker reads only the prompt and its
+own text, so nobody sees a claim) and ``interleaved`` (a control: co-workers'
+entries are read only once finished, ``step_end=";"``: claims are seen late).
+``fixed split`` rows are computed, not run: the list dealt out in prompt order
+(worker i takes items i, i + N, ...) with no duplicate, each worker's entries
+as the collaborator writes them. The wall-clock model of
+:mod:`vllm_hogwild.core.planner` is fitted on the N=1 and N=2 contiguous runs
+(per task) and its prediction for every other N is set beside the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+from vllm_hogwild.core import planner, roman
+
+LAYOUTS = ("contiguous", "isolated", "interleaved")
+TEMPERATURE, MIN_P, MAX_TOKENS = 1.0, 0.2, 400
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--tasks", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-items", type=int, default=12)
+    parser.add_argument("--max-items", type=int, default=24)
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
+    parser.add_argument("--protocol", choices=("raw", "multiverse"), default="raw",
+                        help="raw: Hogwild groups of the collaborator; multiverse: fork/join requests")
+
+
+def engine(model: str | None):
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm import LLM
+
+    from vllm_hogwild.tools.collaborator import model_dir
+
+    return LLM(model=model or str(model_dir()), dtype="float32", enforce_eager=True, seed=0, max_model_len=1024,
+               max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
+
+
+def params(num_workers: int, layout: str, seed: int, max_tokens: int = MAX_TOKENS):
+    from vllm import SamplingParams
+
+    hogwild = {"layout": layout, "protocol": "raw"}
+    if layout == "interleaved":
+        hogwild["step_end"] = roman.ENTRY_END
+    return SamplingParams(n=num_workers, temperature=TEMPERATURE, min_p=MIN_P, seed=seed, max_tokens=max_tokens,
+                          extra_args={"hogwild": hogwild})
+
+
+def steps_of(output) -> int:
+    """Sequential engine steps of one group: its longest worker output (each token one step)."""
+    return max(len(c.token_ids) for c in output.outputs)
+
+
+def texts_of(output) -> list[str]:
+    return [c.text for c in sorted(output.outputs, key=lambda c: c.index)]
+
+
+def run_groups(llm, tasks: list[roman.Task], num_workers: int, layout: str, seed: int) -> tuple[list, float]:
+    t0 = time.perf_counter()
+    outs = llm.generate([roman.prompt(t) for t in tasks], params(num_workers, layout, seed), use_tqdm=False)
+    return outs, time.perf_counter() - t0
+
+
+def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
+    """A fixed split's sequential steps: worker i takes items i, i + N, ... and then ends (one more step)."""
+    cost = {n: len(tokenizer.encode(roman.entry(n), add_special_tokens=False)) for n in task.items}
+    return max(sum(cost[n] for n in task.items[w::num_workers]) for w in range(num_workers)) + 1
+
+
+def answer(llm, args) -> dict:
+    if args.protocol == "multiverse":
+        return forkjoin_answer(llm, args)
+    tasks = roman.make_tasks(args.tasks, args.seed, args.min_items, args.max_items)
+    tokenizer = llm.get_tokenizer()
+    results, per_task = [], {}
+    for layout in args.layouts:
+        for n in args.workers:
+            if layout != "contiguous" and n == 1:
+                continue  # one worker reads nobody in any layout: the contiguous row is it
+            outs, wall = run_groups(llm, tasks, n, layout, args.seed)
+            scores = [roman.check(t, texts_of(o)) for t, o in zip(tasks, outs)]
+            steps = [steps_of(o) for o in outs]
+            per_task[(n, layout)] = steps
+            row = {"workers": n, "layout": layout, "tasks": len(tasks), "accuracy": _share(s.correct for s in scores),
+                   "mean_sequential_steps": statistics.mean(steps),
+                   "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": wall}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    for n in args.workers:
+        steps = [fixed_split_steps(tokenizer, t, n) for t in tasks]
+        results.append({"workers": n, "layout": "fixed split", "tasks": len(tasks), "accuracy": None,
+                        "mean_sequential_steps": statistics.mean(steps), "duplicated_items": 0.0, "wall_s": None})
+    base = {r["layout"]: r for r in results if r["workers"] == 1}
+    one = base.get("contiguous") or base.get("fixed split")
+    for r in results:
+        r["steps_vs_one_worker"] = r["mean_sequential_steps"] / one["mean_sequential_steps"]
+    report = {"benchmark": "answer", "results": results, "sampling": {"temperature": TEMPERATURE, "min_p": MIN_P},
+              "items": [args.min_items, args.max_items], "seed": args.seed}
+    if (1, "contiguous") in per_task and (2, "contiguous") in per_task:
+        report["planner"] = planner_check(per_task, args.workers)
+    return report
+
+
+def planner_check(per_task: dict, workers) -> dict:
+    """The wall-clock model fitted per task on N=1 and N=2 (contiguous), its predictions against the runs."""
+    one, two = per_task[(1, "contiguous")], per_task[(2, "contiguous")]
+    try:
+        fit = planner.fit(one, two)
+    except ValueError as err:  # every task as long as the others (a model that runs to its budget)
+        return {"error": str(err)}
+    rows = []
+    for n in workers:
+        if (n, "contiguous") not in per_task:
+            continue
+        measured = statistics.mean(per_task[(n, "contiguous")])
+        predicted = statistics.mean(planner.steps(t, fit.parallel, fit.coordination, n) for t in one)
+        rows.append({"workers": n, "measured": measured, "predicted": predicted,
+                     "error": (predicted - measured) / measured})
+    return {"parallel": fit.parallel, "coordination": fit.coordination, "rows": rows}
+
+
+FJ_MAX_TOKENS = 160  # each lane's budget: the trunk's goal and conclusion, a branch's entries
+
+
+def forkjoin_params(seed: int):
+    from vllm import SamplingParams
+
+    return SamplingParams(n=1, temperature=TEMPERATURE, min_p=MIN_P, seed=seed, max_tokens=FJ_MAX_TOKENS,
+                          extra_args={"hogwild": {"protocol": "multiverse"}})
+
+
+def forkjoin_score(task: roman.Task, output):
+    """``(score, tree)`` of one fork/join request's output."""
+    from vllm_hogwild.tools import collaborator_forkjoin as F
+
+    completion = output.outputs[0]
+    tree = completion.hogwild or {}
+    branches = [b["text"].split(":", 1)[-1] for b in tree.get("branches", ())]
+    conclusion = completion.text.split(F.JOIN_HEADER, 1)[1] if F.JOIN_HEADER in completion.text else ""
+    return F.check(task, branches, conclusion, forked=bool(tree.get("forked"))), tree
+
+
+def forkjoin_answer(llm, args) -> dict:
+    """Fork/join requests of the fork/join collaborator: accuracy (the numerals and the conclusion), sequential
+    steps against the same document decoded one after another, and the control: a join that reads no branch."""
+    from vllm import SamplingParams
+
+    from vllm_hogwild.tools import collaborator_forkjoin as F
+
+    tasks = roman.make_tasks(args.tasks, args.seed, args.min_items, args.max_items)
+    t0 = time.perf_counter()
+    outs = llm.generate([F.prompt(t) for t in tasks], forkjoin_params(args.seed), use_tqdm=False)
+    wall = time.perf_counter() - t0
+    scored = [forkjoin_score(t, o) for t, o in zip(tasks, outs)]
+    forked = [tree for _, tree in scored if tree.get("forked")]
+    rows = [{"side": "fork/join", "tasks": len(tasks), "forked": len(forked) / len(tasks),
+             "accuracy": _share(s.correct for s, _ in scored),
+             "numerals_accuracy": _share(s.numerals.correct for s, _ in scored),
+             "conclusion_accuracy": _share(s.conclusion_correct for s, _ in scored),
+             "mean_sequential_steps": statistics.mean(t["sequential_steps"] for t in forked) if forked else None,
+             "wall_s": wall},
+            {"side": "one after another", "tasks": len(forked), "forked": None, "accuracy": None,
+             "numerals_accuracy": None, "conclusion_accuracy": None,
+             "mean_sequential_steps": statistics.mean(t["num_tokens"] for t in forked) if forked else None,
+             "wall_s": None}]
+    # The control: the conclusion written after a join that reads no branch (the goal, then the join header).
+    blind = [F.prompt(t) + F.goal(t) + F.JOIN_HEADER for t in tasks]
+    plain = SamplingParams(temperature=TEMPERATURE, min_p=MIN_P, seed=args.seed, max_tokens=16)
+    outs = llm.generate(blind, plain, use_tqdm=False)
+    ok = []
+    for task, (_, tree), out in zip(tasks, scored, outs):
+        branches = [b["text"].split(":", 1)[-1] for b in tree.get("branches", ())]
+        ok.append(bool(branches) and F.check(task, branches, out.outputs[0].text).conclusion_correct)
+    rows.append({"side": "join without the branches (control)", "tasks": len(tasks), "forked": None,
+                 "accuracy": None, "numerals_accuracy": None, "conclusion_accuracy": _share(ok),
+                 "mean_sequential_steps": None, "wall_s": None})
+    for r in rows:
+        print(json.dumps(r), flush=True)
+    return {"benchmark": "answer", "protocol": "multiverse", "results": rows, "seed": args.seed,
+            "sampling": {"temperature": TEMPERATURE, "min_p": MIN_P}, "items": [args.min_items, args.max_items]}
+
+
+def _share(flags) -> float:
+    flags = list(flags)
+    return sum(flags) / len(flags)
+
+
+def markdown(report: dict) -> str:
+    if report.get("protocol") == "multiverse":
+        head = ("| side | tasks | forked | accuracy | numerals | conclusion | mean sequential steps | wall s |")
+        body = [f"| {r['side']} | {r['tasks']} | {_fmt(r['forked'])} | {_fmt(r['accuracy'])} | "
+                f"{_fmt(r['numerals_accuracy'])} | {_fmt(r['conclusion_accuracy'])} | "
+                f"{_fmt(r['mean_sequential_steps'], '.1f')} | {_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
+        return "\n".join([head, "|---|---:|---:|---:|---:|---:|---:|---:|", *body])
+    head = "| workers | layout | tasks | accuracy | mean sequential steps | steps vs 1 worker | duplicated items | wall s |"
+    body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "
+            f"{r['mean_sequential_steps']:.1f} | {r['steps_vs_one_worker']:.2f}x | {r['duplicated_items']:.2f} | "
+            f"{_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
+    lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|", *body]
+    fit = report.get("planner")
+    if fit and "error" in fit:
+        lines += ["", f"Wall-clock model: not fitted ({fit['error']})."]
+    elif fit:
+        lines += ["", f"Wall-clock model fitted on N=1 and N=2 (per task): p = {fit['parallel']:.3f}, "
+                      f"c = {fit['coordination']:.2f} steps per worker.", "",
+                  "| workers | measured steps | predicted | prediction error |", "|---:|---:|---:|---:|"]
+        lines += [f"| {r['workers']} | {r['measured']:.1f} | {r['predicted']:.1f} | {r['error']:+.1%} |"
+                  for r in fit["rows"]]
+    return "\n".join(lines)
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def plot(report: dict, ax) -> None:
+    """Accuracy against mean sequential steps, one marker per (workers, layout) that ran."""
+    if report.get("protocol") == "multiverse":
+        pts = [r for r in report["results"] if r["mean_sequential_steps"] is not None]
+        ax.bar([r["side"] for r in pts], [r["mean_sequential_steps"] for r in pts], label="mean sequential steps")
+        ax.set(ylabel="sequential decode steps", title="Fork/join collaborator")
+        return
+    markers = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:"}
+    for layout, style in markers.items():
+        pts = [r for r in report["results"] if r["layout"] == layout or (r["layout"] == "contiguous" and
+                                                                         r["workers"] == 1)]
+        pts = sorted(pts, key=lambda r: r["workers"])
+        if not any(r["layout"] == layout for r in pts):
+            continue
+        ax.plot([r["mean_sequential_steps"] for r in pts], [r["accuracy"] for r in pts], style, label=layout)
+        for r in pts:
+            ax.annotate(f"N={r['workers']}", (r["mean_sequential_steps"], r["accuracy"]), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+    ax.set(xlabel="mean sequential decode steps", ylabel="accuracy", ylim=(-0.02, 1.05),
+           title="Roman numerals: time to a correct answer")
