@@ -22,7 +22,8 @@ TASKS = roman.make_tasks(6, seed=11, min_items=16, max_items=24)
 
 @pytest.fixture(scope="module")
 def llm():
-    engine = make_llm(C.model_dir(), max_model_len=1024, additional_config={"hogwild": {"max_workers": 8}})
+    engine = make_llm(C.model_dir(), max_model_len=bench_answer.MAX_MODEL_LEN,
+                      additional_config={"hogwild": {"max_workers": 8}})
     yield engine
     shutdown(engine)
 
@@ -52,9 +53,10 @@ def test_one_worker_is_a_plain_request(llm) -> None:
     from vllm import SamplingParams
 
     prompts = [roman.prompt(t) for t in TASKS[:3]]
-    group = llm.generate(prompts, bench_answer.params(1, "contiguous", seed=3), use_tqdm=False)
+    budget = bench_answer.budget(24)
+    group = llm.generate(prompts, bench_answer.params(1, "contiguous", 3, budget), use_tqdm=False)
     plain = llm.generate(prompts, SamplingParams(temperature=bench_answer.TEMPERATURE, min_p=bench_answer.MIN_P,
-                                                 seed=3, max_tokens=bench_answer.MAX_TOKENS), use_tqdm=False)
+                                                 seed=3, max_tokens=budget), use_tqdm=False)
     assert [o.outputs[0].token_ids for o in group] == [o.outputs[0].token_ids for o in plain]
 
 
@@ -103,3 +105,15 @@ def test_training_is_seeded_and_reproducible(tmp_path) -> None:
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     c = train(tmp_path / "c", steps=3, batch_size=4, num_layers=1, hidden=64, seed=1, log_every=1)
     assert c["loss_curve"] != a["loss_curve"]
+
+
+def test_the_demo_shows_claims_as_they_are_written(llm, capsys) -> None:
+    from vllm_hogwild.tools.demo import run_task
+
+    task = TASKS[0]
+    one, four = run_task(llm, task, 1, "contiguous", seed=0), run_task(llm, task, 4, "contiguous", seed=0)
+    shown = capsys.readouterr().out
+    assert one["score"].correct and four["score"].correct and four["steps"] < 0.5 * one["steps"]
+    for name in ("Alice", "Bob", "Carol", "Dave"):
+        assert f"{name:<5}  takes " in shown
+    assert shown.count(" takes ") >= 2 * task.num_items  # every number is taken in each run

@@ -16,7 +16,7 @@ from vllm_hogwild.tools.collaborator import model_dir
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
 TASKS = roman.make_tasks(3, seed=21, min_items=16, max_items=22)
-SAMPLING = dict(temperature=bench_answer.TEMPERATURE, max_tokens=bench_answer.MAX_TOKENS)
+SAMPLING = dict(temperature=bench_answer.TEMPERATURE, max_tokens=bench_answer.budget(22))
 XARGS = {"hogwild_layout": "contiguous", "hogwild_protocol": "raw"}
 
 

@@ -47,7 +47,8 @@ def test_policy_targets(vocab) -> None:
     mixed = e12[:4] + e7
     after = C.policy_targets(vocab, task, mixed)
     assert after[4] == e12[4] and after[5] == (vocab.claim[7],) and after[6] == e7[2]
-    assert after[-1] == vocab.eos  # every number claimed: the end
+    assert after[-1] == vocab.newline
+    assert C.policy_targets(vocab, task, mixed + [vocab.newline])[-1] == (vocab.eos,)  # all claimed: the end
 
 
 def test_simulated_views_are_the_engines(vocab) -> None:

@@ -1066,11 +1066,11 @@ def run(args, llm=None) -> dict:
             extra = {"dtype": args.dtype, "enforce_eager": not args.compiled}
         if args.command == "forkjoin":
             extra = {"additional_config": {"hogwild": {"max_workers": max(args.parts) + 1}}}
-        if args.command == "answer":
+        if args.command == "answer" and args.protocol != "collab":  # the trained collaborator
             from vllm_hogwild.tools import bench_answer
 
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-            llm = bench_answer.engine(args.model)
+            llm = bench_answer.engine(args.model, args.protocol)
         else:
             llm = _engine(args.model, length, **extra)
     return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,

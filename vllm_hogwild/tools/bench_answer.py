@@ -22,7 +22,9 @@ own text, so nobody sees a claim) and ``interleaved`` (a control: co-workers'
 entries are read only once finished, ``step_end=";"``: claims are seen late).
 ``fixed split`` rows are computed, not run: the list dealt out in prompt order
 (worker i takes items i, i + N, ...) with no duplicate, each worker's entries
-as the collaborator writes them. The wall-clock model of
+as the collaborator writes them. ``policy (simulated)`` rows run the policy the
+model was trained to imitate on the simulated views, no model: what a perfect
+imitation would take. The wall-clock model of
 :mod:`vllm_hogwild.core.planner` is fitted on the N=1 and N=2 contiguous runs
 (per task) and its prediction for every other N is set beside the measurement.
 """
@@ -31,13 +33,16 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import time
 
 from vllm_hogwild.core import planner, roman
+from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
 
 LAYOUTS = ("contiguous", "isolated", "interleaved")
-TEMPERATURE, MIN_P, MAX_TOKENS = 1.0, 0.2, 400
+TOKENS_PER_ITEM = 10  # each worker's budget per listed number: an entry takes 5 to 11 tokens
+MAX_MODEL_LEN = 2048  # the collaborator's max_position_embeddings: prompt + N x budget must fit
 
 
 def add_arguments(parser) -> None:
@@ -47,21 +52,34 @@ def add_arguments(parser) -> None:
     parser.add_argument("--min-items", type=int, default=12)
     parser.add_argument("--max-items", type=int, default=24)
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
-    parser.add_argument("--protocol", choices=("raw", "multiverse"), default="raw",
-                        help="raw: Hogwild groups of the collaborator; multiverse: fork/join requests")
+    parser.add_argument("--protocol", choices=("raw", "multiverse", "collab"), default="raw",
+                        help="raw: Hogwild groups of the collaborator; multiverse: fork/join requests of the "
+                             "fork/join collaborator; collab: a general model (--model) on sums, collab protocol")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[1024, 2048, 4096], help="collab: per worker")
+    parser.add_argument("--parts", type=int, default=4, help="collab: additions per task")
 
 
-def engine(model: str | None):
+def engine(model: str | None, protocol: str = "raw"):
+    """An engine of the collaborator (``raw``) or of the fork/join collaborator (``multiverse``), or ``model``."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM
 
-    from vllm_hogwild.tools.collaborator import model_dir
+    from vllm_hogwild.tools import collaborator, collaborator_forkjoin
 
-    return LLM(model=model or str(model_dir()), dtype="float32", enforce_eager=True, seed=0, max_model_len=1024,
-               max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
+    default = collaborator_forkjoin.model_dir() if protocol == "multiverse" else collaborator.model_dir()
+    if model is None and not (default / "config.json").exists():
+        raise ValueError(f"--model: no trained model ships in {default} yet; train one with `python -m "
+                         f"vllm_hogwild.tools.train --protocols {protocol} --out DIR` and pass --model DIR")
+    return LLM(model=model or str(default), dtype="float32", enforce_eager=True, seed=0,
+               max_model_len=MAX_MODEL_LEN, max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
 
 
-def params(num_workers: int, layout: str, seed: int, max_tokens: int = MAX_TOKENS):
+def budget(num_items: int) -> int:
+    """Each worker's ``max_tokens`` for tasks of up to ``num_items`` numbers (one worker may have to do them all)."""
+    return TOKENS_PER_ITEM * num_items + 8
+
+
+def params(num_workers: int, layout: str, seed: int, max_tokens: int):
     from vllm import SamplingParams
 
     hogwild = {"layout": layout, "protocol": "raw"}
@@ -82,19 +100,23 @@ def texts_of(output) -> list[str]:
 
 def run_groups(llm, tasks: list[roman.Task], num_workers: int, layout: str, seed: int) -> tuple[list, float]:
     t0 = time.perf_counter()
-    outs = llm.generate([roman.prompt(t) for t in tasks], params(num_workers, layout, seed), use_tqdm=False)
+    sampling = params(num_workers, layout, seed, budget(max(t.num_items for t in tasks)))
+    outs = llm.generate([roman.prompt(t) for t in tasks], sampling, use_tqdm=False)
     return outs, time.perf_counter() - t0
 
 
 def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
-    """A fixed split's sequential steps: worker i takes items i, i + N, ... and then ends (one more step)."""
+    """A fixed split's sequential steps: worker i takes items i, i + N, ... and then ends as the collaborator
+    does (a new line, then its end of sequence: two steps more)."""
     cost = {n: len(tokenizer.encode(roman.entry(n), add_special_tokens=False)) for n in task.items}
-    return max(sum(cost[n] for n in task.items[w::num_workers]) for w in range(num_workers)) + 1
+    return max(sum(cost[n] for n in task.items[w::num_workers]) for w in range(num_workers)) + 2
 
 
 def answer(llm, args) -> dict:
     if args.protocol == "multiverse":
         return forkjoin_answer(llm, args)
+    if args.protocol == "collab":
+        return collab_answer(llm, args)
     tasks = roman.make_tasks(args.tasks, args.seed, args.min_items, args.max_items)
     tokenizer = llm.get_tokenizer()
     results, per_task = [], {}
@@ -115,6 +137,7 @@ def answer(llm, args) -> dict:
         steps = [fixed_split_steps(tokenizer, t, n) for t in tasks]
         results.append({"workers": n, "layout": "fixed split", "tasks": len(tasks), "accuracy": None,
                         "mean_sequential_steps": statistics.mean(steps), "duplicated_items": 0.0, "wall_s": None})
+        results.append(policy_row(tasks, n, args.seed))
     base = {r["layout"]: r for r in results if r["workers"] == 1}
     one = base.get("contiguous") or base.get("fixed split")
     for r in results:
@@ -124,6 +147,20 @@ def answer(llm, args) -> dict:
     if (1, "contiguous") in per_task and (2, "contiguous") in per_task:
         report["planner"] = planner_check(per_task, args.workers)
     return report
+
+
+def policy_row(tasks: list[roman.Task], num_workers: int, seed: int) -> dict:
+    """The policy the model imitates, run on the simulated contiguous views (no model): what a perfect
+    imitation would take."""
+    from vllm_hogwild.tools import collaborator as C
+
+    vocab, rng = C.Vocab.build(), random.Random(seed)
+    runs = [C.simulate(vocab, t, num_workers, "contiguous", rng, keep_views=False) for t in tasks]
+    scores = [roman.check(t, C.texts_of(vocab, r)) for t, r in zip(tasks, runs)]
+    return {"workers": num_workers, "layout": "policy (simulated)", "tasks": len(tasks),
+            "accuracy": _share(s.correct for s in scores),
+            "mean_sequential_steps": statistics.mean(r.num_steps for r in runs),
+            "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": None}
 
 
 def planner_check(per_task: dict, workers) -> dict:
@@ -205,6 +242,57 @@ def forkjoin_answer(llm, args) -> dict:
             "sampling": {"temperature": TEMPERATURE, "min_p": MIN_P}, "items": [args.min_items, args.max_items]}
 
 
+def sum_tasks(num_tasks: int, parts: int, seed: int = 0) -> list[tuple[str, int]]:
+    """``(question, answer)``: independent additions whose results are summed; exactly checkable."""
+    rng = random.Random(seed)
+    tasks = []
+    for _ in range(num_tasks):
+        pairs = [(rng.randint(10, 99), rng.randint(10, 99)) for _ in range(parts)]
+        items = "\n".join(f"{i + 1}. {a} + {b}" for i, (a, b) in enumerate(pairs))
+        question = (f"Compute each of these {parts} sums, then add all the results together and give the "
+                    f"total.\n{items}")
+        tasks.append((question, sum(a + b for a, b in pairs)))
+    return tasks
+
+
+def collab_answer(llm, args) -> dict:
+    """A general model (a reasoning model on a GPU: the paper's setting) as a ``collab`` group on sums: accuracy
+    of the group's boxed answer against its sequential steps, per width and budget."""
+    from vllm import SamplingParams
+
+    from vllm_hogwild.core.collab import answer as group_answer
+
+    tasks = sum_tasks(args.tasks, args.parts, seed=args.seed)
+    results = []
+    for n in args.workers:
+        for budget in args.budgets:
+            params = SamplingParams(n=n, temperature=0.6, seed=args.seed, max_tokens=budget,
+                                    extra_args={"hogwild": {"protocol": "collab", "task": "math"}})
+            t0 = time.perf_counter()
+            outs = llm.chat([[{"role": "user", "content": q}] for q, _ in tasks], params, use_tqdm=False)
+            wall = time.perf_counter() - t0
+            found = [group_answer(o) for o in outs]
+            right = [f is not None and _number(f.text) == truth for f, (_, truth) in zip(found, tasks)]
+            row = {"workers": n, "layout": f"collab, budget {budget}", "tasks": len(tasks), "accuracy": _share(right),
+                   "answered": _share(f is not None for f in found),
+                   "mean_sequential_steps": statistics.mean(steps_of(o) for o in outs),
+                   "duplicated_items": None, "wall_s": wall}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    one = {r["layout"]: r["mean_sequential_steps"] for r in results if r["workers"] == 1}
+    for r in results:
+        r["steps_vs_one_worker"] = r["mean_sequential_steps"] / one[r["layout"]] if r["layout"] in one else None
+    return {"benchmark": "answer", "protocol": "collab", "results": results, "seed": args.seed}
+
+
+def _number(text: str) -> int | None:
+    digits = "".join(ch for ch in text if ch.isdigit() or ch == "-")
+    try:
+        return int(digits)
+    except ValueError:
+        return None
+
+
 def _share(flags) -> float:
     flags = list(flags)
     return sum(flags) / len(flags)
@@ -219,7 +307,7 @@ def markdown(report: dict) -> str:
         return "\n".join([head, "|---|---:|---:|---:|---:|---:|---:|---:|", *body])
     head = "| workers | layout | tasks | accuracy | mean sequential steps | steps vs 1 worker | duplicated items | wall s |"
     body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "
-            f"{r['mean_sequential_steps']:.1f} | {r['steps_vs_one_worker']:.2f}x | {r['duplicated_items']:.2f} | "
+            f"{r['mean_sequential_steps']:.1f} | {_fmt(r['steps_vs_one_worker'])}x | {_fmt(r['duplicated_items'])} | "
             f"{_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
     lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|", *body]
     fit = report.get("planner")

@@ -11,11 +11,11 @@ from engine step k+1, so workers that claim in the same step collide.
 The policy it imitates, at every position of a view (the position's prefix is
 all it may use, as the model's causal attention):
 
-- after ``Answers:`` or after an entry's ``;``: a new line when a number of
-  the prompt is left that no entry in the prefix has claimed, else its end of
-  sequence;
-- after that new line: one of those numbers, uniformly (a soft target over all
-  of them);
+- after ``Answers:`` or after an entry's ``;``: a new line;
+- after that new line: one of the prompt's numbers that no entry in the prefix
+  has claimed, uniformly (a soft target over all of them), or its end of
+  sequence when every number is claimed. Ending is one choice in the same
+  softmax as the claims (a number left outbids it), not a decision of its own;
 - inside an entry: the entry's next token (`` =``, the numeral's letters, ``;``).
 
 What breaks the workers' symmetry is sampling: vLLM gives worker i the seed
@@ -46,6 +46,7 @@ from vllm_hogwild.core.paragraphs import ParagraphTracker
 from vllm_hogwild.core.views import build_views
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+TEMPERATURE, MIN_P = 1.0, 0.2  # how the collaborator is sampled: the claims keep their spread, numerals their argmax
 TRAIN_LAYOUTS = ("contiguous", "interleaved")
 STEP_END = ";"  # each entry is a paragraph of the layouts with a shared history
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "collaborator"
@@ -162,21 +163,29 @@ class Vocab:
 # -- the policy ---------------------------------------------------------------------------------------------
 
 
-def policy_targets(vocab: Vocab, task: roman.Task, generated: Sequence[int]) -> list[int | tuple[int, ...]]:
+END_RULES = ("in-claim", "after-entry")  # where the policy ends: see policy_targets
+
+
+def policy_targets(vocab: Vocab, task: roman.Task, generated: Sequence[int],
+                   end_rule: str = "in-claim") -> list[int | tuple[int, ...]]:
     """The policy's target after every prefix ``[prompt][generated[:i]]``, for i = 0..len(generated).
 
     Each target is a token id, or a tuple of ids (a uniform choice over the
     unclaimed numbers' claim tokens). ``generated`` is a view's text after the
     prompt: any lanes' text one after another, as the view lays it.
+    ``end_rule``: ``in-claim`` (the shipped model's) ends where a claim would
+    come, when none is left; ``after-entry`` ends instead of the new line
+    (the rule of the first two training phases, see ``training.json``).
     """
     claimed = set()
     current, at = None, 0  # the entry being written (None: between entries) and the index of its next token
-    out = []
 
-    def between():  # after "Answers:" or ";": another entry, or the end
-        return vocab.newline if any(n not in claimed for n in task.items) else vocab.eos
+    def between():  # after "Answers:" or ";"
+        if end_rule == "after-entry" and all(n in claimed for n in task.items):
+            return vocab.eos
+        return vocab.newline
 
-    out.append(between())
+    out = [between()]
     for token in generated:
         number = vocab.number_of.get(token)
         if number is not None:  # a claim (claim tokens appear only where an entry starts)
@@ -188,7 +197,7 @@ def policy_targets(vocab: Vocab, task: roman.Task, generated: Sequence[int]) -> 
             at += 1
             if at >= len(vocab.entry[current]):
                 current, at = None, 0
-        if current is None and at == 1:
+        if current is None and at == 1:  # a claim, or the end when every listed number is claimed
             out.append(tuple(vocab.claim[n] for n in task.items if n not in claimed) or (vocab.eos,))
         elif current is None:
             out.append(between())
@@ -218,7 +227,7 @@ class Trajectory:
 
 
 def simulate(vocab: Vocab, task: roman.Task, num_workers: int, layout: str, rng: random.Random,
-             act=None, max_steps: int = 400, keep_views: bool = True) -> Trajectory:
+             act=None, max_steps: int = 400, keep_views: bool = True, end_rule: str = "in-claim") -> Trajectory:
     """One group's lock-step run; ``act(views) -> tokens`` picks the workers' next tokens (default: the
     policy, sampled with ``rng``). Views are the engine's (raw protocol; ``step_end=';'``)."""
     if layout not in (*TRAIN_LAYOUTS, "isolated"):
@@ -246,7 +255,7 @@ def simulate(vocab: Vocab, task: roman.Task, num_workers: int, layout: str, rng:
         if keep_views:
             all_views.append(list(zip(live, tokens)))
         if act is None:
-            chosen = [sample_target(policy_targets(vocab, task, t[p:])[-1], rng) for t in tokens]
+            chosen = [sample_target(policy_targets(vocab, task, t[p:], end_rule)[-1], rng) for t in tokens]
         else:
             chosen = act(tokens)
         for w, token in zip(live, chosen):
@@ -281,18 +290,18 @@ def random_example_source(seed: int):
     return rng, draw
 
 
-def examples(vocab: Vocab, seed: int, views_per_run: int = 3):
+def examples(vocab: Vocab, seed: int, views_per_run: int = 3, end_rule: str = "in-claim"):
     """An endless stream of ``(tokens, prompt_len, targets)``: views of simulated runs, every position after the
     prompt's last token labeled with the policy's target for its prefix."""
     rng, draw = random_example_source(seed)
     while True:
         task, n, layout = draw()
-        run = simulate(vocab, task, n, layout, rng)
+        run = simulate(vocab, task, n, layout, rng, end_rule=end_rule)
         flat = [(s, w, t) for s, step in enumerate(run.views) for w, t in step]
         for _ in range(views_per_run):
             _, _, tokens = rng.choice(flat)
             p = len(run.prompt)
-            yield tokens, p, policy_targets(vocab, task, tokens[p:])
+            yield tokens, p, policy_targets(vocab, task, tokens[p:], end_rule)
 
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's: the numerals are learned long before

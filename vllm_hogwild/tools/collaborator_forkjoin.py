@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from vllm_hogwild.core import roman
-from vllm_hogwild.tools.collaborator import MODEL_DIR, Vocab, build_tokenizer
+from vllm_hogwild.tools.collaborator import CLAIM_WEIGHT, MODEL_DIR, Vocab, build_tokenizer
 
 MAX_PATHS = 4
 FORKJOIN_MODEL_DIR = MODEL_DIR.parent / "collaborator-multiverse"
@@ -180,7 +180,7 @@ def mask(tree_: Tree):
 
 
 def batch(vocab: Vocab, trees: Sequence[Tree]):
-    """``(ids [B, L], positions [B, L], mask [B, 1, L, L], target [B, L, V], loss mask [B, L])``."""
+    """``(ids [B, L], positions [B, L], mask [B, 1, L, L], target [B, L, V], loss weight [B, L])``."""
     import torch
 
     length = max(len(t.ids) for t in trees)
@@ -202,9 +202,10 @@ def batch(vocab: Vocab, trees: Sequence[Tree]):
                 continue
             if isinstance(tgt, tuple):
                 target[i, j, list(tgt)] = 1.0 / len(tgt)
+                lmask[i, j] = CLAIM_WEIGHT
             else:
                 target[i, j, tgt] = 1.0
-            lmask[i, j] = 1.0
+                lmask[i, j] = 1.0
     return ids, pos, attn, target, lmask
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -161,12 +162,12 @@ class ClaimBoard:
         from vllm_hogwild.core import roman
 
         entries, _ = roman.parse(text)
-        claim = roman.parse(text + " = I;")[0][len(entries):]  # an entry that has started, not ended
         for number, numeral in entries[self.num_entries[worker]:]:
             print(f"  step {step:4d}  {NAMES[worker]:<5}  {number:>2} = {numeral}")
         self.num_entries[worker] = len(entries)
+        claim = re.match(r"\s*(\d+)", text[text.rfind(roman.ENTRY_END) + 1:])  # an entry started, not ended
         if claim and text != self.texts[worker]:
-            number = claim[0][0]
+            number = int(claim.group(1))
             takers = self.claimed.setdefault(number, [])
             if NAMES[worker] not in takers:
                 takers.append(NAMES[worker])
@@ -179,7 +180,7 @@ def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     from vllm_hogwild.core import roman
     from vllm_hogwild.tools import bench_answer
 
-    params = bench_answer.params(num_workers, layout, seed)
+    params = bench_answer.params(num_workers, layout, seed, bench_answer.budget(task.num_items))
     engine = llm.llm_engine
     board = ClaimBoard(num_workers)
     t0 = time.perf_counter()

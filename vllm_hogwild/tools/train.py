@@ -34,16 +34,15 @@ from vllm_hogwild.core import roman
 from vllm_hogwild.tools import collaborator as C
 from vllm_hogwild.tools.bench import machine
 
-TEMPERATURE, MIN_P = 1.0, 0.2  # the sampling the collaborator is run with (bench answer, the demo)
 
 
 PROTOCOLS = ("raw", "multiverse")  # Hogwild groups in raw mode; fork/join requests (collaborator_forkjoin)
 
 
-def batches(protocol: str, vocab: C.Vocab, seed: int, batch_size: int):
-    """Endless ``(model inputs, target [B, L, V], loss mask [B, L])``."""
+def batches(protocol: str, vocab: C.Vocab, seed: int, batch_size: int, end_rule: str = "in-claim"):
+    """Endless ``(model inputs, target [B, L, V], loss weight [B, L])``."""
     if protocol == "raw":
-        stream = C.examples(vocab, seed)
+        stream = C.examples(vocab, seed, end_rule=end_rule)
         while True:
             ids, target, mask = C.batch(vocab, list(islice(stream, batch_size)))
             yield {"input_ids": ids}, target, mask
@@ -57,7 +56,7 @@ def batches(protocol: str, vocab: C.Vocab, seed: int, batch_size: int):
 
 def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
           num_layers: int = 4, hidden: int = 128, threads: int = 2, log_every: int = 100,
-          protocols: tuple[str, ...] = PROTOCOLS) -> dict:
+          protocols: tuple[str, ...] = PROTOCOLS, init: Path | None = None, end_rule: str = "in-claim") -> dict:
     """Train and write the folder; one model for every protocol in ``protocols``, whose batches take turns
     (a fork/join batch holds half as many requests: each is a whole tree of lanes)."""
     import torch
@@ -66,7 +65,11 @@ def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     vocab = C.Vocab.build()
-    model = LlamaForCausalLM(C.model_config(vocab, num_layers, hidden)).to(torch.float32)
+    if init is not None:  # go on from a trained folder (a learning-rate restart)
+        model = LlamaForCausalLM.from_pretrained(init, dtype=torch.float32)
+        num_layers, hidden = model.config.num_hidden_layers, model.config.hidden_size
+    else:
+        model = LlamaForCausalLM(C.model_config(vocab, num_layers, hidden)).to(torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     warmup = max(1, steps // 20)
 
@@ -75,7 +78,7 @@ def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, 
             return lr * (step + 1) / warmup
         return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
 
-    streams = [batches(p, vocab, seed + k, batch_size if p == "raw" else max(1, batch_size // 2))
+    streams = [batches(p, vocab, seed + k, batch_size if p == "raw" else max(1, batch_size // 2), end_rule)
                for k, p in enumerate(protocols)]
     curve, t0 = [], time.perf_counter()
     model.train()
@@ -102,9 +105,10 @@ def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, 
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     C.save_tokenizer(out)
-    record = {"command": "python -m vllm_hogwild.tools.train", "protocols": list(protocols), "steps": steps,
+    record = {"command": "python -m vllm_hogwild.tools.train", "protocols": list(protocols), "end_rule": end_rule, "steps": steps,
               "batch_size": batch_size, "lr": lr,
               "seed": seed, "num_layers": num_layers, "hidden": hidden, "threads": threads,
+              "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
               "loss_curve": curve, "machine": machine(), "torch": torch.__version__}
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -114,7 +118,7 @@ def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, 
 # -- a check over the simulated views (the engine's figures: bench answer) ----------------------------------------
 
 
-def model_actor(model, vocab: C.Vocab, seed: int, temperature: float = TEMPERATURE, min_p: float = MIN_P):
+def model_actor(model, vocab: C.Vocab, seed: int, temperature: float = C.TEMPERATURE, min_p: float = C.MIN_P):
     """``act(views) -> tokens``: the model's next token for each view, sampled as the engine would."""
     import torch
 
@@ -170,6 +174,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--end-rule", choices=C.END_RULES, default="in-claim",
+                        help="where the imitated policy ends (collaborator.policy_targets)")
+    parser.add_argument("--init", type=Path, default=None, help="start from this trained folder (its training.json "
+                                                                 "is kept in the new one)")
     parser.add_argument("--eval", type=int, default=0, metavar="N", help="then check N fresh tasks (simulated views)")
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "layers", "hidden", "threads"):
@@ -181,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
 
         out = cache_dir() / f"collaborator-{'-'.join(args.protocols)}-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.batch_size, args.lr, args.seed, args.layers, args.hidden, args.threads,
-                   protocols=tuple(args.protocols))
+                   protocols=tuple(args.protocols), init=args.init, end_rule=args.end_rule)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
     if args.eval and "raw" in args.protocols:
         evaluate(out, args.eval)
