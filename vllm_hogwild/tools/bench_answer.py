@@ -18,8 +18,10 @@ seed (worker i: seed + i). For each N and layout, over the same tasks:
 
 Layouts: ``contiguous`` (co-workers' text is read the step after it is
 written), ``isolated`` (a control: every worker reads only the prompt and its
-own text, so nobody sees a claim) and ``interleaved`` (a control: co-workers'
-entries are read only once finished, ``step_end=";"``: claims are seen late).
+own text, so nobody sees a claim), ``interleaved`` (a control: co-workers'
+entries are read only once finished, ``step_end=";"``: claims are seen late)
+and ``greedy`` (a control: contiguous, every worker sampled with ``top_k=1``,
+so nothing breaks the workers' symmetry).
 ``fixed split`` rows are computed, not run: the list dealt out in prompt order
 (worker i takes items i, i + N, ...) with no duplicate, each worker's entries
 as the collaborator writes them. ``policy (simulated)`` rows run the policy the
@@ -40,7 +42,7 @@ import time
 from vllm_hogwild.core import planner, roman
 from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
 
-LAYOUTS = ("contiguous", "isolated", "interleaved")
+LAYOUTS = ("contiguous", "isolated", "interleaved", "greedy")  # greedy: contiguous, every worker top_k=1
 TOKENS_PER_ITEM = 10  # each worker's budget per listed number: an entry takes 5 to 11 tokens
 MAX_MODEL_LEN = 2048  # the collaborator's max_position_embeddings: prompt + N x budget must fit
 
@@ -80,13 +82,15 @@ def budget(num_items: int) -> int:
 
 
 def params(num_workers: int, layout: str, seed: int, max_tokens: int):
+    """The group's sampling; ``layout`` ``greedy`` is the contiguous layout with every worker's argmax
+    (``top_k=1``): what the workers are without the sampling that breaks their symmetry."""
     from vllm import SamplingParams
 
-    hogwild = {"layout": layout, "protocol": "raw"}
+    hogwild = {"layout": "contiguous" if layout == "greedy" else layout, "protocol": "raw"}
     if layout == "interleaved":
         hogwild["step_end"] = roman.ENTRY_END
-    return SamplingParams(n=num_workers, temperature=TEMPERATURE, min_p=MIN_P, seed=seed, max_tokens=max_tokens,
-                          extra_args={"hogwild": hogwild})
+    return SamplingParams(n=num_workers, temperature=TEMPERATURE, min_p=MIN_P, top_k=1 if layout == "greedy" else 0,
+                          seed=seed, max_tokens=max_tokens, extra_args={"hogwild": hogwild})
 
 
 def steps_of(output) -> int:
@@ -333,7 +337,7 @@ def plot(report: dict, ax) -> None:
         ax.bar([r["side"] for r in pts], [r["mean_sequential_steps"] for r in pts], label="mean sequential steps")
         ax.set(ylabel="sequential decode steps", title="Fork/join collaborator")
         return
-    markers = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:"}
+    markers = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-."}
     for layout, style in markers.items():
         pts = [r for r in report["results"] if r["layout"] == layout or (r["layout"] == "contiguous" and
                                                                          r["workers"] == 1)]
