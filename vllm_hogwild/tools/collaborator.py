@@ -321,13 +321,18 @@ def batch(vocab: Vocab, items: Sequence[tuple[list[int], int, list]]):
             pos = p - 1 + i
             if pos >= len(tokens):
                 break
-            if isinstance(tgt, tuple):
-                target[b, pos, list(tgt)] = 1.0 / len(tgt)
-                mask[b, pos] = CLAIM_WEIGHT
-            else:
-                target[b, pos, tgt] = 1.0
-                mask[b, pos] = 1.0
+            put_target(target, mask, b, pos, tgt)
     return ids, target, mask
+
+
+def put_target(target, weight, b: int, pos: int, tgt) -> None:
+    """Row ``b``'s target at ``pos``: one token, or a uniform choice (a tuple) weighted :data:`CLAIM_WEIGHT`."""
+    if isinstance(tgt, tuple):
+        target[b, pos, list(tgt)] = 1.0 / len(tgt)
+        weight[b, pos] = CLAIM_WEIGHT
+    else:
+        target[b, pos, tgt] = 1.0
+        weight[b, pos] = 1.0
 
 
 def model_config(vocab: Vocab, num_layers: int = 4, hidden: int = 128):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from vllm_hogwild.core import roman
-from vllm_hogwild.tools.collaborator import CLAIM_WEIGHT, MODEL_DIR, Vocab, build_tokenizer
+from vllm_hogwild.tools.collaborator import MODEL_DIR, Vocab, build_tokenizer, put_target
 
 MAX_PATHS = 4
 FORKJOIN_MODEL_DIR = MODEL_DIR.parent / "collaborator-multiverse"
@@ -198,14 +198,8 @@ def batch(vocab: Vocab, trees: Sequence[Tree]):
         attn[i, 0, :n, :n] = mask(t)
         attn[i, 0, n:, :] = torch.ones(length - n, length, dtype=torch.bool).tril(n)  # pads read anything
         for j, tgt in enumerate(t.targets):
-            if tgt is None:
-                continue
-            if isinstance(tgt, tuple):
-                target[i, j, list(tgt)] = 1.0 / len(tgt)
-                lmask[i, j] = CLAIM_WEIGHT
-            else:
-                target[i, j, tgt] = 1.0
-                lmask[i, j] = 1.0
+            if tgt is not None:
+                put_target(target, lmask, i, j, tgt)
     return ids, pos, attn, target, lmask
 
 
