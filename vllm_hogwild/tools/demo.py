@@ -177,28 +177,31 @@ class ClaimBoard:
 
 
 def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
+    """One group (``num_workers`` 1: a plain request) on ``task``, its claims printed as they are written."""
+    from vllm.sampling_params import RequestOutputKind
+
     from vllm_hogwild.core import roman
     from vllm_hogwild.tools import bench_answer
 
     params = bench_answer.params(num_workers, layout, seed, bench_answer.budget(task.num_items))
+    params.output_kind = RequestOutputKind.CUMULATIVE  # every engine step's text (LLM.enqueue asks for the last only)
     engine = llm.llm_engine
     board = ClaimBoard(num_workers)
     t0 = time.perf_counter()
-    llm.enqueue([roman.prompt(task)], params, use_tqdm=False)
-    step, final = 0, None
+    engine.add_request(f"demo-{num_workers}-{layout}-{seed}", roman.prompt(task), params)
+    step, num_tokens = 0, [0] * num_workers
     while engine.has_unfinished_requests():
         outs = engine.step()
         step += 1
-        for out in outs:
+        for out in outs:  # a step's output carries the workers that moved (each one's whole text so far)
             for completion in out.outputs:
                 board.update(step, completion.index, completion.text)
-            if out.finished:
-                final = out
+                num_tokens[completion.index] = len(completion.token_ids)
     wall = time.perf_counter() - t0
-    texts = bench_answer.texts_of(final)
+    texts = board.texts
     score = roman.check(task, texts)
-    return {"workers": num_workers, "layout": layout, "texts": texts, "score": score,
-            "steps": bench_answer.steps_of(final), "wall_s": wall}
+    return {"workers": num_workers, "layout": layout, "texts": texts, "score": score, "steps": max(num_tokens),
+            "wall_s": wall}
 
 
 def main(argv: list[str] | None = None) -> None:
