@@ -1,8 +1,10 @@
-"""The main job (``python -m vllm_hogwild.tools.demo``, what ``./run.sh`` runs) and the offline collab example, as users run them."""
+"""The main job (``python -m vllm_hogwild.tools.demo``, what ``./run.sh`` runs), the SmolLM2 demo behind its flag and
+the offline collab example, as users run them."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +24,18 @@ def _run(args: list[str]) -> str:
     return run.stdout
 
 
-def test_the_main_job_records_a_collaborating_pair(tmp_path) -> None:
+def test_the_main_job_shows_four_workers_answer_in_fewer_steps() -> None:
+    out = _run(["-m", "vllm_hogwild.tools.demo", "--items", "12"])
+    assert "--- 1 worker (a plain request) ---" in out and "--- 4 workers (raw mode, contiguous) ---" in out
+    assert out.count("answer: correct;") == 2 and "Dave  takes " in out
+    summary = out.strip().splitlines()[-1]
+    group, one = (int(x) for x in re.match(r"4 workers: (\d+) steps against (\d+) for one worker", summary).groups())
+    assert group < 0.5 * one, summary
+
+
+def test_the_smollm2_demo_records_a_collaborating_pair(tmp_path) -> None:
     record = tmp_path / "run.md"
-    out = _run(["-m", "vllm_hogwild.tools.demo", "--max-tokens", "80", "--markdown", str(record)])
+    out = _run(["-m", "vllm_hogwild.tools.demo", "--smollm2", "--max-tokens", "80", "--markdown", str(record)])
     text = record.read_text()
     assert text in out  # the same record on stdout
     assert "protocol `collab`" in text and "## The shared history, in the order the steps joined it" in text
