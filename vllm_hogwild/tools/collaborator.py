@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -85,6 +85,7 @@ def _targets() -> list[str]:
     return [f"Ġ{n}" for n in range(100)] + [str(n) for n in range(100)] + list(_WORDS)
 
 
+@lru_cache(maxsize=1)
 def build_tokenizer():
     """The tokenizer (``tokenizers.Tokenizer``): byte-level BPE whose merges spell exactly :func:`_targets`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
