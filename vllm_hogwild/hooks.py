@@ -108,14 +108,20 @@ HOOKS: tuple[Hook, ...] = (
     Hook("vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots", "instance", "vllm_hogwild.scheduler.kv",
          "04-scheduler-lookahead.patch"),
     Hook(f"{_RUNNER}._prepare_inputs", "instance", "vllm_hogwild.runner.runner_hook", "03-attention-step-extras.patch"),
-    Hook(f"{_RUNNER}._dummy_run", "instance", "vllm_hogwild.runner.runner_hook", "03-attention-step-extras.patch"),
+    Hook(f"{_RUNNER}._dummy_run", "instance", "vllm_hogwild.runner.runner_hook",
+         "none: it clears the last real step's views before a dummy batch; patch 03 only hands the runner "
+         "each real step's extras, so a reset at the start of _dummy_run upstream would still be needed"),
     Hook(f"{_RUNNER}.propose_draft_token_ids", "instance", "vllm_hogwild.runner.runner_hook",
-         "03-attention-step-extras.patch"),
+         "none: a draft model proposes over plain attention, so the step's views are cleared first; patch 03 "
+         "does not cover it, and a per-forward extras argument upstream would be needed to retire it"),
     Hook(f"{_SCHEDULER}._reserve_prefill_lookahead", "instance", "vllm_hogwild.scheduler.scheduler",
          "10-scheduler-chunk-limit.patch"),
     Hook(f"{_SCHEDULER}._update_request_with_output", "instance", "vllm_hogwild.scheduler.scheduler",
          "none: with speculative decoding only, it cuts an accepted run where the engine places text, token by "
          "token inside vLLM's own output loop; a per-token stop callback upstream would retire it"),
+    Hook("vllm.v1.request:Request._block_hasher", "instance", "vllm_hogwild.scheduler.scheduler",
+         "none: a worker's blocks past the prompt hold K/V computed under its own views, so their prefix-cache "
+         "hashes are salted per lane; vLLM's cache_salt salts a whole request, prompt included"),
     Hook("vllm.v1.sample.sampler:Sampler.apply_logits_processors", "instance", "vllm_hogwild.runner.forcing",
          "none: vLLM refuses custom logits processors with speculative decoding by design; forcing runs "
          "as one where it applies, in the sampler"),

@@ -1,10 +1,12 @@
 """The ``vllm.general_plugins`` entry point.
 
 vLLM calls :func:`register` in every process it starts (API server, engine
-core, each worker, Ray actors). It is cheap and idempotent, and changes no
-behaviour of vLLM for requests without Hogwild options: it only installs the
-switch (which calls straight through unless ``additional_config["hogwild"]``
-is given) and the front-end check of Hogwild request options.
+core, each worker, Ray actors). It is cheap and idempotent: it installs the
+class wraps of :data:`vllm_hogwild.hooks.HOOKS` (the switch, the front end's
+request check, fork/join output assembly, metrics, the CLI flag), each of which
+calls straight through unless ``additional_config["hogwild"]`` is given. What
+the switch itself changes for requests without Hogwild options is in the
+README ("What changes for requests without Hogwild options").
 """
 
 from __future__ import annotations

@@ -133,11 +133,11 @@ def test_an_accepted_run_is_cut_where_the_engine_must_place_text() -> None:
     table = engine.table
     worker = table.accept(a.request_id)
     run = [ord(c) for c in "ab!cd"]
-    kept = 0
-    for token in run:
+
+    def accept(token: int) -> bool:  # what vLLM's own output update does to the request, for one token
         a.output_token_ids.append(token)
-        kept += 1
-        if table.must_place(worker):
-            break
-    assert kept == 3  # "ab!" ends a paragraph: the next token is the next prefix's, placed by the engine
+        return False
+
+    kept, stopped = table.accept_run(worker, run, accept)  # the loop the scheduler runs
+    assert (kept, stopped) == (3, False)  # "ab!" ends a paragraph: the next token is the next prefix's, placed by the engine
     assert table.groups["g"].driver.queues[0]  # queued

@@ -53,17 +53,36 @@ def _setattr_names(path: Path) -> set[str]:
     return names - {None}
 
 
+# Names a module sets on vLLM objects that are state, not wraps: no behaviour of vLLM's is replaced by them.
+STATE = {
+    "vllm_hogwild.scheduler.kv": {"base"},  # the lane hasher's own record of the hasher it salts
+    "vllm_hogwild.runner.runner_hook": {"_hogwild_hook"},  # the mark that a runner is already wrapped
+    "vllm_hogwild.scheduler.scheduler": {"spec_token_ids", "num_computed_tokens", "stop_reason"},  # request fields
+    "vllm_hogwild.runner.forcing": set(),
+}
+
+
 def test_instance_wraps_are_the_ones_the_code_installs() -> None:
-    """Each module that wraps a method of one object says so in the index, and the index names nothing more."""
+    """Both directions: each instance row is set by its module, and each name a module sets on a vLLM object is
+    an instance row or state named in ``STATE``."""
     indexed: dict[str, set[str]] = {}
     for hook in hooks.HOOKS:
         if hook.kind == "instance":
             indexed.setdefault(hook.where, set()).add(hook.method)
+    assert set(indexed) == set(STATE)
     for where, methods in indexed.items():
-        path = ROOT / (where.replace(".", "/") + ".py")
-        assert methods <= _setattr_names(path), (where, methods, _setattr_names(path))
-    runner_hook = _setattr_names(ROOT / "vllm_hogwild/runner/runner_hook.py")
-    assert {"_prepare_inputs", "_dummy_run", "propose_draft_token_ids"} <= runner_hook
+        installed = _setattr_names(ROOT / (where.replace(".", "/") + ".py"))
+        assert methods <= installed, (where, methods - installed)
+        assert installed - STATE[where] == methods, (where, "set, not indexed:", installed - STATE[where] - methods)
+        assert not methods & STATE[where], where
+
+
+def test_the_both_directions_check_misses_an_unindexed_wrap(tmp_path) -> None:
+    """The control: a module that replaces one more method than its rows name is caught."""
+    source = (ROOT / "vllm_hogwild/runner/forcing.py").read_text() + "\n\ndef _x(s):\n    s.sample = s.other\n"
+    (tmp_path / "m.py").write_text(source)
+    methods = {h.method for h in hooks.HOOKS if h.where == "vllm_hogwild.runner.forcing"}
+    assert _setattr_names(tmp_path / "m.py") - STATE["vllm_hogwild.runner.forcing"] != methods
 
 
 def test_kernels_and_functions_are_the_ones_the_code_replaces() -> None:

@@ -563,6 +563,17 @@ class GroupTable:
         self._observe(worker)
         return worker.group.driver.may_place(worker.index, worker.request.num_output_tokens)
 
+    def accept_run(self, worker: Worker, tokens: list[int], accept) -> tuple[int, bool]:
+        """Speculative decoding: ``accept(token) -> stopped`` for each token of an accepted run, up to the first
+        that stops the worker or after which the engine must place the next token. ``(kept, stopped)``."""
+        kept, stopped = 0, False
+        for token in tokens:
+            stopped = accept(token)
+            kept += 1
+            if stopped or self.must_place(worker):
+                break
+        return kept, stopped
+
     def after_outputs(self) -> None:
         """The step's outputs are in: show each driver its workers' new text; an answer stops its group.
         Groups that read no text (the raw protocol) cost nothing here."""

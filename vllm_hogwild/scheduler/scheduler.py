@@ -253,12 +253,9 @@ class HogwildScheduler(Scheduler):
         if worker is None or len(new_token_ids) == 1 or not worker.group.driver.places_tokens:
             new_token_ids, stopped = Scheduler._update_request_with_output(self, request, new_token_ids, *args, **kwargs)
         else:
-            kept = 0
-            for token in new_token_ids:
-                _, stopped = Scheduler._update_request_with_output(self, request, [token], *args, **kwargs)
-                kept += 1
-                if stopped or self.table.must_place(worker):
-                    break
+            kept, stopped = self.table.accept_run(
+                worker, new_token_ids,
+                lambda token: Scheduler._update_request_with_output(self, request, [token], *args, **kwargs)[1])
             if kept < len(new_token_ids):
                 if not stopped:  # what is dropped was computed as drafts: roll back as vLLM does for rejections
                     request.num_computed_tokens -= len(new_token_ids) - kept
