@@ -33,7 +33,7 @@ setup(
         "cuda": [VLLM_CUDA, *MODEL],
         "ray": RAY,
         # import-linter: the layering contracts in .importlinter (tests/unit/test_layering.py).
-        "dev": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", "import-linter>=2.17", *MODEL, *RAY],
+        "dev": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100", "openai>=1.40", "matplotlib>=3.8", "import-linter>=2.17", *MODEL, *RAY],
     },
     entry_points={
         "vllm.general_plugins": ["hogwild = vllm_hogwild.plugin:register"],

@@ -1,10 +1,12 @@
 """The trained collaborator in a real engine: workers that read each other finish in fewer steps.
 
-One engine (the shipped weights, ``vllm_hogwild/models/collaborator``) for the whole module.
+One engine of the shipped weights (``vllm_hogwild/models/collaborator``) for the Hogwild tests, then one of the
+fork/join collaborator's (``vllm_hogwild/models/collaborator-multiverse``) for the last two.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 
@@ -14,10 +16,12 @@ from tests.integration.conftest import make_llm, shutdown
 from vllm_hogwild.core import roman
 from vllm_hogwild.tools import bench, bench_answer
 from vllm_hogwild.tools import collaborator as C
+from vllm_hogwild.tools import collaborator_forkjoin as F
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 TASKS = roman.make_tasks(6, seed=11, min_items=16, max_items=24)
+FJ_TASKS, FJ_MIN_ACCURACY = 8, 0.75
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +132,38 @@ def test_the_demo_shows_claims_as_they_are_written(llm, capsys) -> None:
     for name in ("Alice", "Bob", "Carol", "Dave"):
         assert f"{name:<5}  takes " in shown
     assert shown.count(" takes ") >= 2 * task.num_items  # every number is taken in each run
+
+
+# -- the fork/join collaborator (vllm_hogwild/models/collaborator-multiverse): a second engine, for the last test --
+
+
+@pytest.fixture(scope="module")
+def forkjoin_llm():
+    engine = make_llm(F.model_dir(), max_model_len=bench_answer.MAX_MODEL_LEN,
+                      additional_config={"hogwild": {"max_workers": 8}})
+    yield engine
+    shutdown(engine)
+
+
+def test_forkjoin_shipped_folder_is_what_the_training_command_writes() -> None:
+    folder = F.model_dir()
+    assert json.loads((folder / "tokenizer.json").read_text()) == json.loads(C.build_tokenizer().to_str())
+    record = json.loads((folder / "training.json").read_text())
+    assert record["protocols"] == ["multiverse"]
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 10 * 2**20
+
+
+def test_forkjoin_requests_conclude_from_every_branch(forkjoin_llm) -> None:
+    """Fork/join requests of the fork/join collaborator: every request forks into one branch per outline, the
+    numerals are right, and the conclusion names each branch's first number, which the branches' sampling
+    decides; fewer sequential steps than the same text one token after another. The control: the same goal
+    joined without its branches concludes at chance."""
+    args = argparse.Namespace(tasks=FJ_TASKS, seed=0, min_items=12, max_items=20)
+    report = bench_answer.forkjoin_answer(forkjoin_llm, args)
+    rows = {r["side"]: r for r in report["results"]}
+    fj, serial = rows["fork/join"], rows["one after another"]
+    control = rows["join without the branches (control)"]
+    assert fj["forked"] == 1.0
+    assert fj["numerals_accuracy"] >= FJ_MIN_ACCURACY and fj["conclusion_accuracy"] >= FJ_MIN_ACCURACY
+    assert fj["mean_sequential_steps"] <= 0.6 * serial["mean_sequential_steps"]
+    assert control["conclusion_accuracy"] <= 0.25

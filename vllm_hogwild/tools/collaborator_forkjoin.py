@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from vllm_hogwild.core import roman
-from vllm_hogwild.tools.collaborator import MODEL_DIR, Vocab, build_tokenizer, put_target
+from vllm_hogwild.tools.collaborator import CLAIM_WEIGHT, MODEL_DIR, Vocab, build_tokenizer, put_target
 
 MAX_PATHS = 4
 FORKJOIN_MODEL_DIR = MODEL_DIR.parent / "collaborator-multiverse"
@@ -179,12 +179,15 @@ def mask(tree_: Tree):
     return causal & sees
 
 
-def batch(vocab: Vocab, trees: Sequence[Tree]):
-    """``(ids [B, L], positions [B, L], mask [B, 1, L, L], target [B, L, V], loss weight [B, L])``."""
+def batch(vocab: Vocab, trees: Sequence[Tree], lookup_weight: float = CLAIM_WEIGHT):
+    """``(ids [B, L], positions [B, L], mask [B, 1, L, L], target [B, L, V], loss weight [B, L])``; a listed
+    number that the goal copies or the conclusion names is weighted ``lookup_weight`` (the lookups are what is
+    slow to learn; a first phase with weight 1 plateaued)."""
     import torch
 
     length = max(len(t.ids) for t in trees)
     b = len(trees)
+    listed = set(vocab.item.values())
     ids = torch.full((b, length), vocab.pad, dtype=torch.long)
     pos = torch.zeros(b, length, dtype=torch.long)
     attn = torch.zeros(b, 1, length, length, dtype=torch.bool)
@@ -200,6 +203,8 @@ def batch(vocab: Vocab, trees: Sequence[Tree]):
         for j, tgt in enumerate(t.targets):
             if tgt is not None:
                 put_target(target, lmask, i, j, tgt)
+                if tgt in listed:  # a number the goal copies or the conclusion reads
+                    lmask[i, j] = lookup_weight
     return ids, pos, attn, target, lmask
 
 

@@ -75,9 +75,15 @@ def prepare(verbose: bool = True) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _DONE).write_text(f"converted from {src}\n")
-        if target.exists():
+        if (target / _DONE).is_file():  # another process (a second test worker) converted it meanwhile
+            return target
+        if target.exists():  # a folder without the mark: never finished
             shutil.rmtree(target)
-        tmp.rename(target)  # atomic: a half-written folder is never used
+        try:
+            tmp.rename(target)  # atomic: a half-written folder is never used
+        except OSError:
+            if not (target / _DONE).is_file():  # not a concurrent finisher's folder
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -39,7 +39,8 @@ from vllm_hogwild.tools.bench import machine
 PROTOCOLS = ("raw", "multiverse")  # Hogwild groups in raw mode; fork/join requests (collaborator_forkjoin)
 
 
-def batches(protocol: str, vocab: C.Vocab, seed: int, batch_size: int, end_rule: str = "in-claim"):
+def batches(protocol: str, vocab: C.Vocab, seed: int, batch_size: int, end_rule: str = "in-claim",
+            lookup_weight: float = C.CLAIM_WEIGHT):
     """Endless ``(model inputs, target [B, L, V], loss weight [B, L])``."""
     if protocol == "raw":
         stream = C.examples(vocab, seed, end_rule=end_rule)
@@ -50,13 +51,14 @@ def batches(protocol: str, vocab: C.Vocab, seed: int, batch_size: int, end_rule:
 
     stream = F.examples(vocab, seed)
     while True:
-        ids, pos, attn, target, mask = F.batch(vocab, list(islice(stream, batch_size)))
+        ids, pos, attn, target, mask = F.batch(vocab, list(islice(stream, batch_size)), lookup_weight)
         yield {"input_ids": ids, "position_ids": pos, "attention_mask": attn}, target, mask
 
 
 def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
           num_layers: int = 4, hidden: int = 128, threads: int = 2, log_every: int = 100,
-          protocols: tuple[str, ...] = PROTOCOLS, init: Path | None = None, end_rule: str = "in-claim") -> dict:
+          protocols: tuple[str, ...] = PROTOCOLS, init: Path | None = None, end_rule: str = "in-claim",
+          lookup_weight: float = C.CLAIM_WEIGHT) -> dict:
     """Train and write the folder; one model for every protocol in ``protocols``, whose batches take turns
     (a fork/join batch holds half as many requests: each is a whole tree of lanes)."""
     import torch
@@ -78,7 +80,8 @@ def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, 
             return lr * (step + 1) / warmup
         return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
 
-    streams = [batches(p, vocab, seed + k, batch_size if p == "raw" else max(1, batch_size // 2), end_rule)
+    streams = [batches(p, vocab, seed + k, batch_size if p == "raw" else max(1, batch_size // 2), end_rule,
+                       lookup_weight)
                for k, p in enumerate(protocols)]
     curve, t0 = [], time.perf_counter()
     model.train()
@@ -105,7 +108,7 @@ def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, 
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     C.save_tokenizer(out)
-    record = {"command": "python -m vllm_hogwild.tools.train", "protocols": list(protocols), "end_rule": end_rule, "steps": steps,
+    record = {"command": "python -m vllm_hogwild.tools.train", "protocols": list(protocols), "end_rule": end_rule, "lookup_weight": lookup_weight, "steps": steps,
               "batch_size": batch_size, "lr": lr,
               "seed": seed, "num_layers": num_layers, "hidden": hidden, "threads": threads,
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
@@ -176,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--end-rule", choices=C.END_RULES, default="in-claim",
                         help="where the imitated policy ends (collaborator.policy_targets)")
+    parser.add_argument("--lookup-weight", type=float, default=C.CLAIM_WEIGHT,
+                        help="multiverse: loss weight of the numbers the goal copies and the conclusion names")
     parser.add_argument("--init", type=Path, default=None, help="start from this trained folder (its training.json "
                                                                  "is kept in the new one)")
     parser.add_argument("--eval", type=int, default=0, metavar="N", help="then check N fresh tasks (simulated views)")
@@ -189,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
 
         out = cache_dir() / f"collaborator-{'-'.join(args.protocols)}-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.batch_size, args.lr, args.seed, args.layers, args.hidden, args.threads,
-                   protocols=tuple(args.protocols), init=args.init, end_rule=args.end_rule)
+                   protocols=tuple(args.protocols), init=args.init, end_rule=args.end_rule,
+                   lookup_weight=args.lookup_weight)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
     if args.eval and "raw" in args.protocols:
         evaluate(out, args.eval)
