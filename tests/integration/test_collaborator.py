@@ -24,12 +24,16 @@ TASKS = roman.make_tasks(6, seed=11, min_items=16, max_items=24)
 FJ_TASKS, FJ_MIN_ACCURACY = 8, 0.75
 
 
-@pytest.fixture(scope="module")
-def llm():
-    engine = make_llm(C.model_dir(), max_model_len=bench_answer.MAX_MODEL_LEN,
-                      additional_config={"hogwild": {"max_workers": 8}})
+def _engine(folder):
+    """An engine of a shipped collaborator, as ``bench answer`` starts it."""
+    engine = make_llm(folder, max_model_len=bench_answer.MAX_MODEL_LEN, additional_config={"hogwild": {"max_workers": 8}})
     yield engine
     shutdown(engine)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    yield from _engine(C.model_dir())
 
 
 def _runs(llm, num_workers: int, layout: str) -> tuple[list[int], list[roman.Score]]:
@@ -139,10 +143,7 @@ def test_the_demo_shows_claims_as_they_are_written(llm, capsys) -> None:
 
 @pytest.fixture(scope="module")
 def forkjoin_llm():
-    engine = make_llm(F.model_dir(), max_model_len=bench_answer.MAX_MODEL_LEN,
-                      additional_config={"hogwild": {"max_workers": 8}})
-    yield engine
-    shutdown(engine)
+    yield from _engine(F.model_dir())
 
 
 def test_forkjoin_shipped_folder_is_what_the_training_command_writes() -> None:
