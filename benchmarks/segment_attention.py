@@ -7,7 +7,7 @@ Usage::
 
 One attention layer of SmolLM2-like shapes (9 query heads, 3 KV heads, head_dim 64,
 fp32, block size 32, default RoPE with theta 1e5) over a synthetic Hogwild group
-(:class:`vllm_hogwild.tools.synthetic.SyntheticGroup`: random K/V in a paged cache, the
+(:class:`tools.synthetic.SyntheticGroup`: random K/V in a paged cache, the
 prompt's full blocks shared by every lane, shuffled physical block ids). For N
 workers and a view length L, the prompt is L // 2 tokens and the other half is
 split evenly among the workers' generated text; ``contiguous`` layout, so every
@@ -80,7 +80,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from vllm_hogwild.attention import segment_attention as sa  # noqa: E402
 from vllm_hogwild.attention.kv_layout import PagedKV, PlainPagedKV  # noqa: E402
 from vllm_hogwild.core.rope import RopeSpec, rotate  # noqa: E402
-from vllm_hogwild.tools.synthetic import KV_LAYOUTS, SyntheticGroup  # noqa: E402
+from tools.synthetic import KV_LAYOUTS, SyntheticGroup  # noqa: E402
 from vllm_hogwild.core.views import View, contiguous_views  # noqa: E402
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 9, 3, 64, 32

@@ -38,7 +38,7 @@ from segment_attention import (BLOCK_SIZE, DTYPE, HEAD_DIM, NUM_KV_HEADS, NUM_Q_
 
 from vllm_hogwild.attention import segment_attention as sa  # noqa: E402
 from vllm_hogwild.core.views import contiguous_views  # noqa: E402
-from vllm_hogwild.tools.synthetic import SyntheticGroup  # noqa: E402
+from tools.synthetic import SyntheticGroup  # noqa: E402
 
 
 def bench_one(n: int, length: int, tokens: int, rounds: int, sample_ms: float, seed: int = 0) -> dict:

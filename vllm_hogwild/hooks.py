@@ -21,7 +21,7 @@ list, of five kinds:
 Each row names the upstream vLLM change in ``patches/`` that would make it
 unnecessary, or says why there is none. What each hook does lives beside the
 code it drives (``where``). ``tests/unit/test_hooks_index.py`` holds this index
-against the code; ``vllm_hogwild.tools.upstream`` checks every target against
+against the code; ``tools.upstream`` checks every target against
 a vLLM release.
 """
 

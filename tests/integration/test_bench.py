@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.conftest import make_llm, shutdown
-from vllm_hogwild.tools import bench
+from benchmarks import bench
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -60,10 +60,10 @@ def test_speculative_compares_four_configurations_per_point_in_one_run(tmp_path)
     import sys
 
     out = tmp_path / "spec.json"
-    proc = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", "speculative", "--model", "tiny",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench", "speculative", "--model", "tiny",
                            "--workers", "2", "--temperatures", "0.7", "--items", "6", "--max-tokens", "16",
                            "--rounds", "1", "--json", str(out)],
-                          env=dict(os.environ), capture_output=True, text=True, timeout=900)
+                          env=dict(os.environ), capture_output=True, text=True, timeout=900, cwd=bench.ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert [r["config"] for r in report["results"]] == [
@@ -92,9 +92,9 @@ def test_verify_splits_a_speculative_step_by_part(tmp_path) -> None:
     import sys
 
     out = tmp_path / "verify.json"
-    proc = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", "verify", "--model", "tiny",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench", "verify", "--model", "tiny",
                            "--items", "6", "--max-tokens", "24", "--rounds", "1", "--json", str(out)],
-                          env=dict(os.environ), capture_output=True, text=True, timeout=900)
+                          env=dict(os.environ), capture_output=True, text=True, timeout=900, cwd=bench.ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {r["config"]: r for r in report["results"]}
@@ -117,10 +117,10 @@ def test_split_accounts_for_a_decode_step(tmp_path) -> None:
     import sys
 
     out = tmp_path / "split.json"
-    proc = subprocess.run([sys.executable, "-m", "vllm_hogwild.tools.bench", "split", "--model", "tiny", "--workers",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench", "split", "--model", "tiny", "--workers",
                            "2", "--prompt-len", "64", "--max-tokens", "12", "--rounds", "1", "--json", str(out),
                            "--plot", str(tmp_path / "split.png")],
-                          env=dict(os.environ), capture_output=True, text=True, timeout=900)
+                          env=dict(os.environ), capture_output=True, text=True, timeout=900, cwd=bench.ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     stock, hogwild = report["results"]

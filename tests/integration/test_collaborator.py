@@ -12,10 +12,12 @@ import statistics
 
 import pytest
 
+from benchmarks import bench
+from benchmarks.bench import answer as answer_bench
 from tests.integration.conftest import make_llm, shutdown
 from vllm_hogwild.core import roman
-from vllm_hogwild.tools import bench, bench_answer
 from vllm_hogwild.tools import collaborator as C
+from vllm_hogwild.tools import solve
 from vllm_hogwild.tools import collaborator_forkjoin as F
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -26,7 +28,7 @@ FJ_TASKS, FJ_MIN_ACCURACY = 8, 0.75
 
 def _engine(folder):
     """An engine of a shipped collaborator, as ``bench answer`` starts it."""
-    engine = make_llm(folder, max_model_len=bench_answer.MAX_MODEL_LEN, additional_config={"hogwild": {"max_workers": 8}})
+    engine = make_llm(folder, max_model_len=solve.MAX_MODEL_LEN, additional_config={"hogwild": {"max_workers": 8}})
     yield engine
     shutdown(engine)
 
@@ -37,8 +39,8 @@ def llm():
 
 
 def _runs(llm, num_workers: int, layout: str) -> tuple[list[int], list[roman.Score]]:
-    outs, _ = bench_answer.run_groups(llm, TASKS, num_workers, layout, seed=0)
-    return [bench_answer.steps_of(o) for o in outs], [roman.check(t, bench_answer.texts_of(o))
+    outs, _ = solve.run_groups(llm, TASKS, num_workers, layout, seed=0)
+    return [solve.steps_of(o) for o in outs], [roman.check(t, solve.texts_of(o))
                                                       for t, o in zip(TASKS, outs)]
 
 
@@ -60,21 +62,21 @@ def test_two_workers_that_read_each_other_take_fewer_steps(llm) -> None:
 def test_greedy_workers_write_the_same_text(llm) -> None:
     """The greedy control: with top_k=1 nothing breaks the workers' symmetry, so every worker of a group writes
     the same text, whatever it reads (sampling with seed + i is what sets them apart)."""
-    outs, _ = bench_answer.run_groups(llm, TASKS[:2], 3, "greedy", seed=0)
+    outs, _ = solve.run_groups(llm, TASKS[:2], 3, "greedy", seed=0)
     for out in outs:
-        texts = bench_answer.texts_of(out)
+        texts = solve.texts_of(out)
         assert texts[0] and texts.count(texts[0]) == 3, texts
-    sampled, _ = bench_answer.run_groups(llm, TASKS[:2], 3, "contiguous", seed=0)
-    assert all(len(set(bench_answer.texts_of(o))) == 3 for o in sampled)
+    sampled, _ = solve.run_groups(llm, TASKS[:2], 3, "contiguous", seed=0)
+    assert all(len(set(solve.texts_of(o))) == 3 for o in sampled)
 
 
 def test_one_worker_is_a_plain_request(llm) -> None:
     from vllm import SamplingParams
 
     prompts = [roman.prompt(t) for t in TASKS[:3]]
-    budget = bench_answer.budget(24)
-    group = llm.generate(prompts, bench_answer.params(1, "contiguous", 3, budget), use_tqdm=False)
-    plain = llm.generate(prompts, SamplingParams(temperature=bench_answer.TEMPERATURE, min_p=bench_answer.MIN_P,
+    budget = solve.budget(24)
+    group = llm.generate(prompts, solve.params(1, "contiguous", 3, budget), use_tqdm=False)
+    plain = llm.generate(prompts, SamplingParams(temperature=solve.TEMPERATURE, min_p=solve.MIN_P,
                                                  seed=3, max_tokens=budget), use_tqdm=False)
     assert [o.outputs[0].token_ids for o in group] == [o.outputs[0].token_ids for o in plain]
 
@@ -160,7 +162,7 @@ def test_forkjoin_requests_conclude_from_every_branch(forkjoin_llm) -> None:
     decides; fewer sequential steps than the same text one token after another. The control: the same goal
     joined without its branches concludes at chance."""
     args = argparse.Namespace(tasks=FJ_TASKS, seed=0, min_items=12, max_items=20)
-    report = bench_answer.forkjoin_answer(forkjoin_llm, args)
+    report = answer_bench.forkjoin_answer(forkjoin_llm, args)
     rows = {r["side"]: r for r in report["results"]}
     fj, serial = rows["fork/join"], rows["one after another"]
     control = rows["join without the branches (control)"]

@@ -1,6 +1,6 @@
 """Every vLLM target the plugin hooks still has the shape it relies on; the upstream patches apply.
 
-The table of touch points (``vllm_hogwild/tools/upstream/table.py``) is checked here twice against the
+The table of touch points (``tools/upstream/table.py``) is checked here twice against the
 installed vLLM: by its runtime checker (imports, live objects) and by its static checker (the same
 files read as sources, as it reads another release's), and both must find everything OK. The
 attributes the plugin sets on vLLM objects are set on real instances, and the ``SchedulerOutput``
@@ -29,7 +29,7 @@ PATCHES = sorted((Path(__file__).parents[2] / "patches").glob("[0-9]*.patch"))
 
 @pytest.fixture(scope="module")
 def runtime_results():
-    from vllm_hogwild.tools import upstream
+    from tools import upstream
 
     return upstream.check_runtime()
 
@@ -160,7 +160,7 @@ def test_every_touch_point_holds_at_runtime(runtime_results) -> None:
 def test_static_checker_agrees_with_the_runtime_one_on_the_installed_sources(runtime_results) -> None:
     import vllm
 
-    from vllm_hogwild.tools import upstream
+    from tools import upstream
 
     static = upstream.check_static(Path(vllm.__file__).parent.parent)
     assert [r.point for r in static] == [r.point for r in runtime_results] == list(upstream.TOUCH_POINTS)
@@ -197,7 +197,7 @@ def test_scheduler_output_attribute_survives_the_executors_transports() -> None:
     from vllm.v1.core.sched.output import SchedulerOutput
 
     from vllm_hogwild.core.wire import STEP_ATTR
-    from vllm_hogwild.tools.upstream import SCHEDULER_OUTPUT_ATTRS, SET_ATTRIBUTES
+    from tools.upstream import SCHEDULER_OUTPUT_ATTRS, SET_ATTRIBUTES
 
     assert SCHEDULER_OUTPUT_ATTRS == (STEP_ATTR,)
     assert SET_ATTRIBUTES["vllm.v1.core.sched.output.SchedulerOutput"] == SCHEDULER_OUTPUT_ATTRS
@@ -228,7 +228,7 @@ def test_scheduler_output_attribute_survives_the_executors_transports() -> None:
 def test_every_method_hooks_wraps_is_an_own_method_row(monkeypatch) -> None:
     """``hooks.install`` wraps exactly methods the table checks (defined in the class's own ``__dict__``)."""
     from vllm_hogwild import hooks
-    from vllm_hogwild.tools.upstream import METHOD, TOUCH_POINTS
+    from tools.upstream import METHOD, TOUCH_POINTS
 
     wrapped = []
     monkeypatch.setattr(hooks, "_wrap", lambda owner, name, hook: wrapped.append((owner, name)))
@@ -245,7 +245,7 @@ def test_every_attribute_the_plugin_sets_is_taken_by_a_real_instance() -> None:
     """The SETTABLE rows, on instances of the real classes (made without their constructors)."""
     import importlib
 
-    from vllm_hogwild.tools.upstream import SET_ATTRIBUTES
+    from tools.upstream import SET_ATTRIBUTES
 
     assert {
         "vllm.v1.core.sched.output.SchedulerOutput",

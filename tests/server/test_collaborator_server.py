@@ -10,13 +10,13 @@ import pytest
 
 from tests.server.conftest import Server
 from vllm_hogwild.core import roman
-from vllm_hogwild.tools import bench_answer
+from vllm_hogwild.tools import solve
 from vllm_hogwild.tools.collaborator import model_dir
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
 TASKS = roman.make_tasks(3, seed=21, min_items=16, max_items=22)
-SAMPLING = dict(temperature=bench_answer.TEMPERATURE, max_tokens=bench_answer.budget(22))
+SAMPLING = dict(temperature=solve.TEMPERATURE, max_tokens=solve.budget(22))
 XARGS = {"hogwild_layout": "contiguous", "hogwild_protocol": "raw"}
 
 
@@ -38,7 +38,7 @@ def _client(server: Server):
 
 
 def _extra(seed: int) -> dict:
-    return {"min_p": bench_answer.MIN_P, "vllm_xargs": XARGS, "seed": seed}
+    return {"min_p": solve.MIN_P, "vllm_xargs": XARGS, "seed": seed}
 
 
 def _tokens(tokenizer, texts: list[str]) -> int:

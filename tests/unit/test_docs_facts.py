@@ -25,7 +25,7 @@ from vllm_hogwild.core import options, paragraphs, wire
 from vllm_hogwild.core.group import Phase
 from vllm_hogwild.runner import runner_hook
 from vllm_hogwild.switch import SPECULATIVE_METHODS
-from vllm_hogwild.tools.upstream import TOUCH_POINTS
+from tools.upstream import TOUCH_POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "vllm_hogwild"
@@ -222,7 +222,7 @@ def test_version_pin() -> None:
 
 # -- paths and code references ------------------------------------------------------------------------
 
-PATH_PREFIXES = ("vllm_hogwild/", "tests/", "patches/", "docs/", "benchmarks/")
+PATH_PREFIXES = ("vllm_hogwild/", "tests/", "patches/", "docs/", "benchmarks/", "tools/")
 
 
 def test_every_cited_file_exists() -> None:

@@ -11,7 +11,7 @@ import torch
 from tests.unit.test_segment_attention import Case, oracle, ours, paths_for, rel_err
 from vllm_hogwild.core.forkjoin import FAMILIES, ForkNode, ForkState, ForkTooWide, Watch, decide, fork_view, parts_of
 from vllm_hogwild.core.views import Span, View
-from vllm_hogwild.tools.synthetic import SyntheticGroup
+from tools.synthetic import SyntheticGroup
 
 MULTIVERSE = FAMILIES["multiverse"]
 NPR = FAMILIES["npr"]

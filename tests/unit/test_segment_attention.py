@@ -14,7 +14,7 @@ from transformers import LlamaConfig
 from tests.oracle import dense_view_attention, hf_inv_freq
 from vllm_hogwild.attention import segment_attention as sa
 from vllm_hogwild.core.rope import RopeSpec
-from vllm_hogwild.tools.synthetic import KV_LAYOUTS, SyntheticGroup
+from tools.synthetic import KV_LAYOUTS, SyntheticGroup
 from vllm_hogwild.core.views import Separators, Span, build_views
 
 ROPES = {

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hogwild.tools import upstream as up
-from vllm_hogwild.tools.upstream import TouchPoint as P
-from vllm_hogwild.tools.upstream import cli as upstream_cli
-from vllm_hogwild.tools.upstream import fetch as upstream_fetch
+from tools import upstream as up
+from tools.upstream import TouchPoint as P
+from tools.upstream import cli as upstream_cli
+from tools.upstream import fetch as upstream_fetch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -424,7 +424,7 @@ def test_fetch_sources_uses_the_cache_without_the_network(tmp_path, monkeypatch)
 
 
 def test_the_tool_imports_no_vllm() -> None:
-    code = "import sys, vllm_hogwild.tools.upstream as u; assert u.TOUCH_POINTS; " \
+    code = "import sys, tools.upstream as u; assert u.TOUCH_POINTS; " \
            "assert not [m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')], 'vllm imported'"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
@@ -477,4 +477,4 @@ def test_every_vllm_name_the_plugin_imports_is_in_the_table() -> None:
         return False
 
     missing = sorted(f"{f}: from {m} import {n}" for f, m, n in imports if not covered(m, n))
-    assert not missing, "add these to vllm_hogwild/tools/upstream/table.py:\n" + "\n".join(missing)
+    assert not missing, "add these to tools/upstream/table.py:\n" + "\n".join(missing)

@@ -181,9 +181,9 @@ def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     from vllm.sampling_params import RequestOutputKind
 
     from vllm_hogwild.core import roman
-    from vllm_hogwild.tools import bench_answer
+    from vllm_hogwild.tools import solve
 
-    params = bench_answer.params(num_workers, layout, seed, bench_answer.budget(task.num_items))
+    params = solve.params(num_workers, layout, seed, solve.budget(task.num_items))
     params.output_kind = RequestOutputKind.CUMULATIVE  # every engine step's text (LLM.enqueue asks for the last only)
     engine = llm.llm_engine
     board = ClaimBoard(num_workers)
@@ -226,10 +226,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as err:
         parser.error(f"--{err}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    from vllm_hogwild.tools import bench_answer
+    from vllm_hogwild.tools import solve
 
     t0 = time.perf_counter()
-    llm = bench_answer.engine(args.model)
+    llm = solve.engine(args.model)
     print(f"\nengine start-up {time.perf_counter() - t0:.1f} s\n\nTask ({task.num_items} numbers, seed {args.seed}):\n"
           f"{roman.prompt(task)}\n")
     runs = []

@@ -16,7 +16,7 @@ prompt: a soft target over the unclaimed numbers where an entry starts, the
 entry's next token elsewhere. ``--eval N`` then runs N fresh tasks with the
 trained model over the same simulated views (1, 2 and 4 workers, contiguous,
 and 4 isolated) and prints accuracy and sequential steps; the engine's own
-figures come from ``python -m vllm_hogwild.tools.bench answer``.
+figures come from ``python -m benchmarks.bench answer``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from vllm_hogwild.core import roman
 from vllm_hogwild.tools import collaborator as C
-from vllm_hogwild.tools.bench import machine
+from vllm_hogwild.tools.machine import machine
 
 
 

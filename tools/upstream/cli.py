@@ -1,8 +1,8 @@
 """Every place the plugin touches vLLM, in one table, checked against the installed vLLM or another release's sources.
 
-    python -m vllm_hogwild.tools.upstream --runtime          # the installed vLLM, imported
-    python -m vllm_hogwild.tools.upstream --src DIR          # DIR holds a vllm/ package's sources (not imported)
-    python -m vllm_hogwild.tools.upstream --wheel 0.33.0     # that release's x86_64 wheel from PyPI, sources only
+    python -m tools.upstream --runtime          # the installed vLLM, imported
+    python -m tools.upstream --src DIR          # DIR holds a vllm/ package's sources (not imported)
+    python -m tools.upstream --wheel 0.33.0     # that release's x86_64 wheel from PyPI, sources only
     (each: [--patches patches/] also applies the upstream patches in order to a copy; [-q] prints only what broke)
 
 Each touch point gets one line, OK / CHANGED: what / MISSING (with the file and
@@ -38,7 +38,7 @@ def report(results: Sequence[Result], label: str, quiet: bool = False, out: Text
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.upstream", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__.split("\n\n")[0])
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--src", type=Path, help="a directory containing the vllm/ package's sources (not imported)")
     what.add_argument("--wheel", metavar="VERSION", help="download vllm==VERSION's x86_64 wheel and check its sources")

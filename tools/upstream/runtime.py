@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from .check import CHANGED, MISSING, Broken, Checker, Field, Member, Result, Signature, SourceText
 from .source import ClassRef, SourceTree
-from .table import NO_DEFAULT, TouchPoint
+from .kinds import NO_DEFAULT, TouchPoint
 
 
 def _unwrap(function: Any) -> Any:

@@ -23,7 +23,7 @@
 
 - :mod:`.fetch`: a release's sources from its PyPI wheel, and the upstream
   patches applied in order to a copy.
-- :mod:`.cli`: ``python -m vllm_hogwild.tools.upstream --runtime | --src DIR |
+- :mod:`.cli`: ``python -m tools.upstream --runtime | --src DIR |
   --wheel VERSION [--patches DIR] [-q]``.
 
 Nothing here imports vLLM at module import time.

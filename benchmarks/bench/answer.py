@@ -1,6 +1,6 @@
 """``bench answer``: time to a correct answer with the trained collaborator, and the controls that take it away.
 
-    python -m vllm_hogwild.tools.bench answer [--workers 1 2 4 8] [--tasks 64] [--seed 0]
+    python -m benchmarks.bench answer [--workers 1 2 4 8] [--tasks 64] [--seed 0]
                                               [--layouts contiguous isolated interleaved] [--json F] [--plot F]
 
 Every task lists 12 to 24 numbers (``--seed`` draws them) to be written in
@@ -31,20 +31,17 @@ imitation would take. The wall-clock model of
 (per task) and its prediction for every other N is set beside the measurement.
 """
 
+
 from __future__ import annotations
 
 import json
-import os
 import random
 import statistics
 import time
 
 from vllm_hogwild.core import planner, roman
+from vllm_hogwild.tools import solve
 from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
-
-LAYOUTS = ("contiguous", "isolated", "interleaved", "greedy")  # greedy: contiguous, every worker top_k=1
-TOKENS_PER_ITEM = 10  # each worker's budget per listed number: an entry takes 5 to 11 tokens
-MAX_MODEL_LEN = 2048  # the collaborator's max_position_embeddings: prompt + N x budget must fit
 
 
 def add_arguments(parser) -> None:
@@ -53,60 +50,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-items", type=int, default=12)
     parser.add_argument("--max-items", type=int, default=24)
-    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
+    parser.add_argument("--layouts", nargs="+", choices=solve.LAYOUTS, default=list(solve.LAYOUTS))
     parser.add_argument("--protocol", choices=("raw", "multiverse", "collab"), default="raw",
                         help="raw: Hogwild groups of the collaborator; multiverse: fork/join requests of the "
                              "fork/join collaborator; collab: a general model (--model) on sums, collab protocol")
     parser.add_argument("--budgets", type=int, nargs="+", default=[1024, 2048, 4096], help="collab: per worker")
     parser.add_argument("--parts", type=int, default=4, help="collab: additions per task")
-
-
-def engine(model: str | None, protocol: str = "raw"):
-    """An engine of the collaborator (``raw``) or of the fork/join collaborator (``multiverse``), or ``model``."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    from vllm import LLM
-
-    from vllm_hogwild.tools import collaborator, collaborator_forkjoin
-
-    default = collaborator_forkjoin.model_dir() if protocol == "multiverse" else collaborator.model_dir()
-    if model is None and not (default / "config.json").exists():
-        raise ValueError(f"--model: no trained model ships in {default} yet; train one with `python -m "
-                         f"vllm_hogwild.tools.train --protocols {protocol} --out DIR` and pass --model DIR")
-    return LLM(model=model or str(default), dtype="float32", enforce_eager=True, seed=0,
-               max_model_len=MAX_MODEL_LEN, max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
-
-
-def budget(num_items: int) -> int:
-    """Each worker's ``max_tokens`` for tasks of up to ``num_items`` numbers (one worker may have to do them all)."""
-    return TOKENS_PER_ITEM * num_items + 8
-
-
-def params(num_workers: int, layout: str, seed: int, max_tokens: int):
-    """The group's sampling; ``layout`` ``greedy`` is the contiguous layout with every worker's argmax
-    (``top_k=1``): what the workers are without the sampling that breaks their symmetry."""
-    from vllm import SamplingParams
-
-    hogwild = {"layout": "contiguous" if layout == "greedy" else layout, "protocol": "raw"}
-    if layout == "interleaved":
-        hogwild["step_end"] = roman.ENTRY_END
-    return SamplingParams(n=num_workers, temperature=TEMPERATURE, min_p=MIN_P, top_k=1 if layout == "greedy" else 0,
-                          seed=seed, max_tokens=max_tokens, extra_args={"hogwild": hogwild})
-
-
-def steps_of(output) -> int:
-    """Sequential engine steps of one group: its longest worker output (each token one step)."""
-    return max(len(c.token_ids) for c in output.outputs)
-
-
-def texts_of(output) -> list[str]:
-    return [c.text for c in sorted(output.outputs, key=lambda c: c.index)]
-
-
-def run_groups(llm, tasks: list[roman.Task], num_workers: int, layout: str, seed: int) -> tuple[list, float]:
-    t0 = time.perf_counter()
-    sampling = params(num_workers, layout, seed, budget(max(t.num_items for t in tasks)))
-    outs = llm.generate([roman.prompt(t) for t in tasks], sampling, use_tqdm=False)
-    return outs, time.perf_counter() - t0
 
 
 def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
@@ -128,9 +77,9 @@ def answer(llm, args) -> dict:
         for n in args.workers:
             if layout != "contiguous" and n == 1:
                 continue  # one worker reads nobody in any layout: the contiguous row is it
-            outs, wall = run_groups(llm, tasks, n, layout, args.seed)
-            scores = [roman.check(t, texts_of(o)) for t, o in zip(tasks, outs)]
-            steps = [steps_of(o) for o in outs]
+            outs, wall = solve.run_groups(llm, tasks, n, layout, args.seed)
+            scores = [roman.check(t, solve.texts_of(o)) for t, o in zip(tasks, outs)]
+            steps = [solve.steps_of(o) for o in outs]
             per_task[(n, layout)] = steps
             row = {"workers": n, "layout": layout, "tasks": len(tasks), "accuracy": _share(s.correct for s in scores),
                    "mean_sequential_steps": statistics.mean(steps),
@@ -185,27 +134,6 @@ def planner_check(per_task: dict, workers) -> dict:
     return {"parallel": fit.parallel, "coordination": fit.coordination, "rows": rows}
 
 
-FJ_MAX_TOKENS = 160  # each lane's budget: the trunk's goal and conclusion, a branch's entries
-
-
-def forkjoin_params(seed: int):
-    from vllm import SamplingParams
-
-    return SamplingParams(n=1, temperature=TEMPERATURE, min_p=MIN_P, seed=seed, max_tokens=FJ_MAX_TOKENS,
-                          extra_args={"hogwild": {"protocol": "multiverse"}})
-
-
-def forkjoin_score(task: roman.Task, output):
-    """``(score, tree)`` of one fork/join request's output."""
-    from vllm_hogwild.tools import collaborator_forkjoin as F
-
-    completion = output.outputs[0]
-    tree = completion.hogwild or {}
-    branches = [b["text"].split(":", 1)[-1] for b in tree.get("branches", ())]
-    conclusion = completion.text.split(F.JOIN_HEADER, 1)[1] if F.JOIN_HEADER in completion.text else ""
-    return F.check(task, branches, conclusion, forked=bool(tree.get("forked"))), tree
-
-
 def forkjoin_answer(llm, args) -> dict:
     """Fork/join requests of the fork/join collaborator: accuracy (the numerals and the conclusion), sequential
     steps against the same document decoded one after another, and the control: a join that reads no branch."""
@@ -215,9 +143,9 @@ def forkjoin_answer(llm, args) -> dict:
 
     tasks = roman.make_tasks(args.tasks, args.seed, args.min_items, args.max_items)
     t0 = time.perf_counter()
-    outs = llm.generate([F.prompt(t) for t in tasks], forkjoin_params(args.seed), use_tqdm=False)
+    outs = llm.generate([F.prompt(t) for t in tasks], solve.forkjoin_params(args.seed), use_tqdm=False)
     wall = time.perf_counter() - t0
-    scored = [forkjoin_score(t, o) for t, o in zip(tasks, outs)]
+    scored = [solve.forkjoin_score(t, o) for t, o in zip(tasks, outs)]
     forked = [tree for _, tree in scored if tree.get("forked")]
     rows = [{"side": "fork/join", "tasks": len(tasks), "forked": len(forked) / len(tasks),
              "accuracy": _share(s.correct for s, _ in scored),
@@ -279,7 +207,7 @@ def collab_answer(llm, args) -> dict:
             right = [f is not None and _number(f.text) == truth for f, (_, truth) in zip(found, tasks)]
             row = {"workers": n, "layout": f"collab, budget {budget}", "tasks": len(tasks), "accuracy": _share(right),
                    "answered": _share(f is not None for f in found),
-                   "mean_sequential_steps": statistics.mean(steps_of(o) for o in outs),
+                   "mean_sequential_steps": statistics.mean(solve.steps_of(o) for o in outs),
                    "duplicated_items": None, "wall_s": wall}
             results.append(row)
             print(json.dumps(row), flush=True)
@@ -350,3 +278,4 @@ def plot(report: dict, ax) -> None:
                         textcoords="offset points", xytext=(3, 3))
     ax.set(xlabel="mean sequential decode steps", ylabel="accuracy", ylim=(-0.02, 1.05),
            title="Roman numerals: time to a correct answer")
+

@@ -1,0 +1,77 @@
+"""``capacity``: engine steps under tight KV caches, each configuration an engine in a process of its own."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from . import common as c
+from .forkjoin import goal_prompt
+
+
+# -- capacity under a tight KV cache -------------------------------------------
+
+CAPACITY_KINDS = ("stock", "on-demand", "reserve")
+
+
+def capacity_kinds(protocol: str) -> tuple[str, ...]:
+    """The configurations ``capacity`` compares: a stock engine has no fork, so fork/join runs Hogwild's only."""
+    return CAPACITY_KINDS if protocol == "raw" else CAPACITY_KINDS[1:]
+
+
+def capacity(llm, args) -> dict:
+    """Each (KV size, configuration) in its own process; steps relative to the same configuration's at the
+    largest size."""
+    results = []
+    for blocks in args.blocks:
+        for kind in capacity_kinds(args.protocol):
+            argv = ["capacity-side", "--kind", kind, "--protocol", args.protocol,
+                    "--blocks", str(blocks), "--groups", str(args.groups), "--workers", str(args.workers),
+                    "--max-tokens", str(args.max_tokens), "--prompt-len", str(args.prompt_len),
+                    "--stop-every", str(args.stop_every), "--model", args.model or "tiny"]
+            results += c.side_rows(argv, 1, f"capacity {kind} {blocks}")
+    largest = max(args.blocks)
+    base = {r["kind"]: r["steps"] for r in results if r["blocks"] == largest}
+    for r in results:
+        r["steps_vs_largest"] = r["steps"] / base[r["kind"]]
+    return {"benchmark": "capacity", "protocol": args.protocol, "results": results}
+
+
+def capacity_side(args) -> None:
+    """One engine: every group at once, through ``generate``; one JSON row."""
+    from vllm import SamplingParams
+
+    total = args.groups * args.workers
+    block_size = 128
+    context = args.prompt_len + args.workers * args.max_tokens
+    hogwild = args.kind != "stock"
+    options = {"hogwild": {"kv": args.kind, "max_workers": args.workers}} if hogwild else {}
+    llm = c.engine(args.model, max(context, min(4096, (args.blocks - 1) * block_size)), hogwild=hogwild,
+                  max_num_seqs=total, num_gpu_blocks_override=args.blocks, block_size=block_size,
+                  max_num_batched_tokens=4096, additional_config=options)
+    stops = list(range(args.stop_every, 49152, args.stop_every))
+    if args.protocol == "raw":
+        prompts = [c.prompt(args.prompt_len, 70_000 + i) for i in range(args.groups)]
+        params = [SamplingParams(n=args.workers, temperature=1.0, seed=i, max_tokens=args.max_tokens, ignore_eos=True,
+                                 stop_token_ids=stops, extra_args={"hogwild": {"layout": "contiguous"}} if hogwild else None)
+                  for i in range(args.groups)]
+    else:  # one trunk and workers - 1 branch lanes; the prompt ends in a goal of as many parts: the fork starts at once
+        parts = args.workers - 1
+        prompts = [goal_prompt(parts, 70_000 + i, context=max(0, (args.prompt_len - 40) // 14)) for i in range(args.groups)]
+        params = [SamplingParams(temperature=1.0, seed=i, max_tokens=args.max_tokens, stop_token_ids=stops,
+                                 extra_args={"hogwild_protocol": args.protocol, "hogwild_max_branches": parts})
+                  for i in range(args.groups)]
+    with c.timing(c.scheduler_of(llm)) as spent:
+        wall, outs = c.timed(llm, prompts, params)
+    table = getattr(c.scheduler_of(llm), "table", None)
+    lens = [len(c.token_ids) for o in outs for c in o.outputs]
+    if args.protocol != "raw" and not all(o.outputs[0].hogwild["forked"] for o in outs):
+        raise RuntimeError("a fork/join request of the workload did not fork")
+    print(json.dumps({"kind": args.kind, "blocks": args.blocks, "groups": args.groups, "workers": args.workers,
+                      "max_tokens": args.max_tokens, "steps": spent["steps"], "wall_s": wall,
+                      "mean_tokens": statistics.mean(lens), "max_tokens_seen": max(lens),
+                      "group_preemptions": None if table is None else table.stats.num_group_preemptions,
+                      "replayed_tokens": None if table is None else table.stats.num_replayed_tokens,
+                      "generated_tokens": sum(lens)}), flush=True)
+
+

@@ -1,0 +1,117 @@
+"""What every benchmark shares: engines, prompts, sampling, step counters, timing, side processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from vllm_hogwild.tools.machine import machine
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: side processes run ``python -m benchmarks.bench`` there
+__all__ = ["ROOT", "machine"]
+
+
+def engine(model: str | None, max_model_len: int, hogwild: bool = True, dtype: str = "float32",
+            enforce_eager: bool = True, **kw):
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the scheduler's stats are read in-process
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    from vllm import LLM
+
+    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.tools.tiny_model import build_tiny_llama
+
+    # A prompt is prefilled in one step: vLLM 0.32 on CPU fails a seeded request whose prefill is
+    # chunked in a stock engine (it rewinds the request's CPU generator, which has no offset).
+    kw.setdefault("max_num_batched_tokens", max(max_model_len, 4096))
+    model = str(build_tiny_llama()) if model == "tiny" else model or str(prepare())
+    kw.setdefault("additional_config", {"hogwild": {}} if hogwild else {})
+    return LLM(model=model, dtype=dtype, enforce_eager=enforce_eager, seed=0, max_model_len=max_model_len, **kw)
+
+
+def scheduler_of(llm):
+    return llm.llm_engine.engine_core.engine_core.scheduler
+
+
+def prompt(length: int, salt: int) -> dict:
+    # Distinct token ids per run: nothing is served from the prefix cache.
+    return {"prompt_token_ids": [(1000 + 7919 * salt + 31 * i) % 40000 + 100 for i in range(length)]}
+
+
+def timed(llm, prompts, params) -> tuple[float, list]:
+    t = time.perf_counter()
+    out = llm.generate(prompts, params, use_tqdm=False)
+    return time.perf_counter() - t, out
+
+
+def params(n: int, max_tokens: int, seed: int, hogwild: dict | None):
+    from vllm import SamplingParams
+
+    return SamplingParams(n=n, temperature=1.0, seed=seed, max_tokens=max_tokens, ignore_eos=True,
+                          extra_args={"hogwild": hogwild} if hogwild is not None else None)
+
+
+def count_steps(llm) -> list[int]:
+    """Engine steps that ran tokens, counted from now (the scheduler's ``schedule`` wrapped on the instance)."""
+    scheduler, counter = scheduler_of(llm), [0]
+    original = scheduler.schedule
+
+    def schedule(*args, **kwargs):
+        output = original(*args, **kwargs)
+        counter[0] += bool(output.total_num_scheduled_tokens)
+        return output
+
+    scheduler.schedule = schedule
+    return counter
+
+
+def attention_of(llm) -> str:
+    """The engine's Hogwild attention path as its start-up line names it: ``cpu-op (avx512)``, ..."""
+    from vllm_hogwild.attention.paths import describe
+
+    return describe(llm.llm_engine.vllm_config.additional_config)
+
+
+def side_rows(argv: list[str], expected: int, what: str) -> list[dict]:
+    """Run one side of a benchmark (``python -m benchmarks.bench <side> ...``) in a process of its own
+    (two engines in one process share vLLM's global parallel state, and shutting one down breaks the other);
+    its JSON rows, each printed as it comes."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "benchmarks.bench", *argv], capture_output=True, text=True,
+                         timeout=3600, cwd=ROOT)
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"kind"')]
+    if run.returncode != 0 or len(rows) != expected:
+        raise RuntimeError(f"{what} failed:\n{run.stdout[-2000:]}{run.stderr[-3000:]}")
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+class timing:
+    """Time a scheduler's ``schedule`` and ``update_from_output`` (this instance) while in the block."""
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler, self.spent = scheduler, {"schedule": 0.0, "update": 0.0, "steps": 0}
+
+    def __enter__(self) -> dict:
+        s, spent = self.scheduler, self.spent
+        self.originals = (s.schedule, s.update_from_output)
+
+        def timed(fn, key: str):
+            def wrapper(*a, **kw):
+                t = time.perf_counter()
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    spent[key] += time.perf_counter() - t
+                    spent["steps"] += key == "schedule"
+            return wrapper
+
+        s.schedule, s.update_from_output = timed(self.originals[0], "schedule"), timed(self.originals[1], "update")
+        return spent
+
+    def __exit__(self, *exc) -> None:
+        self.scheduler.schedule, self.scheduler.update_from_output = self.originals

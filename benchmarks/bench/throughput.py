@@ -1,0 +1,137 @@
+"""``decode``, ``recompute`` and ``overhead``: decode speed, the re-prefill alternative, the scheduler's time."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+from . import common as c
+
+
+# -- decode -------------------------------------------------------------------
+
+
+def decode(llm, args) -> dict:
+    scheduler = c.scheduler_of(llm)
+    bs = llm.llm_engine.vllm_config.cache_config.block_size
+    results, salt = [], 0
+    for n in args.workers:
+        for p in args.prompt_lens:
+            times: dict[str, list[float]] = {"stock": [], "hogwild": []}
+            for _ in range(args.rounds):
+                for kind in ("stock", "hogwild"):
+                    hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
+                    salt += 1
+                    full, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, args.max_tokens, salt, hogwild))
+                    if kind == "hogwild":
+                        group = scheduler.table.stats.ended[-1]
+                    salt += 1
+                    first, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, 1, salt, hogwild))
+                    times[kind].append(full - first)
+            tps = {k: n * (args.max_tokens - 1) / statistics.median(v) for k, v in times.items()}
+            view = p + sum(length - p for length in group.lane_lens)  # every worker's final view
+            copies = n * -(-view // bs)
+            row = {
+                "workers": n, "prompt_len": p, "max_tokens": args.max_tokens,
+                "stock_decode_tok_s": tps["stock"], "hogwild_decode_tok_s": tps["hogwild"],
+                "ratio": tps["hogwild"] / tps["stock"],
+                "prefill_tokens_per_group": group.num_prefill_tokens,
+                "kv_blocks_group": group.num_blocks_held, "kv_blocks_copies": copies,
+                "memory_ratio": copies / group.num_blocks_held,
+            }
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    return {"benchmark": "decode", "block_size": bs, "dtype": str(llm.llm_engine.vllm_config.model_config.dtype),
+            "attention": c.attention_of(llm), "machine": c.machine(), "results": results}
+
+
+# -- recompute ----------------------------------------------------------------
+
+
+def recompute(llm, args) -> dict:
+    results, salt = [], 10_000
+    for n in args.workers:
+        for p in args.prompt_lens:
+            salt += 1
+            prompt = c.prompt(p, salt)["prompt_token_ids"]
+            t_hogwild, _ = c.timed(llm, [{"prompt_token_ids": prompt}],
+                                  c.params(n, args.max_tokens, salt, {"layout": "contiguous"}))
+            for k in args.every:
+                salt += 1
+                prompt = c.prompt(p, salt)["prompt_token_ids"]  # fresh: no cache shared with other runs
+                texts: list[list[int]] = [[] for _ in range(n)]
+                rounds, t0 = 0, time.perf_counter()
+                while len(texts[0]) < args.max_tokens:
+                    m = min(k, args.max_tokens - len(texts[0]))
+                    views = [{"prompt_token_ids": prompt + [t for o in range(n) if o != w for t in texts[o]]
+                              + texts[w]} for w in range(n)]
+                    outs = llm.generate(views, [c.params(1, m, salt * 100 + w, None) for w in range(n)],
+                                        use_tqdm=False)
+                    for w, out in enumerate(outs):
+                        texts[w] += list(out.outputs[0].token_ids)
+                    rounds += 1
+                t_recompute = time.perf_counter() - t0
+                row = {"workers": n, "prompt_len": p, "max_tokens": args.max_tokens, "every": k,
+                       "rounds": rounds, "hogwild_s": t_hogwild, "recompute_s": t_recompute,
+                       "hogwild_speedup": t_recompute / t_hogwild}
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    return {"benchmark": "recompute", "results": results}
+
+
+
+# -- scheduler overhead --------------------------------------------------------
+
+
+
+def overhead(llm, args) -> dict:
+    """Each side in its own process: for each round, a stock engine's run, then a Hogwild engine's."""
+    results = []
+    for _ in range(args.rounds):
+        for kind in ("stock", "hogwild"):
+            argv = ["overhead-side", "--kind", kind,
+                    "--groups", *map(str, args.groups), "--workers", str(args.workers), "--plain", str(args.plain),
+                    "--prompt-len", str(args.prompt_len), "--max-tokens", str(args.max_tokens)]
+            if args.model:
+                argv += ["--model", args.model]
+            results += c.side_rows(argv, len(args.groups), f"overhead {kind} run")
+    results.sort(key=lambda r: (r["groups"], r["kind"] != "stock"))
+    per_step = {}
+    for groups in args.groups:
+        for kind in ("stock", "hogwild"):
+            per_step[f"{kind} {groups}"] = statistics.median(
+                r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in results
+                if r["kind"] == kind and r["groups"] == groups)
+    ratios = {g: per_step[f"hogwild {g}"] / per_step[f"stock {g}"] for g in args.groups}
+    return {"benchmark": "overhead", "results": results, "ms_per_step": per_step, "ratio": ratios}
+
+
+def overhead_side(args) -> None:
+    """One engine (``--kind stock``: no plugin switch, vLLM's own scheduler) through every point; a JSON row each."""
+    from vllm import SamplingParams
+
+    total = max(args.groups) * args.workers + args.plain
+    # Every sequence at once, in KV too, with room to spare (no preemption on either side); vLLM wants at
+    # least one whole context in the cache (and it keeps one block for itself).
+    max_model_len = 4096
+    blocks = max(3 * total * -(-(args.prompt_len + args.max_tokens) // 128), max_model_len // 128 + 2)
+    llm = c.engine(args.model, max_model_len, hogwild=args.kind == "hogwild", max_num_seqs=total, block_size=128,
+                  num_gpu_blocks_override=blocks, max_num_batched_tokens=max(4096, total * args.prompt_len))
+    hogwild = {"layout": "contiguous"} if args.kind == "hogwild" else None
+    # Warm up: the first run of an engine pays one-time costs (first calls, allocations) on either side.
+    warm = [c.prompt(args.prompt_len, 10 ** 6 + i) for i in range(8)]
+    llm.generate(warm, [c.params(args.workers, 4, i, hogwild) for i in range(4)]
+                 + [SamplingParams(max_tokens=4, seed=i, ignore_eos=True) for i in range(4)], use_tqdm=False)
+    for k, groups in enumerate(args.groups):
+        prompts = [c.prompt(args.prompt_len, 50_000 * (k + 1) + i) for i in range(groups + args.plain)]
+        params = [c.params(args.workers, args.max_tokens, i, hogwild) for i in range(groups)]
+        params += [SamplingParams(max_tokens=args.max_tokens, seed=i, ignore_eos=True) for i in range(args.plain)]
+        with c.timing(c.scheduler_of(llm)) as spent:
+            wall, _ = c.timed(llm, prompts, params)
+        print(json.dumps({"kind": args.kind, "groups": groups, "workers": args.workers, "plain": args.plain,
+                          "sequences": groups * args.workers + args.plain, "steps": spent["steps"],
+                          "schedule_ms_per_step": 1e3 * spent["schedule"] / spent["steps"],
+                          "update_ms_per_step": 1e3 * spent["update"] / spent["steps"], "wall_s": wall}), flush=True)
+
+

@@ -1,0 +1,142 @@
+"""The table's vocabulary: one :class:`TouchPoint` per vLLM object the plugin imports, wraps, subclasses, calls, reads or writes.
+
+Each row names the vLLM module and the dotted path inside it, the kind of thing
+the plugin relies on (see the kind constants below), what exactly it relies on
+(parameters, decorator, sync/async, a default, a line of source...) and where
+the plugin uses it; also the vLLM modules and the places in the plugin that
+several rows name. The rows: :mod:`.rows_front` (the front end) and
+:mod:`.rows_engine` (the engine core and the workers); the whole table: :mod:`.table`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+# -- the kinds of touch point --------------------------------------------------------------------------
+
+CLASS = "class"
+FUNCTION = "function"
+METHOD = "method"
+ATTRIBUTE = "attribute"  # class body (incl. properties) or `self.x = ...` in any method of the class's MRO
+INIT_ATTRIBUTE = "init-attr"  # class body, or `self.x = ...` while __init__ runs (its lines or self.helper() it calls)
+FIELD = "field"  # dataclass / msgspec / pydantic field: an annotated name in the class body
+CONSTANT = "constant"  # a module-level name (defined, imported or re-exported), or a class attribute (enum member)
+ENV_VAR = "env-var"  # a key of vllm.envs.environment_variables
+SOURCE = "source"  # the object's source contains `text` (whitespace ignored)
+SETTABLE = "settable"  # instances take the attributes in `params` (no __slots__, not frozen, pydantic extra=allow);
+#                        the plugin's own names (hogwild*) must not be vLLM's, the others replace a method per instance
+ABSTRACT = "abstract"  # the class's abstract methods are among `params` (what the plugin's subclass implements)
+READS = "reads"  # the function reads only the attributes `params` of its parameter `text` (the plugin passes a
+#                   stand-in)
+KINDS = (CLASS, FUNCTION, METHOD, ATTRIBUTE, INIT_ATTRIBUTE, FIELD, CONSTANT, ENV_VAR, SOURCE, SETTABLE, ABSTRACT,
+         READS)
+
+NO_DEFAULT = object()  # a FIELD row that expects no particular default; also "no value one can read" in sources
+
+
+@dataclass(frozen=True)
+class TouchPoint:
+    """One vLLM object the plugin relies on, and what it relies on."""
+
+    module: str  # "vllm.v1.core.sched.scheduler"
+    name: str  # "Scheduler.add_request": the dotted path inside the module
+    kind: str
+    used_by: str  # where the plugin relies on it
+    params: tuple[str, ...] = ()  # callables: leading parameters, in order; SETTABLE/ABSTRACT: names
+    keywords: tuple[str, ...] = ()  # callables: parameters that must exist by these names, any position
+    exact: bool = False  # callables: `params` is the whole parameter list ("*args"/"**kw" spelled so)
+    defaults: tuple[tuple[str, Any], ...] = ()  # callables: (parameter, its default)
+    decorator: str | None = None  # "staticmethod" / "classmethod" / "property" / "cache"
+    call: str | None = None  # "sync" / "async" / "asyncgen"
+    own: bool = False  # must be defined in the class's own __dict__ (hooks._wrap replaces it there)
+    defined_by: str | None = None  # methods: the class (simple name) that must define it in the MRO
+    base: str | None = None  # classes: "module.Class" it must subclass
+    text: str | None = None  # SOURCE: what the source must contain; READS: the parameter's name
+    default: Any = NO_DEFAULT  # FIELD: its declared default
+    writes: bool = False  # FIELD / attributes the plugin assigns: the class must not be frozen (pydantic: nor
+    #                       validate assignments; the plugin may store its own objects in them)
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.name}"
+
+    @property
+    def owner(self) -> str:
+        """The class path (inside the module) of a member, or "" for a module-level name."""
+        if self.kind in (CLASS, SETTABLE, ABSTRACT):
+            return self.name
+        return self.name.rpartition(".")[0]
+
+    @property
+    def member(self) -> str:
+        return self.name.rpartition(".")[2]
+
+
+
+def same_kind(module: str, owner: str, kind: str, names: Iterable[str], used_by: str, **fields) -> list[TouchPoint]:
+    """One row per name (a member of ``owner``, or module-level when ``owner`` is ""), all alike but for the name."""
+    prefix = f"{owner}." if owner else ""
+    return [TouchPoint(module, prefix + name, kind, used_by, **fields) for name in names]
+
+
+# The attribute the scheduler attaches to every SchedulerOutput (vllm_hogwild.core.wire.STEP_ATTR; a test keeps
+# the two equal). It must survive the executor's pickling to the workers.
+SCHEDULER_OUTPUT_ATTRS = ("hogwild_step",)
+
+# -- the vLLM modules the rows name more than once ------------------------------------------------------
+
+ARG_UTILS = "vllm.engine.arg_utils"
+INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
+ASYNC_LLM = "vllm.v1.engine.async_llm"
+LLM_ENGINE = "vllm.v1.engine.llm_engine"
+ENTRYPOINTS_LLM = "vllm.entrypoints.llm"
+STAT_LOGGERS = "vllm.v1.metrics.loggers"
+OFFLINE_INFERENCE = "vllm.entrypoints.common.offline"
+CHAT_SERVING = "vllm.entrypoints.openai.chat_completion.serving"
+COMPLETION_SERVING = "vllm.entrypoints.openai.completion.serving"
+CHAT_PROTOCOL = "vllm.entrypoints.openai.chat_completion.protocol"
+COMPLETION_PROTOCOL = "vllm.entrypoints.openai.completion.protocol"
+PREPROCESS = "vllm.renderers.inputs.preprocess"
+OUTPUT_PROCESSOR = "vllm.v1.engine.output_processor"
+GPU_MODEL_RUNNER = "vllm.v1.worker.gpu_model_runner"
+INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
+SCHEDULER_OUTPUT = "vllm.v1.core.sched.output"
+ATTENTION_BACKEND = "vllm.v1.attention.backend"
+CPU_ATTENTION = "vllm.v1.attention.backends.cpu_attn"
+FLASH_ATTENTION = "vllm.v1.attention.backends.flash_attn"
+BACKEND_REGISTRY = "vllm.v1.attention.backends.registry"
+ATTENTION_LAYER = "vllm.model_executor.layers.attention.attention"
+KV_CACHE_INTERFACE = "vllm.v1.kv_cache_interface"
+PLATFORM_INTERFACE = "vllm.platforms.interface"
+LOGITS_PROCESSOR = "vllm.v1.sample.logits_processor"
+SCHEDULER = "vllm.v1.core.sched.scheduler"
+KV_CACHE_MANAGER = "vllm.v1.core.kv_cache_manager"
+REQUEST_QUEUE = "vllm.v1.core.sched.request_queue"
+REQUEST = "vllm.v1.request"
+DETOKENIZER = "vllm.v1.engine.detokenizer"
+SAMPLING_PARAMS = "vllm.sampling_params"
+ENGINE_CORE_REQUEST = "vllm.v1.engine"
+
+# -- where the plugin uses them (the `used_by` texts several rows share) ------------------------------------
+
+REQUEST_CHECK = "serving/requests.process_inputs (the request check)"
+STREAM_CHECK = "serving/requests.generate (the check before a stream starts)"
+METRICS = "serving/metrics.py (hook_stat_logger_manager_init, HogwildStatLogger)"
+CHAT_PREAMBLE = "serving/requests.add_chat_requests / render_chat_request (the collab preamble in chat)"
+ANSWER_FIELD = "serving/requests.create_response (checks first; the answer field: serving/responses.py)"
+ACCEPT_STEPS_IN_RESPONSES = ("serving/requests.completion_response / chat_full_response "
+                             "(accept steps: serving/responses.py)")
+ACCEPT_STEPS = "serving/accept_steps.py (each output token's accept step)"
+RUNNER_HOOK = "runner/runner_hook.py"
+STEP_WIRE = "scheduler/scheduler.py -> runner/runner_hook.py"
+CPU_BACKEND = "runner/backend.py"
+CUDA_BACKEND = "runner/backend_cuda.py"
+CPU_WORKER = "runner/worker.py"
+CUDA_WORKER = "runner/worker_cuda.py"
+FORCING = "runner/forcing.py"
+CPU_SAMPLING = "runner/cpu_sampling.py"
+HOGWILD_SCHEDULER = "scheduler/scheduler.py"
+TEXT_STREAM = "scheduler/detok.TextStream"
+TOOLS = "tools/demo.py, benchmarks/bench"
+

@@ -1,0 +1,88 @@
+"""The trained collaborators on their task: an engine, a group's sampling, its budget, what came out.
+
+The demo (``vllm_hogwild.tools.demo``) and the ``answer`` benchmark (``benchmarks/bench``) both run the
+collaborators through these.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from vllm_hogwild.core import roman
+from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
+
+LAYOUTS = ("contiguous", "isolated", "interleaved", "greedy")  # greedy: contiguous, every worker top_k=1
+TOKENS_PER_ITEM = 10  # each worker's budget per listed number: an entry takes 5 to 11 tokens
+MAX_MODEL_LEN = 2048  # the collaborator's max_position_embeddings: prompt + N x budget must fit
+
+
+def engine(model: str | None, protocol: str = "raw"):
+    """An engine of the collaborator (``raw``) or of the fork/join collaborator (``multiverse``), or ``model``."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm import LLM
+
+    from vllm_hogwild.tools import collaborator, collaborator_forkjoin
+
+    default = collaborator_forkjoin.model_dir() if protocol == "multiverse" else collaborator.model_dir()
+    if model is None and not (default / "config.json").exists():
+        raise ValueError(f"--model: no trained model ships in {default} yet; train one with `python -m "
+                         f"vllm_hogwild.tools.train --protocols {protocol} --out DIR` and pass --model DIR")
+    return LLM(model=model or str(default), dtype="float32", enforce_eager=True, seed=0,
+               max_model_len=MAX_MODEL_LEN, max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
+
+
+def budget(num_items: int) -> int:
+    """Each worker's ``max_tokens`` for tasks of up to ``num_items`` numbers (one worker may have to do them all)."""
+    return TOKENS_PER_ITEM * num_items + 8
+
+
+def params(num_workers: int, layout: str, seed: int, max_tokens: int):
+    """The group's sampling; ``layout`` ``greedy`` is the contiguous layout with every worker's argmax
+    (``top_k=1``): what the workers are without the sampling that breaks their symmetry."""
+    from vllm import SamplingParams
+
+    hogwild = {"layout": "contiguous" if layout == "greedy" else layout, "protocol": "raw"}
+    if layout == "interleaved":
+        hogwild["step_end"] = roman.ENTRY_END
+    return SamplingParams(n=num_workers, temperature=TEMPERATURE, min_p=MIN_P, top_k=1 if layout == "greedy" else 0,
+                          seed=seed, max_tokens=max_tokens, extra_args={"hogwild": hogwild})
+
+
+def steps_of(output) -> int:
+    """Sequential engine steps of one group: its longest worker output (each token one step)."""
+    return max(len(c.token_ids) for c in output.outputs)
+
+
+def texts_of(output) -> list[str]:
+    return [c.text for c in sorted(output.outputs, key=lambda c: c.index)]
+
+
+def run_groups(llm, tasks: list[roman.Task], num_workers: int, layout: str, seed: int) -> tuple[list, float]:
+    t0 = time.perf_counter()
+    sampling = params(num_workers, layout, seed, budget(max(t.num_items for t in tasks)))
+    outs = llm.generate([roman.prompt(t) for t in tasks], sampling, use_tqdm=False)
+    return outs, time.perf_counter() - t0
+
+
+FJ_MAX_TOKENS = 160  # each lane's budget: the trunk's goal and conclusion, a branch's entries
+
+
+def forkjoin_params(seed: int):
+    from vllm import SamplingParams
+
+    return SamplingParams(n=1, temperature=TEMPERATURE, min_p=MIN_P, seed=seed, max_tokens=FJ_MAX_TOKENS,
+                          extra_args={"hogwild": {"protocol": "multiverse"}})
+
+
+def forkjoin_score(task: roman.Task, output):
+    """``(score, tree)`` of one fork/join request's output."""
+    from vllm_hogwild.tools import collaborator_forkjoin as F
+
+    completion = output.outputs[0]
+    tree = completion.hogwild or {}
+    branches = [b["text"].split(":", 1)[-1] for b in tree.get("branches", ())]
+    conclusion = completion.text.split(F.JOIN_HEADER, 1)[1] if F.JOIN_HEADER in completion.text else ""
+    return F.check(task, branches, conclusion, forked=bool(tree.get("forked"))), tree
+
+

@@ -1,7 +1,0 @@
-"""``python -m vllm_hogwild.tools.upstream``: see :mod:`.cli`."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())
