@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.unit.test_segment_attention import Case, oracle, ours, paths_for, rel_err
-from vllm_hogwild.core.forkjoin import FAMILIES, ForkNode, ForkState, ForkTooWide, Watch, decide, fork_view, parts_of
+from vllm_hogwild.core.fork_views import ForkNode, ForkState, fork_view
+from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, Watch, decide, parts_of
 from vllm_hogwild.core.views import Span, View
 from tools.synthetic import SyntheticGroup
 
@@ -139,7 +140,7 @@ def _feed(lanes, lens, lane: int, text: str, tokens: int) -> dict[int, str]:
 
 
 def _waiting(lanes, computed, sampled, live=None):
-    return lanes.waiting(computed, sampled, live or [True] * len(computed))
+    return lanes.held(computed, sampled, live or [True] * len(computed))
 
 
 def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> None:

@@ -170,3 +170,43 @@ def test_contract_reports_the_violation(tmp_path, case):
     assert result.returncode != 0, report
     assert f"{contract} BROKEN" in report, report
     assert shown in report, report
+
+
+# -- the shipped package and the development folders -----------------------------------------------------
+
+DEV_FOLDERS = ("benchmarks", "tools", "tests")  # beside the package in the checkout; setup.py installs none
+MAX_MODULE_LINES = 500
+
+
+def _imported_tops(path: Path) -> set[str]:
+    import ast
+
+    tops = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.partition(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            tops.add(node.module.partition(".")[0])
+    return tops
+
+
+def test_the_package_imports_no_development_folder():
+    """An installed plugin has no benchmarks/, tools/ or tests/: nothing in it may import them."""
+    offenders = {str(p.relative_to(ROOT)): sorted(_imported_tops(p) & set(DEV_FOLDERS))
+                 for p in (ROOT / "vllm_hogwild").rglob("*.py")}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_package_ships_no_development_folder():
+    from setuptools import find_packages
+
+    shipped = find_packages(where=str(ROOT), include=["vllm_hogwild", "vllm_hogwild.*"])
+    assert "vllm_hogwild" in shipped and all(p.startswith("vllm_hogwild") for p in shipped)
+    assert "packages=find_packages(include=[\"vllm_hogwild\", \"vllm_hogwild.*\"])" in (ROOT / "setup.py").read_text()
+
+
+@pytest.mark.parametrize("folder", ["vllm_hogwild", "benchmarks", "tools"])
+def test_no_module_over_500_lines(folder):
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / folder).rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

@@ -96,3 +96,35 @@ def preemption_order(units: Sequence[Unit], by_priority: bool) -> list[Unit]:
     no block are left out (preempting them frees nothing)."""
     key = (lambda u: (u.priority, u.arrival)) if by_priority else (lambda u: u.arrival)
     return sorted((u for u in units if u.held), key=key, reverse=True)
+
+
+class Promises:
+    """Requests handed to the engine's waiting queue, not scheduled yet, and the slots (tokens) their first
+    allocations take (with ``kv: reserve`` the whole budget, which that allocation reserves); kept with the
+    blocks those take, so that an admission check is O(1)."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._slots: dict[str, int] = {}
+        self.num_blocks = 0
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def get(self, request_id: str) -> int | None:
+        return self._slots.get(request_id)
+
+    def set(self, request_id: str, slots: int | None) -> None:
+        """Record (``slots``) or drop (None) what a queued request's first allocation takes."""
+        before = self._slots.pop(request_id, None)
+        if before is not None:
+            self.num_blocks -= -(-before // self.block_size)
+        if slots is not None:
+            self._slots[request_id] = slots
+            self.num_blocks += -(-slots // self.block_size)
+
+    def drop_scheduled(self, scheduled) -> None:
+        """vLLM scheduled these requests (a mapping or set of request ids): their first allocations are made."""
+        for request_id in [r for r in self._slots if r in scheduled]:
+            self.set(request_id, None)
+

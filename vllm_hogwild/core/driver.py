@@ -57,7 +57,7 @@ class PlacedTokens:
 
 
 class ProtocolDriver(PlacedTokens):
-    forks = False  # a fork/join request's driver is ForkJoinDriver
+    reads_hidden = False  # the text of tokens the client's text leaves out (special tokens): not read
 
     def __init__(self, options: RequestOptions, num_workers: int, max_tokens: int, prompt_len: int,
                  tracker: ParagraphTracker | None, encode: Callable[[str], list[int]]) -> None:
@@ -162,7 +162,7 @@ class ForkJoinDriver(PlacedTokens):
 
     observes_text = True
     places_tokens = True
-    forks = True
+    reads_hidden = True  # a model's fork/join tags may be special tokens the client's text leaves out
     tracker = None
     answered = False
     finisher = None

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from vllm_hogwild.core.driver import ForkJoinDriver, ProtocolDriver
+from vllm_hogwild.core.forkjoin_group import FORK_JOIN
+from vllm_hogwild.core.group_kind import GroupKind
+from vllm_hogwild.core.hogwild_group import HOGWILD
 from vllm_hogwild.core.options import HISTORY_LAYOUTS, RequestSpec
 from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
 from vllm_hogwild.core.replay import Replay, StepLog
+from vllm_hogwild.core.stats import GroupEnd
 from vllm_hogwild.core.wire import GroupShape, GroupStep
 
 
@@ -105,6 +109,7 @@ class Group:
     tracker: ParagraphTracker | None
     driver: ProtocolDriver | ForkJoinDriver
     log: StepLog
+    kind: GroupKind  # what this kind of group decides for itself (the table calls it, never branches on it)
     workers: list[Worker | None] = field(default_factory=list)
     phase: Phase = Phase.GATHERING
     shape_sent: bool = False  # the worker processes have this group's shape
@@ -113,7 +118,7 @@ class Group:
     num_live: int = 0  # workers that have not stopped
     counters: GroupCounters | None = None
     replay: Replay | None = None  # preempted or replaying: what each lane re-feeds
-    kept: set[int] = field(default_factory=set)  # fork/join: lanes kept out of the engine's queues until a fork
+    kept: set[int] = field(default_factory=set)  # lanes kept out of the engine's queues until a fork takes them
     fork_sent: int = 0  # fork/join: the version of the fork state the worker processes hold
 
     @classmethod
@@ -127,11 +132,11 @@ class Group:
             driver = ForkJoinDriver(options, n, max_tokens, prompt_len, encode, spec.fork_now, spec.open_goal,
                                     max_positions)
             return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, None, driver,
-                       StepLog(n, prompt_len), workers=[None] * n, num_live=n, counters=GroupCounters(n),
+                       StepLog(n, prompt_len), FORK_JOIN, workers=[None] * n, num_live=n, counters=GroupCounters(n),
                        kept=set(driver.lanes.pool))
         driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
         return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
-                   StepLog(n, prompt_len), workers=[None] * n, num_live=n, counters=GroupCounters(n))
+                   StepLog(n, prompt_len), HOGWILD, workers=[None] * n, num_live=n, counters=GroupCounters(n))
 
     @property
     def num_workers(self) -> int:
@@ -180,6 +185,63 @@ class Group:
             return None
         return GroupStep(self.group_id, tuple(lane_lens), tuple((s.lane, s.start, s.end) for s in joined),
                          tuple(drafts) if any(drafts) else ())
+
+    def stop(self, keep: int | None = None) -> None:
+        """Every live worker samples its end next (``keep``: but this one, the finisher)."""
+        live = [w.index for w in self.workers if not w.request.is_finished()]
+        self.driver.stop(live, [w.eos_token_id for w in self.workers], keep=keep)
+
+    def place_tokens(self, scheduled: Mapping[str, int], forced: dict[str, int],
+                     drafts: Mapping[str, Sequence[int]]) -> None:
+        """The token each worker that samples this step must produce, where the protocol places text (into
+        ``forced``: request id -> token). ``scheduled``: tokens per request this step; ``drafts``: each
+        request's draft tokens.
+
+        A worker verifying drafts this step (its queue filled after scheduling: the finisher started)
+        gets its token next step: a forced token applies to a request's bonus row only. Its accepted
+        run is then cut after its first token (``GroupTable.must_place``).
+        """
+        driver = self.driver
+        finisher = driver.maybe_start_finisher(
+            [None if w.request.is_finished() else w.request.num_output_tokens for w in self.workers])
+        if finisher is not None:  # everyone else ends now: its rest joins the history the finisher reads
+            self.stop(keep=finisher)
+        for w in self.workers:
+            request = w.request
+            if (w.request_id in scheduled and request.num_computed_tokens >= request.num_tokens  # it samples now
+                    and not drafts.get(w.request_id)):
+                token = driver.forced(w.index, request.num_output_tokens)
+                if token is not None:
+                    forced[w.request_id] = token
+
+    def count_prefill(self, scheduled: Mapping[str, int]) -> None:
+        """Count the prompt tokens each worker computed this step (``scheduled``: tokens per request)."""
+        for w in self.workers:
+            n = scheduled.get(w.request_id, 0)
+            if n:
+                before = w.request.num_computed_tokens - n  # counts were advanced by vLLM's schedule()
+                self.counters.prefill_by_worker[w.index] += max(0, min(n, self.prompt_len - before))
+
+    def end_record(self, block_ids: Sequence[Sequence[int]], block_size: int, now: float) -> GroupEnd:
+        """What the metrics keep of the group once it ended (``block_ids``: each lane's blocks; ``now``:
+        monotonic seconds)."""
+        lanes = [w.length() for w in self.workers]
+        if self.tracker is not None:
+            self.tracker.join(lanes)  # the last rests, for the record
+        used: set[int] = set()
+        for blocks, n in zip(block_ids, lanes):
+            used.update(blocks[: -(-n // block_size)])
+        c = self.counters
+        return GroupEnd(
+            self.num_workers, self.prompt_len, lanes, len(used), c.num_prefill_tokens,
+            c.prefill_saved(self.prompt_len), [w.request.num_output_tokens for w in self.workers],
+            self.coworker_reads(),
+            admission_wait_s=(c.admitted_time - self.arrival_time) if c.admitted_time else None,
+            latency_s=now - self.arrival_time,
+            history=[(s.lane, s.start, s.end) for s in (self.tracker.history if self.tracker else ())],
+            finisher=self.driver.finisher, num_preemptions=c.num_preemptions,
+            num_replayed_tokens=c.num_replayed_tokens, group_id=self.group_id,
+        )
 
     def coworker_reads(self) -> list[int]:
         """Co-worker tokens each worker attended over its life, summed over its steps (the prompt is nobody's).

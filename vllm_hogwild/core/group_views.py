@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from vllm_hogwild.core.forkjoin import ForkState, fork_view
+from vllm_hogwild.core.fork_views import ForkState, fork_view
 from vllm_hogwild.core.options import FORKJOIN_LAYOUT
 from vllm_hogwild.core.views import Segment, Separators, Span, build_views, segments_of
 from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, ReplayStep, StepWire

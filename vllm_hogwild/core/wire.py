@@ -84,7 +84,7 @@ class GroupFork:
     """A fork/join group's forks as its lanes' views need them: sent when a fork starts and when one joins."""
 
     group_id: str
-    state: Any  # core.forkjoin.ForkState: every fork so far (parent, point, branch lanes, ends once joined)
+    state: Any  # core.fork_views.ForkState: every fork so far (parent, point, branch lanes, ends once joined)
 
 
 @dataclass(frozen=True)

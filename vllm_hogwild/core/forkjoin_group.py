@@ -1,0 +1,87 @@
+"""Fork/join requests as a kind of group: a trunk and branch lanes that forks take. Pure, no vLLM import.
+
+The request's lanes are its workers: lane 0 the trunk, lanes 1..B a pool kept
+out of the engine's queues until a fork takes them (``Group.kept``). The
+protocol (:class:`~vllm_hogwild.core.forkjoin.ForkJoinLanes`, driven by
+:class:`~vllm_hogwild.core.driver.ForkJoinDriver`) decides forks and joins from
+the text. This kind's part of the group's life
+(:class:`~vllm_hogwild.core.group_kind.GroupKind`):
+
+- **holds**: the protocol's: a lane whose next token must wait for others (a
+  join reads every branch to its end) sits the step out; never settled;
+- **step**: the engine places branch and join headers; when a fork starts or
+  joins, the worker processes get the new fork state
+  (:class:`~vllm_hogwild.core.wire.GroupFork`); every step that decodes is logged;
+- **after outputs**: lanes the protocol is done with end next (a branch at its
+  budget's last token, lanes no fork can take), lanes a fork took go to the queue;
+- **finished**: the trunk's end ends the request; a branch's end lets its join go on;
+- **record**: a lane ≥ 1's part in the document (its branch, its fork point),
+  for the front end, which assembles one completion from every lane.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from vllm_hogwild.core.wire import GroupFork
+
+if TYPE_CHECKING:
+    from vllm_hogwild.core.group import Group, Worker
+    from vllm_hogwild.core.group_table import GroupTable
+    from vllm_hogwild.core.wire import GroupStep
+
+
+class ForkJoinKind:
+    name = "fork/join"
+
+    def holds(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+        ws = group.workers
+        held = group.driver.lanes.held([w.request.num_computed_tokens for w in ws],
+                                       [w.request.num_output_tokens for w in ws],
+                                       [not w.request.is_finished() for w in ws])
+        return [i for i in held if i not in group.kept], False
+
+    def step(self, table: "GroupTable", group: "Group", scheduled: Mapping[str, int],
+             drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
+             all_scheduled: bool) -> tuple["GroupStep | None", GroupFork | None]:
+        if group.driver.places_tokens:
+            group.place_tokens(scheduled, forced, drafts)
+        lanes, fork = group.driver.lanes, None
+        if lanes.version != group.fork_sent:  # a fork started or joined: the worker processes' views change
+            fork = GroupFork(group.group_id, lanes.state)
+            group.fork_sent = lanes.version
+        group.count_prefill(scheduled)
+        # (the decoding lanes change as forks start and join: every step is logged, none is lock-step)
+        return table.decode_step(group, scheduled, drafts), fork
+
+    def after_outputs(self, table: "GroupTable", group: "Group") -> None:
+        driver = group.driver
+        for w in group.workers[1:]:  # a branch at its budget's last token ends with its end of sequence: the
+            # token before is fed (the join reads it), as after a branch end the model wrote
+            if not w.finished and w.index not in group.kept and w.request.num_output_tokens == group.max_tokens - 1:
+                driver.lanes.end_at_budget(w.index)
+        driver.end_lanes([w.eos_token_id for w in group.workers])
+        for lane in driver.lanes.take_released():
+            if lane in group.kept:
+                group.kept.discard(lane)
+                table.release(group.workers[lane])
+
+    def finished(self, table: "GroupTable", group: "Group", worker: "Worker") -> None:
+        if worker.index == 0:
+            group.driver.lanes.trunk_finished()
+            self.after_outputs(table, group)
+        else:
+            group.driver.lanes.stopped(worker.index, worker.lane_len)
+
+    def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:
+        if worker.index == 0:
+            return None
+        lanes = worker.group.driver.lanes
+        if not finished:
+            return lanes.record(worker.index)
+        tokens = worker.request.output_token_ids
+        eos = bool(tokens) and worker.eos_token_id is not None and tokens[-1] == worker.eos_token_id
+        return lanes.record(worker.index, len(tokens), eos)
+
+
+FORK_JOIN = ForkJoinKind()

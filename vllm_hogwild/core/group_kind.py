@@ -1,0 +1,52 @@
+"""What differs between kinds of group, behind one interface. Pure, no vLLM import.
+
+The group table (:mod:`vllm_hogwild.core.group_table`) runs every group's life
+the same way: arrival, admission, KV promises, preemption and replay, parking
+and the end. What a kind of group decides for itself, it decides through a
+:class:`GroupKind`, which the table calls and never branches around:
+
+- :meth:`~GroupKind.holds`: which of its workers sit this engine step out;
+- :meth:`~GroupKind.step`: its part of the step's wire, once vLLM has scheduled;
+- :meth:`~GroupKind.after_outputs`: what the step's sampled tokens change;
+- :meth:`~GroupKind.finished`: a worker's request ended;
+- :meth:`~GroupKind.record`: what the front end must learn of a worker (None: nothing).
+
+Two kinds exist: Hogwild groups (:mod:`vllm_hogwild.core.hogwild_group`: N
+workers in lock-step, the raw and collab protocols) and fork/join requests
+(:mod:`vllm_hogwild.core.forkjoin_group`: a trunk and branch lanes that forks
+take). :meth:`vllm_hogwild.core.group.Group.create` picks one from the request's
+options; a third kind is a new module with a class of these five methods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from vllm_hogwild.core.group import Group, Worker
+    from vllm_hogwild.core.group_table import GroupTable
+    from vllm_hogwild.core.wire import GroupFork, GroupStep
+
+
+class GroupKind(Protocol):
+    def holds(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+        """The workers (indices) that sit this engine step out, and whether the group is settled: in step with
+        itself, so that the table need not ask again until it falls out of step. ``steps_of(worker)``: the
+        engine steps in which it accepted tokens."""
+
+    def step(self, table: "GroupTable", group: "Group", scheduled: Mapping[str, int],
+             drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
+             all_scheduled: bool) -> tuple["GroupStep | None", "GroupFork | None"]:
+        """The group's part of the step's wire (vLLM has scheduled; token counts are advanced): its
+        :class:`~vllm_hogwild.core.wire.GroupStep` and :class:`~vllm_hogwild.core.wire.GroupFork` (None: the
+        worker processes need none). Tokens the engine places go into ``forced`` (request id -> token)."""
+
+    def after_outputs(self, table: "GroupTable", group: "Group") -> None:
+        """The step's outputs are in and every driver has seen its workers' new text."""
+
+    def finished(self, table: "GroupTable", group: "Group", worker: "Worker") -> None:
+        """``worker``'s request ended (its lane's length is final)."""
+
+    def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:
+        """What the front end must learn of ``worker`` with its outputs (``finished``: with its last one);
+        None: nothing beyond vLLM's own output."""

@@ -1,0 +1,66 @@
+"""Hogwild groups: N workers in lock-step over one shared cache (the raw and collab protocols). Pure, no vLLM.
+
+This kind's part of a group's life (:class:`~vllm_hogwild.core.group_kind.GroupKind`):
+
+- **holds**: a worker ahead of the group's slowest live worker sits a step out
+  (workers finish their prefill in different steps, and vLLM's token budget may
+  leave one out of a step); a prefilled group whose live workers are even is
+  settled, and stays so while all are scheduled;
+- **step**: the engine places the protocol's text (prefixes, answers, the
+  finisher); nothing decodes until every worker has the prompt (each decode row
+  reads the prompt alone until then); a group in lock-step (the same workers,
+  one token more each, no paragraph to join) costs one counter, and the worker
+  processes follow it from vLLM's own counts; any other step is logged and
+  sent (:meth:`~vllm_hogwild.core.group.Group.step`);
+- **after outputs**, **finished**: nothing beyond what every group does;
+- **record**: none, vLLM's outputs carry all a worker's client needs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from vllm_hogwild.core.admission import ahead_of_group
+
+if TYPE_CHECKING:
+    from vllm_hogwild.core.group import Group, Worker
+    from vllm_hogwild.core.group_table import GroupTable
+    from vllm_hogwild.core.wire import GroupFork, GroupStep
+
+
+class HogwildKind:
+    name = "hogwild"
+
+    def holds(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+        ahead = ahead_of_group([None if w.request.is_finished() else steps_of(w) for w in group.workers])
+        group.in_step = group.prefilled and not ahead
+        return ahead, group.in_step
+
+    def step(self, table: "GroupTable", group: "Group", scheduled: Mapping[str, int],
+             drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
+             all_scheduled: bool) -> tuple["GroupStep | None", "GroupFork | None"]:
+        if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
+            group.place_tokens(scheduled, forced, drafts)
+        if not group.prefilled:
+            group.count_prefill(scheduled)
+            if any(w.length() < group.prompt_len for w in group.workers):
+                return None, None  # someone still prefills: every decode row reads the prompt alone
+            group.prefilled = True
+        log = group.log
+        if (all_scheduled and not table.speculative and log.runs and len(log.runs[-1].decoding) == group.num_live
+                and not (group.tracker is not None and group.tracker.pending)):
+            log.advance()  # lock-step: the same workers, one token more each; the worker processes follow
+            return None, None
+        return table.decode_step(group, scheduled, drafts), None
+
+    def after_outputs(self, table: "GroupTable", group: "Group") -> None:
+        return None
+
+    def finished(self, table: "GroupTable", group: "Group", worker: "Worker") -> None:
+        return None
+
+    def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:
+        return None
+
+
+HOGWILD = HogwildKind()
