@@ -6,7 +6,10 @@ block is plain ``[block_size, head_dim]`` or transposed ``[head_dim,
 block_size]`` depending on the kernel ISA. Instead of assuming, the probe writes
 known keys through vLLM's own cache-writing op on a scratch cache and looks
 where they landed. An unknown layout is refused loudly: reading K/V wrong
-would silently produce garbage attention.
+would silently produce garbage attention. One is known and refused: on a CPU
+with AMX, vLLM 0.32 stores a bfloat16 cache of block size a multiple of 32
+packed for AMX tiles (ISA ``amx``: K in VNNI pairs of 16-token tiles, V in
+pairs of tokens), which Hogwild's readers do not read yet.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ import torch
 
 class UnknownCacheLayout(RuntimeError):
     pass
+
+
+def _refusal(isa: str, dtype: torch.dtype, block_size: int, what: str) -> UnknownCacheLayout:
+    return UnknownCacheLayout(
+        f"dtype {str(dtype).removeprefix('torch.')}, block_size {block_size}: vLLM's CPU attention (ISA {isa!r}) "
+        f"{what}; Hogwild reads K/V blocks stored [block_size, head_dim] (K also transposed) only. Use "
+        f"--dtype float32{', or a block size that is not a multiple of 32' if isa == 'amx' else ''}.")
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,12 +50,12 @@ def probe_k_transposed(isa: str, dtype: torch.dtype, block_size: int, head_dim: 
         k_block = key_cache[b].reshape(heads, -1)
         v_block = value_cache[b].reshape(heads, -1).view(heads, block_size, head_dim)
         if not torch.equal(v_block[:, o], value[t]):
-            raise UnknownCacheLayout(f"CPU attention ISA {isa!r}: V is not stored [block_size, head_dim]")
+            raise _refusal(isa, dtype, block_size, "does not store V [block_size, head_dim]")
         plain = torch.equal(k_block.view(heads, block_size, head_dim)[:, o], key[t])
         transposed = torch.equal(k_block.view(heads, head_dim, block_size)[:, :, o], key[t])
         if plain == transposed:
-            raise UnknownCacheLayout(f"CPU attention ISA {isa!r}: unknown K block layout")
+            raise _refusal(isa, dtype, block_size, "stores K in a layout of its own")
         found.add(transposed)
     if len(found) != 1:
-        raise UnknownCacheLayout(f"CPU attention ISA {isa!r}: inconsistent K block layout")
+        raise _refusal(isa, dtype, block_size, "stores K in no consistent layout")
     return found.pop()
