@@ -3,12 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
-# Two pytest workers, a whole module each (the scheduler in tests/conftest.py: a module's engine starts once).
-# The suite is CPU-bound (2026-12-02, 2 cores: 50 min wall, 72 min CPU), so two workers gain little; modules go
-# out in collection order (engines first, the quick unit modules last, to fill the gaps).
+# Two pytest workers, a whole module each (the scheduler in tests/conftest.py: a module's engine starts once);
+# modules go out in collection order (engines first, the quick unit modules last, to fill the gaps).
 # HOGWILD_TEST_WORKERS=0 runs everything in this one process.
 workers=${HOGWILD_TEST_WORKERS:-2}
 if [ "$workers" = "0" ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
+# One OpenMP thread per process: every test process (and the engines it starts in-process, whose CPU worker
+# keeps torch's thread count) would otherwise run as many threads as the machine has cores, and with two
+# workers those threads outnumber the cores; OpenMP's barriers then wait on descheduled threads and torch's
+# small ops ran up to 15 times slower (a module that takes 35 s alone took 515 s beside another).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec .venv/bin/python -m pytest -n "$workers" --no-loadscope-reorder --durations=15 "$@"
