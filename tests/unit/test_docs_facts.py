@@ -320,10 +320,10 @@ def test_every_member_of_a_plugin_class_the_doc_names_exists() -> None:
 
 
 @pytest.mark.parametrize("name", [
-    "GroupTable", "Group", "Worker", "Lane", "Phase", "StepLog", "Replay", "StepWire", "GroupShape", "GroupStep",
+    "GroupTable", "Group", "Worker", "EngineRequest", "Phase", "StepLog", "Replay", "StepWire", "GroupShape", "GroupStep",
     "GroupReplay", "ViewRegistry", "BatchRow", "StepContext", "StepViews", "RoomMaker", "BudgetedAllocation",
     "HogwildBuilderMixin", "HogwildImplMixin", "HogwildViewsMismatch", "HogwildCPUWorker", "HogwildGPUWorker",
-    "ForcedTokens", "Fairness", "RequestSpec", "EngineOptions", "HogwildScheduler", "PlanKind",
+    "ForcedTokens", "Fairness", "RequestSpec", "EngineOptions", "HogwildScheduler", "PlanKind", "GroupKind", "HogwildKind", "ForkJoinKind",
 ])
 def test_the_classes_the_doc_names_exist(name: str) -> None:
     assert f"`{name}`" in DOC or f"`{name}." in DOC, name

@@ -138,6 +138,6 @@ def test_an_accepted_run_is_cut_where_the_engine_must_place_text() -> None:
         a.output_token_ids.append(token)
         return False
 
-    kept, stopped = table.accept_run(worker, run, accept)  # the loop the scheduler runs
-    assert (kept, stopped) == (3, False)  # "ab!" ends a paragraph: the next token is the next prefix's, placed by the engine
+    accepted, stopped = table.accept_run(worker, run, accept)  # the loop the scheduler runs
+    assert (accepted, stopped) == (3, False)  # "ab!" ends a paragraph: the next token is the next prefix's, placed by the engine
     assert table.groups["g"].driver.queues[0]  # queued

@@ -125,14 +125,16 @@ def _prefix(worker: int) -> re.Pattern:
 
 
 @dataclass(frozen=True)
-class Step:
+class Paragraph:
+    """One worker's paragraph of a transcript (the collab protocol's "step", as its prompt calls it)."""
+
     worker: int
     number: int  # counted from 1, as in the prefix
     text: str  # from its prefix to the next one (or the end)
     joined_at: int  # the token index (the group step) whose feeding moved it into the history
 
 
-def transcript(pieces: Sequence[Sequence[str]]) -> list[Step]:
+def transcript(pieces: Sequence[Sequence[str]]) -> list[Paragraph]:
     """Every worker's steps in the order they joined the shared history (named and collab protocols).
 
     Only a worker's own prefix, at a token boundary, starts one of its steps:
@@ -163,10 +165,10 @@ def transcript(pieces: Sequence[Sequence[str]]) -> list[Step]:
             b = bounds[k + 1] if k + 1 < len(bounds) else len(text)
             joined = token_at[b] if b in token_at and b < len(text) else len(toks)
             m = _prefix(w).match(text, a)
-            steps.append(Step(w, int(m.group(1)) if m else 0, text[a:b], joined))
+            steps.append(Paragraph(w, int(m.group(1)) if m else 0, text[a:b], joined))
     return sorted(steps, key=lambda s: (s.joined_at, s.worker))
 
 
-def render_transcript(steps: Sequence[Step]) -> str:
+def render_transcript(steps: Sequence[Paragraph]) -> str:
     return "".join(s.text if s.text.endswith("\n") else s.text + "\n\n" for s in steps)
 

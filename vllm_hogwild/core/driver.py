@@ -70,7 +70,7 @@ class ProtocolDriver(PlacedTokens):
         self.named = options.protocol in NAMED_PROTOCOLS
         super().__init__(num_workers)
         self.num_observed = [0] * num_workers  # output tokens of each lane seen so far
-        self.step_numbers = [1] * num_workers  # the step each worker writes
+        self.paragraph_numbers = [1] * num_workers  # the step each worker writes
         self.checked_at = [0] * num_workers  # group tokens at each worker's last redundancy check
         self.answers = (
             [WindowMatcher(answer_regex(options.answer_pattern)) for _ in range(num_workers)]
@@ -108,10 +108,10 @@ class ProtocolDriver(PlacedTokens):
     def _queue_next_prefix(self, worker: int, index: int) -> None:
         # The group's tokens seen so far: the others' as last observed, this worker's up to ``index``.
         seen = sum(self.num_observed)
-        number = self.step_numbers[worker] + 1
+        number = self.paragraph_numbers[worker] + 1
         check = RedundancyChecks(self.options.redundancy_every).due(self.checked_at[worker], seen)
         prefix = self.encode(paragraph_prefix(worker, number, self.num_workers, check))
-        self.step_numbers[worker] = number
+        self.paragraph_numbers[worker] = number
         if check:
             self.checked_at[worker] = seen
         self.queues[worker].extend(prefix)

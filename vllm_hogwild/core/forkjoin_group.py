@@ -1,7 +1,7 @@
 """Fork/join requests as a kind of group: a trunk and branch lanes that forks take. Pure, no vLLM import.
 
-The request's lanes are its workers: lane 0 the trunk, lanes 1..B a pool kept
-out of the engine's queues until a fork takes them (``Group.kept``). The
+The request's lanes are its workers: lane 0 the trunk, lanes 1..B a pool of spare lanes kept
+out of the engine's queues until a fork takes them (``Group.spare``). The
 protocol (:class:`~vllm_hogwild.core.forkjoin.ForkJoinLanes`, driven by
 :class:`~vllm_hogwild.core.driver.ForkJoinDriver`) decides forks and joins from
 the text. This kind's part of the group's life
@@ -39,7 +39,7 @@ class ForkJoinKind:
         held = group.driver.lanes.held([w.request.num_computed_tokens for w in ws],
                                        [w.request.num_output_tokens for w in ws],
                                        [not w.request.is_finished() for w in ws])
-        return [i for i in held if i not in group.kept], False
+        return [i for i in held if i not in group.spare], False
 
     def step(self, table: "GroupTable", group: "Group", scheduled: Mapping[str, int],
              drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
@@ -58,12 +58,12 @@ class ForkJoinKind:
         driver = group.driver
         for w in group.workers[1:]:  # a branch at its budget's last token ends with its end of sequence: the
             # token before is fed (the join reads it), as after a branch end the model wrote
-            if not w.finished and w.index not in group.kept and w.request.num_output_tokens == group.max_tokens - 1:
+            if not w.finished and w.index not in group.spare and w.request.num_output_tokens == group.max_tokens - 1:
                 driver.lanes.end_at_budget(w.index)
         driver.end_lanes([w.eos_token_id for w in group.workers])
         for lane in driver.lanes.take_released():
-            if lane in group.kept:
-                group.kept.discard(lane)
+            if lane in group.spare:
+                group.spare.discard(lane)
                 table.release(group.workers[lane])
 
     def finished(self, table: "GroupTable", group: "Group", worker: "Worker") -> None:

@@ -26,7 +26,7 @@ from vllm_hogwild.core.stats import GroupEnd
 from vllm_hogwild.core.wire import GroupShape, GroupStep
 
 
-class Lane(Protocol):
+class EngineRequest(Protocol):
     """What the core reads of a worker's engine request (vLLM's ``Request`` has these)."""
 
     num_computed_tokens: int  # tokens of the lane whose K/V is written (or scheduled to be, this step)
@@ -54,7 +54,7 @@ class Worker:
     group: "Group"
     index: int
     request_id: str
-    request: Any  # the client's engine request (read through :class:`Lane` only)
+    request: Any  # the client's engine request (read through :class:`EngineRequest` only)
     eos_token_id: int | None = None
     text: Callable[[int], str] | None = None  # the text each sampled token adds (groups that observe text)
     hidden: Callable[[int], str] | None = None  # fork/join: a token's text the client's text leaves out ("": none)
@@ -118,7 +118,7 @@ class Group:
     num_live: int = 0  # workers that have not stopped
     counters: GroupCounters | None = None
     replay: Replay | None = None  # preempted or replaying: what each lane re-feeds
-    kept: set[int] = field(default_factory=set)  # lanes kept out of the engine's queues until a fork takes them
+    spare: set[int] = field(default_factory=set)  # lanes no fork has taken: out of the engine's queues until one does
     fork_sent: int = 0  # fork/join: the version of the fork state the worker processes hold
 
     @classmethod
@@ -133,7 +133,7 @@ class Group:
                                     max_positions)
             return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, None, driver,
                        StepLog(n, prompt_len), FORK_JOIN, workers=[None] * n, num_live=n, counters=GroupCounters(n),
-                       kept=set(driver.lanes.pool))
+                       spare=set(driver.lanes.pool))
         driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
         return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
                    StepLog(n, prompt_len), HOGWILD, workers=[None] * n, num_live=n, counters=GroupCounters(n))

@@ -45,7 +45,7 @@ class PreemptAndReplay:
         group = self._running.pop(group_id)
         self._observing.pop(group_id, None)
         self._replaying.pop(group_id, None)
-        self._keeping.pop(group_id, None)
+        self._with_spares.pop(group_id, None)
         self._unsettled.discard(group_id)
         if group.replay is None:
             group.replay = Replay(group.log, [w.length() for w in group.workers])
@@ -56,7 +56,7 @@ class PreemptAndReplay:
         for w in group.workers:
             self.promises.set(w.lane_request_id, None)
             if not w.finished:
-                if w.index not in group.kept and w.index not in pending:  # (kept lanes wait in the table already)
+                if w.index not in group.spare and w.index not in pending:  # (spare lanes wait in the table already)
                     preemption.requests.append(w.request)
                 continue
             if w.lane_request is not w.request:  # a replay request: dropped whatever it holds

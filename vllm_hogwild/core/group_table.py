@@ -35,7 +35,7 @@ allocation takes that whole budget (:meth:`first_allocation`): no group is
 ever preempted.
 
 The table reads a worker's engine request only through
-:class:`~vllm_hogwild.core.group.Lane` (vLLM's ``Request`` has those fields);
+:class:`~vllm_hogwild.core.group.EngineRequest` (vLLM's ``Request`` has those fields);
 per step it works on the groups that changed: a group decoding in lock-step
 costs one counter.
 """
@@ -110,8 +110,8 @@ class GroupTable(PreemptAndReplay):
         # requests handed to the engine's waiting queue, not scheduled yet -> slots their first allocation takes
         # (with `reserve` the whole budget, which that allocation reserves: :meth:`first_allocation`)
         self.promises = Promises(block_size)
-        self._keeping: dict[str, Group] = {}  # admitted groups that keep lanes out of the queues (fork/join)
-        self._released: list[Worker] = []  # kept lanes to hand to the engine's queue at the next admission
+        self._with_spares: dict[str, Group] = {}  # admitted groups that keep lanes out of the queues (fork/join)
+        self._released: list[Worker] = []  # spare lanes a fork took, for the engine's queue at the next admission
         self._unsettled: set[str] = set()  # admitted groups whose kind may hold workers back (:meth:`holds`)
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
@@ -200,18 +200,18 @@ class GroupTable(PreemptAndReplay):
             need = p // bs + sum(-(-(max(k, p) + 1 + self.slack) // bs) - p // bs for k in group.replay.targets)
         else:
             need = blocks_for_group(group.prompt_len, 1 if self.on_demand else group.max_tokens, n, bs, self.slack)
-        kept_lanes, kept_blocks = self._kept()
-        return fits(need, self.promises.num_blocks + kept_blocks, room.watermark_blocks, room.free_blocks,
-                    room.num_running + len(self.promises) + kept_lanes, n, room.max_running)
+        spare_lanes, spare_blocks = self._spare()
+        return fits(need, self.promises.num_blocks + spare_blocks, room.watermark_blocks, room.free_blocks,
+                    room.num_running + len(self.promises) + spare_lanes, n, room.max_running)
 
-    def _kept(self) -> tuple[int, int]:
-        """Lanes kept back until a fork takes them, and the blocks their first allocations will take: no later
+    def _spare(self) -> tuple[int, int]:
+        """Spare lanes (no fork took them yet), and the blocks their first allocations will take: no later
         admission may take those (a sequence that forks waits for them). O(admitted groups that keep lanes)."""
         lanes = blocks = 0
-        for group in self._keeping.values():
-            if group.kept:
-                lanes += len(group.kept)
-                blocks += len(group.kept) * -(-self._first_slots(group) // self.block_size)
+        for group in self._with_spares.values():
+            if group.spare:
+                lanes += len(group.spare)
+                blocks += len(group.spare) * -(-self._first_slots(group) // self.block_size)
         return lanes, blocks
 
     def _admit(self, group: Group, admission: Admission) -> None:
@@ -226,10 +226,10 @@ class GroupTable(PreemptAndReplay):
         group.counters.admitted_time = group.counters.admitted_time or self._clock()
         group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
         self._unsettled.add(group.group_id)
-        live = [w for w in group.workers if not w.request.is_finished() and w.index not in group.kept]
+        live = [w for w in group.workers if not w.request.is_finished() and w.index not in group.spare]
         self._num_held -= len(live)
-        if group.kept:
-            self._keeping[group.group_id] = group
+        if group.spare:
+            self._with_spares[group.group_id] = group
         for worker in live:
             slots = (max(group.replay.targets[worker.index], group.prompt_len) + 1 + self.slack if resumed
                      else self._first_slots(group))
@@ -387,14 +387,14 @@ class GroupTable(PreemptAndReplay):
 
     def accept_run(self, worker: Worker, tokens: list[int], accept) -> tuple[int, bool]:
         """Speculative decoding: ``accept(token) -> stopped`` for each token of an accepted run, up to the first
-        that stops the worker or after which the engine must place the next token. ``(kept, stopped)``."""
-        kept, stopped = 0, False
+        that stops the worker or after which the engine must place the next token. ``(accepted, stopped)``."""
+        accepted, stopped = 0, False
         for token in tokens:
             stopped = accept(token)
-            kept += 1
+            accepted += 1
             if stopped or self.must_place(worker):
                 break
-        return kept, stopped
+        return accepted, stopped
 
     def after_outputs(self) -> None:
         """The step's outputs are in: show each driver its workers' new text; an answer stops its group.
@@ -408,7 +408,7 @@ class GroupTable(PreemptAndReplay):
             group.kind.after_outputs(self, group)
 
     def release(self, worker: Worker) -> None:
-        """A kept lane goes to the engine's queue at the next admission."""
+        """A spare lane a fork took goes to the engine's queue at the next admission."""
         self._released.append(worker)
 
     def _observe(self, worker: Worker) -> None:
@@ -435,8 +435,8 @@ class GroupTable(PreemptAndReplay):
         self.promises.set(request_id, None)
         if group.phase not in (Phase.ADMITTED, Phase.REPLAYING):
             self._num_held -= 1  # aborted while its group waited
-        elif worker.index in group.kept or any(w is worker for w in self._released):  # a kept lane
-            group.kept.discard(worker.index)  # not handed to the engine's queue yet (aborted)
+        elif worker.index in group.spare or any(w is worker for w in self._released):  # a spare lane
+            group.spare.discard(worker.index)  # not handed to the engine's queue yet (aborted)
             self._released = [w for w in self._released if w is not worker]
             self._num_held -= 1
         self._observe(worker)
@@ -467,7 +467,7 @@ class GroupTable(PreemptAndReplay):
         self._running.pop(group.group_id, None)
         self._observing.pop(group.group_id, None)
         self._replaying.pop(group.group_id, None)
-        self._keeping.pop(group.group_id, None)
+        self._with_spares.pop(group.group_id, None)
         self._unsettled.discard(group.group_id)
         if group.shape_sent or group.log.num_steps:
             self._ended.append(group.group_id)

@@ -42,7 +42,7 @@ class BatchRow:
 
 
 @dataclass
-class _Lane:
+class _LaneState:
     length: int  # tokens co-workers read (accepted, written)
     blocks: tuple[int, ...]  # its block table, from position 0
     live: Sequence[int] | None = None  # the engine's own block list for it (grows in place), once known
@@ -59,7 +59,7 @@ class GroupViews:
         self.paragraph_starts = self.paragraph_starts or [self.shape.prompt_len] * len(self.shape.request_ids)
         self.separators = Separators(**{
             name: None if r is None else Span(0, *r) for name, r in zip(SEPARATOR_NAMES, self.shape.separators)})
-        self.lanes = [_Lane(self.shape.prompt_len, tuple(b)) for b in self.shape.block_ids]
+        self.lanes = [_LaneState(self.shape.prompt_len, tuple(b)) for b in self.shape.block_ids]
 
     def reshape(self, shape: GroupShape) -> None:
         """The group resumed: its lanes live in these requests and blocks now; lengths and history stay."""

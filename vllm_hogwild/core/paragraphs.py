@@ -35,7 +35,7 @@ PARAGRAPH_END = "[.!?][\"'\u201d\u2019)\\]*_]*[ \t]*\n[ \t]*\n"  # RE2 syntax; t
 
 
 @dataclass
-class _Lane:
+class _LaneParagraphs:
     paragraph_start: int  # stored position where the oldest paragraph not in the history starts
     text: str = ""  # text sampled since the last paragraph end: at most its last LOOKBACK_CHARS characters
     cut: bool = False  # text lost its beginning: its first character is context only
@@ -58,13 +58,13 @@ class ParagraphTracker:
     prompt_len: int
     paragraph_end: str = PARAGRAPH_END  # the option step_end
     history: list[Span] = field(default_factory=list)  # finished paragraphs, in the order they joined
-    _lanes: list[_Lane] = field(default_factory=list)
+    _lanes: list[_LaneParagraphs] = field(default_factory=list)
     _pattern: Any = None
     _num_pending: int = 0  # lanes with a paragraph end (or a stop) not joined yet
 
     def __post_init__(self) -> None:
         self._pattern = compile_pattern("step_end", self.paragraph_end)
-        self._lanes = [_Lane(self.prompt_len) for _ in range(self.num_workers)]
+        self._lanes = [_LaneParagraphs(self.prompt_len) for _ in range(self.num_workers)]
 
     @property
     def pending(self) -> bool:

@@ -45,7 +45,9 @@ def steps(t_serial: float, parallel: float, coordination: float, workers: int) -
 
 
 @dataclass(frozen=True)
-class Plan:
+class Sizing:
+    """The planner's answer for a workload: the group size with the fewest predicted steps (1: no group)."""
+
     best_workers: int  # 1: do not use Hogwild
     steps: float  # T(best)
     speedup: float  # T_serial / T(best)
@@ -56,11 +58,11 @@ class Plan:
         return self.best_workers > 1
 
 
-def plan(t_serial: float, parallel: float, coordination: float, max_workers: int = 8) -> Plan:
+def plan(t_serial: float, parallel: float, coordination: float, max_workers: int = 8) -> Sizing:
     """The best number of workers (1 to ``max_workers``) for a job; ties go to fewer workers."""
     table = {n: steps(t_serial, parallel, coordination, n) for n in range(1, max_workers + 1)}
     best = min(table, key=lambda n: (table[n], n))
-    return Plan(best, table[best], t_serial / table[best], table)
+    return Sizing(best, table[best], t_serial / table[best], table)
 
 
 def optimum(t_serial: float, parallel: float, coordination: float) -> float:
@@ -135,7 +137,7 @@ class Recommendation:
     workers: int
     speedup: float  # the wall-clock model's estimate for Hogwild (1.0 when Hogwild is not chosen)
     reasons: tuple[str, ...]
-    plan: Plan
+    plan: Sizing
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -182,7 +184,7 @@ def route(w: Workload) -> Recommendation:
     return _plain_or_speculative(w, p, reasons)
 
 
-def _plain_or_speculative(w: Workload, p: Plan, reasons: list[str]) -> Recommendation:
+def _plain_or_speculative(w: Workload, p: Sizing, reasons: list[str]) -> Recommendation:
     if w.draft_model:
         reasons.append("sequential work: speculative decoding cuts its latency without extra sequences")
         return Recommendation("speculative", 1, 1.0, tuple(reasons), p)

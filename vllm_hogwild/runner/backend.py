@@ -8,7 +8,7 @@ A Hogwild backend is a platform's vLLM backend with two mixins put in front:
   reduced to a context of their own query tokens (so the native kernel never
   reads their whole lane: no row is computed twice), and plans segment attention
   for them once, recording the plan in the context beside the metadata it belongs
-  to (:class:`HogwildStep`, the same type on every platform).
+  to (:class:`HogwildPlan`, the same type on every platform).
 - :class:`HogwildImplMixin` (every layer): runs the native kernel (which also
   writes the step's K/V), then overwrites the Hogwild rows with segment
   attention over the cache read in place, with the plan the context holds for
@@ -49,7 +49,7 @@ CPU_BACKEND_PATH = "vllm_hogwild.runner.backend.HogwildCPUAttentionBackend"
 
 
 @dataclass(frozen=True)
-class HogwildStep:
+class HogwildPlan:
     """A builder's plan for one step's metadata, on every platform: the plan and how to read this cache."""
 
     plan: sa.SegmentAttentionPlan
@@ -148,14 +148,14 @@ class HogwildBuilderMixin:
         plan = sa.plan(query_rows, self.hogwild_block_size, self.hogwild_rope,
                        sa.kind_for(self.hogwild_path, query_rows, self.hogwild_block_size),
                        num_tokens=common_attn_metadata.num_actual_tokens, device=self.device)
-        step.add_plan(metadata, HogwildStep(plan, self.hogwild_k_transposed))
+        step.add_plan(metadata, HogwildPlan(plan, self.hogwild_k_transposed))
         return metadata
 
 
 class HogwildImplMixin:
     """Put first in the bases of a platform's attention implementation."""
 
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildStep):
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan):
         """This platform's cache as a :mod:`vllm_hogwild.attention.kv_layout` reader."""
         raise NotImplementedError
 
@@ -178,7 +178,7 @@ class HogwildCPUMetadataBuilder(HogwildBuilderMixin, CPUAttentionMetadataBuilder
 
 
 class HogwildCPUAttentionImpl(HogwildImplMixin, CPUAttentionBackendImpl):
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildStep) -> CpuPagedKV:
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan) -> CpuPagedKV:
         return CpuPagedKV(kv_cache, step.k_transposed)
 
 

@@ -20,7 +20,7 @@ from vllm.v1.attention.backends.flash_attn import (
     FlashAttentionMetadataBuilder,
 )
 
-from vllm_hogwild.runner.backend import HogwildBuilderMixin, HogwildImplMixin, HogwildStep
+from vllm_hogwild.runner.backend import HogwildBuilderMixin, HogwildImplMixin, HogwildPlan
 from vllm_hogwild.attention.kv_layout import PlainPagedKV
 
 CUDA_BACKEND_PATH = "vllm_hogwild.runner.backend_cuda.HogwildFlashAttentionBackend"
@@ -31,7 +31,7 @@ class HogwildFlashAttentionMetadataBuilder(HogwildBuilderMixin, FlashAttentionMe
 
 
 class HogwildFlashAttentionImpl(HogwildImplMixin, FlashAttentionImpl):
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildStep) -> PlainPagedKV:
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan) -> PlainPagedKV:
         key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
         return PlainPagedKV(key_cache, value_cache)
 

@@ -33,7 +33,7 @@ class StepViews:
 class StepContext:
     views: StepViews | None = None
     forced_rows: dict[int, int] | None = None  # logits row -> forced token (or ARGMAX), this step's sampler's
-    _plans: list[tuple[Any, Any]] = field(default_factory=list)  # (metadata, its HogwildStep), this step's
+    _plans: list[tuple[Any, Any]] = field(default_factory=list)  # (metadata, its HogwildPlan), this step's
 
     def set(self, views: StepViews, forced_rows: dict[int, int] | None) -> None:
         """A real step's publication (it replaces everything of the step before)."""

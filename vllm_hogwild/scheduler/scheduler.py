@@ -253,13 +253,13 @@ class HogwildScheduler(Scheduler):
         if worker is None or len(new_token_ids) == 1 or not worker.group.driver.places_tokens:
             new_token_ids, stopped = Scheduler._update_request_with_output(self, request, new_token_ids, *args, **kwargs)
         else:
-            kept, stopped = self.table.accept_run(
+            accepted, stopped = self.table.accept_run(
                 worker, new_token_ids,
                 lambda token: Scheduler._update_request_with_output(self, request, [token], *args, **kwargs)[1])
-            if kept < len(new_token_ids):
+            if accepted < len(new_token_ids):
                 if not stopped:  # what is dropped was computed as drafts: roll back as vLLM does for rejections
-                    request.num_computed_tokens -= len(new_token_ids) - kept
-                del new_token_ids[kept:]
+                    request.num_computed_tokens -= len(new_token_ids) - accepted
+                del new_token_ids[accepted:]
         if worker is not None and stopped:  # tokens accepted after the stop were computed but are not the lane's
             request.num_computed_tokens = min(request.num_computed_tokens, request.num_tokens - 1)
         return new_token_ids, stopped

@@ -58,7 +58,7 @@ class _Delta:
 
 
 @dataclass
-class _Lane(_Delta):
+class _LaneOutput(_Delta):
     """One lane's output so far."""
 
     finished: bool = False
@@ -69,13 +69,13 @@ class _Lane(_Delta):
 
 
 @dataclass
-class _Fork:
+class _ForkOutput:
     tokens: int  # the fork point in the parent's output tokens
     chars: int  # ... and characters
     lanes: tuple[int, ...]  # its branches, in the goal's order
     next_lane: int = 0  # its branches sent whole so far
 
-    def __lt__(self, other: "_Fork") -> bool:
+    def __lt__(self, other: "_ForkOutput") -> bool:
         return self.tokens < other.tokens
 
 
@@ -115,11 +115,11 @@ class Assembly:
     def __init__(self, spec: RequestSpec, streaming: bool) -> None:
         self.spec = spec
         self.streaming = streaming
-        self.lanes = [_Lane() for _ in range(spec.num_workers)]
-        self.forks: dict[int, list[_Fork]] = {}  # by the lane that forked, in fork-point order
+        self.lanes = [_LaneOutput() for _ in range(spec.num_workers)]
+        self.forks: dict[int, list[_ForkOutput]] = {}  # by the lane that forked, in fork-point order
         self.trunk_final: Any = None  # the trunk's last output, held until every lane has ended
         if spec.fork_now:  # the prompt ends in a goal: the trunk forks before its first token, into lanes 1..k
-            self.forks[0] = [_Fork(0, 0, tuple(range(1, len(spec.fork_now) + 1)))]
+            self.forks[0] = [_ForkOutput(0, 0, tuple(range(1, len(spec.fork_now) + 1)))]
 
     def _take(self, output) -> None:
         """One output of a lane in: its text, tokens and logprobs; a lane ≥ 1's record, and with it its fork."""
@@ -140,7 +140,7 @@ class Assembly:
         if first and record.get("branch") is not None:  # the first of its fork's lanes to speak brings the fork
             forks = self.forks.setdefault(record["parent"], [])
             if all(f.tokens != record["fork_tokens"] for f in forks):
-                insort(forks, _Fork(record["fork_tokens"], record["fork_chars"], tuple(record["lanes"])))
+                insort(forks, _ForkOutput(record["fork_tokens"], record["fork_chars"], tuple(record["lanes"])))
 
     # -- a whole completion --------------------------------------------------------------------------
 
@@ -201,7 +201,7 @@ class Assembly:
         return lane.finished
 
     @staticmethod
-    def _send(lane: _Lane, tokens: int, chars: int, out: _Delta) -> None:
+    def _send(lane: _LaneOutput, tokens: int, chars: int, out: _Delta) -> None:
         tokens, chars = min(tokens, len(lane.token_ids)), min(chars, len(lane.text))
         if tokens > lane.sent_tokens or chars > lane.sent_chars:
             a = lane.sent_tokens
