@@ -15,4 +15,7 @@ fi
 # workers those threads outnumber the cores; OpenMP's barriers then wait on descheduled threads and torch's
 # small ops ran up to 15 times slower (a module that takes 35 s alone took 515 s beside another).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# And no pinning: vLLM's CPU engines in their own processes (servers, Ray replicas) bind their model worker to
+# core 0 by default (core 1 reserved), so every engine the two workers start would share one core.
+export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
 exec .venv/bin/python -m pytest -n "$workers" --no-loadscope-reorder --durations=15 "$@"
