@@ -160,12 +160,12 @@ def test_disconnect_mid_stream_aborts_the_group_and_frees_its_blocks(server) -> 
     generated_before = server.metric("hogwild:group_generation_tokens_sum")
     stream = c.completions.create(
         model="smollm2", prompt="Write a very long story about a dragon. " * 40, n=n, max_tokens=400,
-        temperature=0.8, stream=True, extra_body={"vllm_xargs": RAW, "ignore_eos": True},
+        temperature=0.8, stream=True, logprobs=0, extra_body={"vllm_xargs": RAW, "ignore_eos": True},
     )
-    received = [0] * n
+    received = [0] * n  # tokens, not chunks: a chunk carries every token of its worker since the last one
     for chunk in stream:
         for choice in chunk.choices:
-            received[choice.index] += 1
+            received[choice.index] += len(choice.logprobs.tokens)
         if sum(received) >= 10 * n:
             break
     assert server.metric("hogwild:kv_cache_free_blocks") < free_before  # the group holds blocks
@@ -178,7 +178,8 @@ def test_disconnect_mid_stream_aborts_the_group_and_frees_its_blocks(server) -> 
     assert server.metric("hogwild:kv_cache_free_blocks") == free_before
     generated = server.metric("hogwild:group_generation_tokens_sum") - generated_before
     steps_after_disconnect = (generated - sum(received)) / n
-    assert 0 <= steps_after_disconnect <= 3, (generated, received)
+    # (a step or two of tokens may have been written to the socket before the client closed it)
+    assert 0 <= steps_after_disconnect <= 5, (generated, received)
 
 
 def test_the_attention_path_is_logged_once_and_labelled_in_metrics(server) -> None:
