@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.table_engine import FakeEngine
 from vllm_hogwild.core.group import Group, Worker
+from vllm_hogwild.core.group_kinds import new_group
 from vllm_hogwild.core.group_views import BatchRow, GroupViews, ViewRegistry
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
 from vllm_hogwild.core.views import Separators, Span, build_views, segments_of
@@ -24,7 +25,7 @@ def encode(text: str) -> list[int]:
 
 
 def make_group(n: int, **options) -> Group:
-    group = Group.create("g", RequestSpec(RequestOptions(**options), n), max_tokens=64, prompt_len=P,
+    group = new_group("g", RequestSpec(RequestOptions(**options), n), max_tokens=64, prompt_len=P,
                          arrival=0.0, arrival_time=0.0, encode=encode)
     for w in range(n):
         group.workers[w] = Worker(group, w, f"{w}_g", request=SimpleNamespace(request_id=f"{w}_g"))

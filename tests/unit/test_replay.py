@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.unit.table_engine import FakeEngine
-from vllm_hogwild.core.group import Group, Worker
+from vllm_hogwild.core.group import Worker
+from vllm_hogwild.core.group_kinds import new_group
 from vllm_hogwild.core.group_views import BatchRow, GroupViews
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
 from vllm_hogwild.core.replay import PROMPT, Replay
@@ -101,7 +102,7 @@ def test_views_of_accepted_drafts_are_those_of_the_step_that_verified_them(layou
     rng = random.Random(seed)
     n, bs = 3, 4
     options = {"layout": layout, **({"step_end": "!"} if layout == "combined" else {})}
-    group = Group.create("g", RequestSpec(RequestOptions(**options), n), 100, P, 0.0, 0.0, encode=lambda t: [])
+    group = new_group("g", RequestSpec(RequestOptions(**options), n), 100, P, 0.0, 0.0, encode=lambda t: [])
     for w in range(n):
         group.workers[w] = Worker(group, w, f"{w}_g", SimpleNamespace(request_id=f"{w}_g"))
     tables = [tuple(range(100 * w, 100 * w + 40)) for w in range(n)]
@@ -136,7 +137,7 @@ def test_views_of_accepted_drafts_are_those_of_the_step_that_verified_them(layou
 def _logged_group(seed: int, n: int = 3, steps: int = 30):
     """A contiguous group decoding in lock-step, with some workers sitting some steps out."""
     rng = random.Random(seed)
-    group = Group.create("g", RequestSpec(RequestOptions(), n), 100, P, 0.0, 0.0, encode=lambda t: [])
+    group = new_group("g", RequestSpec(RequestOptions(), n), 100, P, 0.0, 0.0, encode=lambda t: [])
     lens = [P] * n
     for _ in range(steps):
         decoding = [w for w in range(n) if rng.random() < 0.8] or [1]

@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from .source import ClassRef, SourceTree
-from .syntax import find_text, signature
 from .kinds import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, ENV_VAR, FIELD, FUNCTION, INIT_ATTRIBUTE, METHOD,
                     NO_DEFAULT, READS, SETTABLE, SOURCE, TouchPoint)
+from .source import SourceTree
+from .syntax import ClassRef, find_text, signature
 from .table import TOUCH_POINTS
 
 OK, CHANGED, MISSING = "OK", "CHANGED", "MISSING"

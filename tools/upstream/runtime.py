@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .check import CHANGED, MISSING, Broken, Checker, Field, Member, Result, Signature, SourceText
-from .source import ClassRef, SourceTree
 from .kinds import NO_DEFAULT, TouchPoint
+from .source import SourceTree
+from .syntax import ClassRef
 
 
 def _unwrap(function: Any) -> Any:

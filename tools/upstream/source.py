@@ -12,58 +12,12 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
-from .syntax import _FUNCTIONS, binding_rank, body_statements, bound_names, pick_function, self_assignments, self_calls
-
-
-@dataclass
-class Module:
-    """One parsed source file."""
-
-    name: str
-    path: Path
-    relative_path: str  # path shown in reports ("vllm/v1/request.py")
-    tree: ast.Module
-    source: str
-    is_package: bool
-
-    @property
-    def package(self) -> str:
-        return self.name if self.is_package else self.name.rpartition(".")[0]
-
-    def at(self, node: ast.AST | None) -> str:
-        """``"vllm/x.py:12"``: where ``node`` starts (the file alone for no node)."""
-        return f"{self.relative_path}:{getattr(node, 'lineno', 1)}" if node is not None else self.relative_path
-
-
-@dataclass
-class ClassRef:
-    """A class statement and the module it is in."""
-
-    module: Module
-    node: ast.ClassDef
-
-    @property
-    def name(self) -> str:
-        return self.node.name
-
-    @property
-    def identity(self) -> tuple[str, int]:
-        return self.module.relative_path, self.node.lineno
-
-    def at(self) -> str:
-        return self.module.at(self.node)
-
-
-@dataclass
-class External:
-    """A base class outside the tree (``msgspec.Struct``, ``BaseModel``, ``ABC``...): its dotted name."""
-
-    name: str
+from .syntax import (_FUNCTIONS, ClassRef, External, Module, binding_rank, body_statements, bound_names,
+                     pick_function, self_assignments, self_calls)
 
 
 def release_version(root: Path) -> str:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .check import CHANGED, MISSING, Broken, Checker, Field, Member, Result, Signature, SourceText, where_now
-from .source import ClassRef, External, Module, SourceTree
-from .syntax import (call_kind, class_keywords, dataclass_options, decorator_names, is_classvar, literal, pick_function,
-                     signature, source_of)
 from .kinds import CLASS, ENV_VAR, TouchPoint
+from .source import SourceTree
+from .syntax import (ClassRef, External, Module, call_kind, class_keywords, dataclass_options, decorator_names,
+                     is_classvar, literal, pick_function, signature, source_of)
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 

@@ -1,6 +1,7 @@
 """Questions about single syntax nodes of vLLM's sources: a function's parameters, its decorators, whether it is
-an async generator, a literal default, the names a statement binds, the text at a line. :mod:`.source` walks
-modules and classes with these."""
+an async generator, a literal default, the names a statement binds, the text at a line; and the records of a
+parsed file (:class:`Module`) and a class statement in it (:class:`ClassRef`). :mod:`.source` walks modules and
+classes with these."""
 
 from __future__ import annotations
 
@@ -8,13 +9,58 @@ import ast
 import bisect
 import itertools
 import re
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 from .kinds import NO_DEFAULT
 
-if TYPE_CHECKING:
-    from .source import ClassRef, Module
+
+@dataclass
+class Module:
+    """One parsed source file."""
+
+    name: str
+    path: Path
+    relative_path: str  # path shown in reports ("vllm/v1/request.py")
+    tree: ast.Module
+    source: str
+    is_package: bool
+
+    @property
+    def package(self) -> str:
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+    def at(self, node: ast.AST | None) -> str:
+        """``"vllm/x.py:12"``: where ``node`` starts (the file alone for no node)."""
+        return f"{self.relative_path}:{getattr(node, 'lineno', 1)}" if node is not None else self.relative_path
+
+
+@dataclass
+class ClassRef:
+    """A class statement and the module it is in."""
+
+    module: Module
+    node: ast.ClassDef
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def identity(self) -> tuple[str, int]:
+        return self.module.relative_path, self.node.lineno
+
+    def at(self) -> str:
+        return self.module.at(self.node)
+
+
+@dataclass
+class External:
+    """A base class outside the tree (``msgspec.Struct``, ``BaseModel``, ``ABC``...): its dotted name."""
+
+    name: str
 
 
 

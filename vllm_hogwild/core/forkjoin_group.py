@@ -23,25 +23,42 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from vllm_hogwild.core.driver import ForkJoinDriver
+from vllm_hogwild.core.group import Group, GroupCounters
+from vllm_hogwild.core.replay import StepLog
 from vllm_hogwild.core.wire import GroupFork
 
 if TYPE_CHECKING:
-    from vllm_hogwild.core.group import Group, Worker
-    from vllm_hogwild.core.group_table import GroupTable
+    from vllm_hogwild.core.group import Worker
+    from vllm_hogwild.core.group_kind import KindTable
+    from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupStep
 
 
 class ForkJoinKind:
     name = "fork/join"
 
-    def holds(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+    def takes(self, options: "RequestOptions") -> bool:
+        return options.forks
+
+    def new_group(self, group_id: str, spec: "RequestSpec", max_tokens: int, prompt_len: int, arrival: float,
+                  arrival_time: float, encode: Callable[[str], list[int]],
+                  max_positions: int | None = None) -> Group:
+        n = spec.num_workers
+        driver = ForkJoinDriver(spec.options, n, max_tokens, prompt_len, encode, spec.fork_now, spec.open_goal,
+                                max_positions)
+        return Group(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, None, driver,
+                     StepLog(n, prompt_len), self, workers=[None] * n, num_live=n, counters=GroupCounters(n),
+                     spare=set(driver.lanes.pool))
+
+    def holds(self, group: Group, steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
         ws = group.workers
         held = group.driver.lanes.held([w.request.num_computed_tokens for w in ws],
                                        [w.request.num_output_tokens for w in ws],
                                        [not w.request.is_finished() for w in ws])
         return [i for i in held if i not in group.spare], False
 
-    def step(self, table: "GroupTable", group: "Group", scheduled: Mapping[str, int],
+    def step(self, table: "KindTable", group: Group, scheduled: Mapping[str, int],
              drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
              all_scheduled: bool) -> tuple["GroupStep | None", GroupFork | None]:
         if group.driver.places_tokens:
@@ -54,7 +71,7 @@ class ForkJoinKind:
         # (the decoding lanes change as forks start and join: every step is logged, none is lock-step)
         return table.decode_step(group, scheduled, drafts), fork
 
-    def after_outputs(self, table: "GroupTable", group: "Group") -> None:
+    def after_outputs(self, table: "KindTable", group: Group) -> None:
         driver = group.driver
         for w in group.workers[1:]:  # a branch at its budget's last token ends with its end of sequence: the
             # token before is fed (the join reads it), as after a branch end the model wrote
@@ -66,7 +83,7 @@ class ForkJoinKind:
                 group.spare.discard(lane)
                 table.release(group.workers[lane])
 
-    def finished(self, table: "GroupTable", group: "Group", worker: "Worker") -> None:
+    def finished(self, table: "KindTable", group: Group, worker: "Worker") -> None:
         if worker.index == 0:
             group.driver.lanes.trunk_finished()
             self.after_outputs(table, group)

@@ -16,11 +16,8 @@ from enum import Enum
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from vllm_hogwild.core.driver import ForkJoinDriver, ProtocolDriver
-from vllm_hogwild.core.forkjoin_group import FORK_JOIN
-from vllm_hogwild.core.group_kind import GroupKind
-from vllm_hogwild.core.hogwild_group import HOGWILD
-from vllm_hogwild.core.options import HISTORY_LAYOUTS, RequestSpec
-from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
+from vllm_hogwild.core.options import RequestSpec
+from vllm_hogwild.core.paragraphs import ParagraphTracker
 from vllm_hogwild.core.replay import Replay, StepLog
 from vllm_hogwild.core.stats import GroupEnd
 from vllm_hogwild.core.wire import GroupShape, GroupStep
@@ -109,7 +106,7 @@ class Group:
     tracker: ParagraphTracker | None
     driver: ProtocolDriver | ForkJoinDriver
     log: StepLog
-    kind: GroupKind  # what this kind of group decides for itself (the table calls it, never branches on it)
+    kind: Any  # its GroupKind (core/group_kind.py): what this kind of group decides for itself
     workers: list[Worker | None] = field(default_factory=list)
     phase: Phase = Phase.GATHERING
     shape_sent: bool = False  # the worker processes have this group's shape
@@ -120,23 +117,6 @@ class Group:
     replay: Replay | None = None  # preempted or replaying: what each lane re-feeds
     spare: set[int] = field(default_factory=set)  # lanes no fork has taken: out of the engine's queues until one does
     fork_sent: int = 0  # fork/join: the version of the fork state the worker processes hold
-
-    @classmethod
-    def create(cls, group_id: str, spec: RequestSpec, max_tokens: int, prompt_len: int, arrival: float,
-               arrival_time: float, encode: Callable[[str], list[int]], max_positions: int | None = None) -> "Group":
-        """``max_positions``: the context window (fork/join requests keep every view position below it)."""
-        n, options = spec.num_workers, spec.options
-        tracker = (ParagraphTracker(n, prompt_len, options.step_end or PARAGRAPH_END)
-                   if options.layout in HISTORY_LAYOUTS else None)
-        if options.forks:
-            driver = ForkJoinDriver(options, n, max_tokens, prompt_len, encode, spec.fork_now, spec.open_goal,
-                                    max_positions)
-            return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, None, driver,
-                       StepLog(n, prompt_len), FORK_JOIN, workers=[None] * n, num_live=n, counters=GroupCounters(n),
-                       spare=set(driver.lanes.pool))
-        driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
-        return cls(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
-                   StepLog(n, prompt_len), HOGWILD, workers=[None] * n, num_live=n, counters=GroupCounters(n))
 
     @property
     def num_workers(self) -> int:

@@ -11,11 +11,14 @@ and the end. What a kind of group decides for itself, it decides through a
 - :meth:`~GroupKind.finished`: a worker's request ended;
 - :meth:`~GroupKind.record`: what the front end must learn of a worker (None: nothing).
 
-Two kinds exist: Hogwild groups (:mod:`vllm_hogwild.core.hogwild_group`: N
-workers in lock-step, the raw and collab protocols) and fork/join requests
-(:mod:`vllm_hogwild.core.forkjoin_group`: a trunk and branch lanes that forks
-take). :meth:`vllm_hogwild.core.group.Group.create` picks one from the request's
-options; a third kind is a new module with a class of these five methods.
+A kind also says which requests it takes (:meth:`~GroupKind.takes`) and builds
+their groups (:meth:`~GroupKind.new_group`). Two kinds exist: Hogwild groups
+(:mod:`vllm_hogwild.core.hogwild_group`: N workers in lock-step, the raw and
+collab protocols) and fork/join requests (:mod:`vllm_hogwild.core.forkjoin_group`:
+a trunk and branch lanes that forks take); :mod:`vllm_hogwild.core.group_kinds`
+lists them and picks one for a request. A third kind is a new module with a
+class of these methods, and a line in that list. The kinds see the table only
+through :class:`KindTable`.
 """
 
 from __future__ import annotations
@@ -24,27 +27,48 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from vllm_hogwild.core.group import Group, Worker
-    from vllm_hogwild.core.group_table import GroupTable
+    from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupFork, GroupStep
 
 
+class KindTable(Protocol):
+    """What a kind uses of the group table (:class:`~vllm_hogwild.core.group_table.GroupTable` has these)."""
+
+    speculative: bool  # the engine verifies drafts
+
+    def decode_step(self, group: "Group", scheduled: Mapping[str, int],
+                    drafts: Mapping[str, Sequence[int]]) -> "GroupStep | None": ...
+
+    def release(self, worker: "Worker") -> None: ...
+
+
 class GroupKind(Protocol):
+    def takes(self, options: "RequestOptions") -> bool:
+        """Whether requests with these options are groups of this kind."""
+
+    def new_group(self, group_id: str, spec: "RequestSpec", max_tokens: int, prompt_len: int, arrival: float,
+                  arrival_time: float, encode: Callable[[str], list[int]],
+                  max_positions: int | None = None) -> "Group":
+        """A group of this kind, no worker arrived yet (``arrival``: wall clock, fairness; ``arrival_time``:
+        monotonic, metrics; ``encode``: text to token ids, for placed text; ``max_positions``: the context
+        window)."""
+
     def holds(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
         """The workers (indices) that sit this engine step out, and whether the group is settled: in step with
         itself, so that the table need not ask again until it falls out of step. ``steps_of(worker)``: the
         engine steps in which it accepted tokens."""
 
-    def step(self, table: "GroupTable", group: "Group", scheduled: Mapping[str, int],
+    def step(self, table: KindTable, group: "Group", scheduled: Mapping[str, int],
              drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
              all_scheduled: bool) -> tuple["GroupStep | None", "GroupFork | None"]:
         """The group's part of the step's wire (vLLM has scheduled; token counts are advanced): its
         :class:`~vllm_hogwild.core.wire.GroupStep` and :class:`~vllm_hogwild.core.wire.GroupFork` (None: the
         worker processes need none). Tokens the engine places go into ``forced`` (request id -> token)."""
 
-    def after_outputs(self, table: "GroupTable", group: "Group") -> None:
+    def after_outputs(self, table: KindTable, group: "Group") -> None:
         """The step's outputs are in and every driver has seen its workers' new text."""
 
-    def finished(self, table: "GroupTable", group: "Group", worker: "Worker") -> None:
+    def finished(self, table: KindTable, group: "Group", worker: "Worker") -> None:
         """``worker``'s request ended (its lane's length is final)."""
 
     def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:

@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from vllm_hogwild.core.admission import Decision, Fairness, Promises, fits
 from vllm_hogwild.core.group import Group, Phase, Worker, parse_request_id
+from vllm_hogwild.core.group_kinds import new_group
 from vllm_hogwild.core.group_replay import PreemptAndReplay
 from vllm_hogwild.core.options import KV_MODES, RequestSpec, blocks_for_group
 from vllm_hogwild.core.stats import HogwildStats
@@ -148,8 +149,8 @@ class GroupTable(PreemptAndReplay):
         group_id, index = parse_request_id(request_id, spec.num_workers)
         group = self.groups.get(group_id)
         if group is None:
-            group = Group.create(group_id, spec, max_tokens, prompt_len, arrival=arrival,
-                                 arrival_time=self._clock(), encode=self._encode, max_positions=self.max_positions)
+            group = new_group(group_id, spec, max_tokens, prompt_len, arrival=arrival,
+                              arrival_time=self._clock(), encode=self._encode, max_positions=self.max_positions)
             self.groups[group_id] = group
             self._waiting[group_id] = group
         worker = Worker(group, index, request_id, request, eos_token_id)

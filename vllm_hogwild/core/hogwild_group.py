@@ -21,22 +21,41 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from vllm_hogwild.core.admission import ahead_of_group
+from vllm_hogwild.core.driver import ProtocolDriver
+from vllm_hogwild.core.group import Group, GroupCounters
+from vllm_hogwild.core.options import HISTORY_LAYOUTS
+from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
+from vllm_hogwild.core.replay import StepLog
 
 if TYPE_CHECKING:
-    from vllm_hogwild.core.group import Group, Worker
-    from vllm_hogwild.core.group_table import GroupTable
+    from vllm_hogwild.core.group import Worker
+    from vllm_hogwild.core.group_kind import KindTable
+    from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupFork, GroupStep
 
 
 class HogwildKind:
     name = "hogwild"
 
-    def holds(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+    def takes(self, options: "RequestOptions") -> bool:
+        return not options.forks
+
+    def new_group(self, group_id: str, spec: "RequestSpec", max_tokens: int, prompt_len: int, arrival: float,
+                  arrival_time: float, encode: Callable[[str], list[int]],
+                  max_positions: int | None = None) -> Group:
+        n, options = spec.num_workers, spec.options
+        tracker = (ParagraphTracker(n, prompt_len, options.step_end or PARAGRAPH_END)
+                   if options.layout in HISTORY_LAYOUTS else None)
+        driver = ProtocolDriver(options, n, max_tokens, prompt_len, tracker, encode)
+        return Group(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
+                     StepLog(n, prompt_len), self, workers=[None] * n, num_live=n, counters=GroupCounters(n))
+
+    def holds(self, group: Group, steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
         ahead = ahead_of_group([None if w.request.is_finished() else steps_of(w) for w in group.workers])
         group.in_step = group.prefilled and not ahead
         return ahead, group.in_step
 
-    def step(self, table: "GroupTable", group: "Group", scheduled: Mapping[str, int],
+    def step(self, table: "KindTable", group: Group, scheduled: Mapping[str, int],
              drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
              all_scheduled: bool) -> tuple["GroupStep | None", "GroupFork | None"]:
         if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
@@ -53,10 +72,10 @@ class HogwildKind:
             return None, None
         return table.decode_step(group, scheduled, drafts), None
 
-    def after_outputs(self, table: "GroupTable", group: "Group") -> None:
+    def after_outputs(self, table: "KindTable", group: Group) -> None:
         return None
 
-    def finished(self, table: "GroupTable", group: "Group", worker: "Worker") -> None:
+    def finished(self, table: "KindTable", group: Group, worker: "Worker") -> None:
         return None
 
     def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:
