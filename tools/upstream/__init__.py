@@ -33,13 +33,13 @@ from .check import CHANGED, MISSING, OK, Broken, Checker, Reader, Result
 from .cli import main, report
 from .fetch import (DEFAULT_INDEX, DEFAULT_JSON, check_patches, default_cache, extract_sources, fetch_sources,
                     find_wheel, pick_wheel)
+from .kinds import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, ENV_VAR, FIELD, FUNCTION, INIT_ATTRIBUTE, KINDS, METHOD,
+                    NO_DEFAULT, READS, SCHEDULER_OUTPUT_ATTRS, SETTABLE, SOURCE, TouchPoint)
 from .runtime import RuntimeReader, check_runtime
 from .source import SourceTree, release_version
-from .syntax import ClassRef, External, Module
 from .static import StaticReader, check_static
-from .table import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, ENV_VAR, FIELD, FUNCTION, INIT_ATTRIBUTE, KINDS, METHOD,
-                    NO_DEFAULT, READS, SCHEDULER_OUTPUT_ATTRS, SET_ATTRIBUTES, SETTABLE, SOURCE, TOUCH_POINTS,
-                    TouchPoint)
+from .syntax import ClassRef, External, Module
+from .table import SET_ATTRIBUTES, TOUCH_POINTS
 
 __all__ = [
     "ABSTRACT", "ATTRIBUTE", "CHANGED", "CLASS", "CONSTANT", "DEFAULT_INDEX", "DEFAULT_JSON", "ENV_VAR", "FIELD",

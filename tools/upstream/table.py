@@ -1,11 +1,10 @@
 """The table: :data:`TOUCH_POINTS`, every row of :mod:`.rows_front` and :mod:`.rows_engine` in a fixed order.
 
-The kinds of touch point and :class:`TouchPoint` itself are in :mod:`.kinds` (re-exported here).
+The kinds of touch point and :class:`TouchPoint` itself are in :mod:`.kinds`.
 """
 
 from __future__ import annotations
 
-from .kinds import *  # noqa: F401,F403
 from .kinds import SETTABLE, TouchPoint
 from .rows_engine import (attention_backends, cpu_sampling, detokenizer, forcing, runner_hook, scheduler,
                           step_wire, tools, workers)
