@@ -39,6 +39,8 @@ NO_PATCH_FLAGS = ("none: the flags are a convenience over vLLM's own --additiona
                   "which needs no hook")
 NO_PATCH_FORKJOIN = ("none: one completion assembled from the lanes of a fork/join request is this plugin's "
                      "protocol; vLLM would need fork/join requests of its own to retire it")
+NO_PATCH_LANE_CHANNEL = ("none: the client decodes with the plugin's subclass of vLLM's output structs; a "
+                         "per-request field for plugins in EngineCoreOutput upstream would retire it")
 NO_PATCH_OVERRIDE = "none: subclassing through scheduler_cls is vLLM's own extension point"
 
 
@@ -104,6 +106,8 @@ HOOKS: tuple[Hook, ...] = (
            "vllm_hogwild.serving.forkjoin", "completion_stream", NO_PATCH_FORKJOIN),
     _class("vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat.chat_completion_stream_generator",
            "vllm_hogwild.serving.forkjoin", "chat_stream", NO_PATCH_FORKJOIN),
+    _class("vllm.v1.engine.core_client:MPClient.__init__",
+           "vllm_hogwild.serving.forkjoin", "client_init", NO_PATCH_LANE_CHANNEL),
     # -- instance wraps (each by the code that owns the object) --
     Hook("vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots", "instance", "vllm_hogwild.scheduler.kv",
          "04-scheduler-lookahead.patch"),

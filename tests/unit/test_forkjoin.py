@@ -144,7 +144,8 @@ def _waiting(lanes, computed, sampled, live=None):
 
 
 def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes, read_record, lane_record
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+    from vllm_hogwild.core.lane_channel import RECORD_VERSION, LaneRecord
 
     P = 20
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=5, prompt_len=P, max_tokens=500)
@@ -194,11 +195,10 @@ def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> N
     assert view.spans == (Span(0, 0, p0), Span(1, P, P + 10), Span(2, P, P + 7), Span(3, P, P + 8), Span(0, p0, p0 + 2))
     assert view.view_starts() == [0, p0, p0, p0, p0 + 10]
     assert fork_view(P, lens, 4, lanes.state).spans == (Span(4, 0, P),), "a spare lane reads its own lane"
-    record = read_record(lane_record(lanes.record(2, 8, True)))
-    assert record == {"lane": 2, "branch": "2", "parent": 0, "lanes": [1, 2, 3], "fork_tokens": 35,
-                      "fork_chars": len(GOAL_MV), "keep": 7}
-    assert "keep" not in lanes.record(2), "a record before the lane finished"
-    assert lanes.record(4, 1, True) == {"lane": 4, "branch": None, "keep": 0} and read_record("a stop string") is None
+    assert lanes.record(2, 8, True) == LaneRecord(RECORD_VERSION, 2, branch="2", parent=0, lanes=(1, 2, 3),
+                                                  fork_tokens=35, fork_chars=len(GOAL_MV), keep=7)
+    assert lanes.record(2).keep is None, "a record before the lane finished"
+    assert lanes.record(4, 1, True) == LaneRecord(RECORD_VERSION, 4, keep=0)
     lanes.trunk_finished()
     assert lanes.take_released() == [4] and lanes.lanes_to_stop() == [4], "spare lanes end once the trunk has"
 
@@ -262,7 +262,7 @@ def test_a_branch_forks_again_nested_and_the_trunk_forks_again_after_its_join() 
     lens[5] = P + 2
     view = fork_view(P, lens, 5, lanes.state)
     assert view.view_starts()[-1] == p0 + extent1 + 10 and view.spans[-1] == Span(5, P, P + 2)
-    assert lanes.record(5)["fork_tokens"] == 40 and lanes.record(3)["parent"] == 1
+    assert lanes.record(5).fork_tokens == 40 and lanes.record(3).parent == 1
     # No lane left: the next goal does not fork, and says why.
     assert _feed(lanes, lens, 5, "x</Path>", 1) == {} and lanes.stopped(5, lens[5])
     assert _feed(lanes, lens, 0, goal, 9) == {} and "free branch lanes (0)" in lanes.unforked
@@ -295,7 +295,7 @@ def test_tags_that_are_special_tokens_fork_though_the_clients_text_leaves_them_o
         assert lanes.observe(0, visible, 5 + i, hidden) == {}
     place = lanes.observe(0, "", 15, "</Goal>")
     assert set(place) == {0, 1, 2} and lanes.state.forks[0].at == 15
-    assert lanes.record(1)["fork_chars"] == len("Split.\n\n\n1: a\n2: b\n"), "the client's characters"
+    assert lanes.record(1).fork_chars == len("Split.\n\n\n1: a\n2: b\n"), "the client's characters"
     assert lanes.observe(1, "\n\n1: a", 8, "") == {} and lanes.observe(1, "", 9, "</Path>") == {}
     assert lanes.lanes_to_stop() == [1], "a branch end that is a special token ends the branch"
 
@@ -305,7 +305,7 @@ def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules
 
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=5, max_tokens=500)
     assert lanes.observe(0, GOAL_MV, 40) == {} and lanes.state is None  # three parts, two branch lanes
-    assert "3 parts" in lanes.unforked and lanes.record(1, 0, False)["unforked"] == lanes.unforked
+    assert "3 parts" in lanes.unforked and lanes.record(1, 0, False).unforked == lanes.unforked
     lanes.trunk_finished()
     assert lanes.take_released() == [1, 2] and lanes.lanes_to_stop() == [1, 2], "unused lanes end at once"
     npr = ForkJoinLanes(NPR, num_lanes=6, prompt_len=5, max_tokens=1500)
@@ -326,7 +326,7 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     the fork; the branches decode while the trunk waits; each ends with its end of sequence once it wrote its
     end; the trunk goes on with the join header once every branch has stopped; every lane is freed."""
     from tests.unit.table_engine import EOS, FakeEngine, decode
-    from vllm_hogwild.core.forkjoin import read_record
+    from vllm_hogwild.core.lane_channel import RECORD_VERSION, LaneRecord
 
     engine = FakeEngine(prompt_len=6)
     trunk_script = "Go <Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>" + "x" * 200
@@ -337,9 +337,9 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     stop = engine.stop
 
     def stop_and_record(request):
-        reason = engine.table.fork_record(request.request_id, finished=True)
-        if reason is not None:
-            records[request.request_id] = read_record(reason)
+        record = engine.table.lane_record(request.request_id, finished=True)
+        if record is not None:
+            records[request.request_id] = record
         stop(request)
 
     engine.stop = stop_and_record
@@ -373,9 +373,9 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     # The branches decode while the trunk waits; its join header goes on once both stopped.
     last_branch = max(step for step, rid, _ in order if rid in ("1_g", "2_g"))
     assert not [i for step, rid, i in order if rid == "0_g" and after < step <= last_branch]
-    assert records["1_g"] == {"lane": 1, "branch": "1", "parent": 0, "lanes": [1, 2], "fork_tokens": goal_len,
-                              "fork_chars": goal_len, "keep": len(texts["1_g"])}
-    assert records["3_g"]["branch"] is None and records["3_g"]["keep"] == 0
+    assert records["1_g"] == LaneRecord(RECORD_VERSION, 1, branch="1", parent=0, lanes=(1, 2), fork_tokens=goal_len,
+                                        fork_chars=goal_len, keep=len(texts["1_g"]))
+    assert records["3_g"].branch is None and records["3_g"].keep == 0
     forks = [f.state.forks for w in engine.wires for f in w.forks]
     assert len(forks) == 2 and forks[0][0].ends is None and forks[1][0].ends == (6 + len(texts["1_g"]),
                                                                                6 + len(texts["2_g"]))

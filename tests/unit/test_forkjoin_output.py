@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.core.forkjoin import lane_record
+from vllm_hogwild.core.lane_channel import new_record
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
 from vllm_hogwild.serving.forkjoin import Assembly
 
@@ -19,22 +19,23 @@ SPEC = RequestSpec(RequestOptions(layout="forkjoin", protocol="multiverse"), num
 
 
 def out(index, text, ids, finish=None, record=None):
+    """A lane's CompletionOutput as the output processor hands it over: a lane ≥ 1's record attached."""
     from vllm.logprobs import Logprob
     from vllm.outputs import CompletionOutput
 
-    return CompletionOutput(index=index, text=text, token_ids=list(ids), cumulative_logprob=None,
-                            logprobs=[{t: Logprob(-0.5)} for t in ids], finish_reason=finish,
-                            stop_reason=None if record is None else lane_record(record))
+    completion = CompletionOutput(index=index, text=text, token_ids=list(ids), cumulative_logprob=None,
+                                  logprobs=[{t: Logprob(-0.5)} for t in ids], finish_reason=finish, stop_reason=None)
+    if record is not None:
+        completion.hogwild_lane = record
+    return completion
 
 
 def rec(lane, branch, keep=None, parent=0, lanes=(1, 2), tokens=2, chars=11):
     """A lane's record as the engine sends it: from its first output on; ``keep`` with its last."""
-    out = {"lane": lane, "branch": branch}
-    if branch is not None:
-        out.update(parent=parent, lanes=list(lanes), fork_tokens=tokens, fork_chars=chars)
-    if keep is not None:
-        out["keep"] = keep
-    return out
+    if branch is None:
+        return new_record(lane, keep=keep)
+    return new_record(lane, branch=branch, parent=parent, lanes=tuple(lanes), fork_tokens=tokens, fork_chars=chars,
+                      keep=keep)
 
 
 # The engine's order: trunk "Plan" "</Goal>"; every branch lane's first sample (its header), each output with
@@ -71,6 +72,8 @@ def finals(events):
         f.token_ids = [*f.token_ids, *o.token_ids]
         f.logprobs = [*f.logprobs, *o.logprobs]
         f.finish_reason, f.stop_reason = o.finish_reason, o.stop_reason
+        if getattr(o, "hogwild_lane", None) is not None:
+            f.hogwild_lane = o.hogwild_lane
     return list(whole.values())
 
 
@@ -196,3 +199,29 @@ def test_a_fork_the_prompt_ends_in_is_known_before_any_branch_speaks() -> None:
     deltas = [d for o, finished in events if (d := assembly.stream(o, finished)) is not None]
     assert "".join(d.text for d in deltas) == "\nP1: a\nP2:<C> so"
     assert [t for d in deltas for t in d.token_ids] == [20, 21, 30, 12, 13]
+
+
+def test_a_lane_record_crosses_vllms_own_wire_only_with_the_plugins_types() -> None:
+    """The engine core's batch, encoded by vLLM's own encoder, decoded as the hooked client does: the record
+    arrives with its output, every other output is vLLM's. Control: vLLM's stock decoder drops the field."""
+    import msgspec
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+    from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+
+    from vllm_hogwild.core.lane_channel import LaneRecord, check, output_types, record_of, with_record
+
+    output_type, outputs_type = output_types(EngineCoreOutput, EngineCoreOutputs)
+    assert output_types(EngineCoreOutput, EngineCoreOutputs) == (output_type, outputs_type), "one pair per process"
+    record = rec(2, "3.1", 5, parent=1, lanes=(2, 4))
+    lane = EngineCoreOutput("lane-2", [7, 8], finish_reason=None, stop_reason=None)
+    batch = EngineCoreOutputs(outputs=[EngineCoreOutput("plain", [1]), with_record(lane, record, output_type)])
+    assert batch.outputs[1].new_token_ids == [7, 8] and batch.outputs[1].stop_reason is None
+    frames = MsgpackEncoder().encode(batch)
+    got = MsgpackDecoder(outputs_type).decode(frames)
+    assert [record_of(o) for o in got.outputs] == [None, record]
+    assert got.outputs[1].new_token_ids == [7, 8] and got.outputs[0].request_id == "plain"
+    stock = MsgpackDecoder(EngineCoreOutputs).decode(frames)
+    assert [record_of(o) for o in stock.outputs] == [None, None], "vLLM's decoder drops a field it does not know"
+    with pytest.raises(RuntimeError, match="version 99"):
+        check(msgspec.structs.replace(record, version=99))
+    assert isinstance(record, LaneRecord)

@@ -210,6 +210,10 @@ def accept_steps() -> list[TouchPoint]:
                    text="outputs.timestamp,"),
         TouchPoint("vllm.outputs", "CompletionOutput", CLASS,
                    ACCEPT_STEPS + ": a dataclass that takes the `hogwild` attribute (and " + FORKJOIN + " builds one)"),
+        TouchPoint("vllm.outputs", "CompletionOutput", SETTABLE, ACCEPT_STEPS + ": the accept steps; a fork/join "
+                   "lane's record", params=("hogwild", "hogwild_lane")),
+        TouchPoint(OUTPUT_PROCESSOR, "RequestState", SETTABLE, ACCEPT_STEPS + ": the accept steps so far; a fork/join "
+                   "lane's latest record", params=("hogwild_accept_steps", "hogwild_lane")),
     ]
 
 
@@ -237,9 +241,34 @@ def forkjoin() -> list[TouchPoint]:
         TouchPoint(ASYNC_LLM, "AsyncLLM", SOURCE, REQUEST_CHECK + ": the lanes are vLLM's n fan-out of the params "
                    "process_inputs returned", text="params = request.params"),
         TouchPoint(LLM_ENGINE, "LLMEngine", SOURCE, REQUEST_CHECK + ": the same offline", text="params = request.params"),
-        TouchPoint(SCHEDULER, "Scheduler.update_from_output", SOURCE, HOGWILD_SCHEDULER + ": a lane's record rides "
-                   "on the stop_reason it finishes with", text="stop_reason=request.stop_reason"),
+        *lane_channel(),
         *same_kind("vllm.outputs", "CompletionOutput", FIELD,
                    ("index", "text", "token_ids", "cumulative_logprob", "logprobs", "finish_reason", "stop_reason",
                     "lora_request"), FORKJOIN),
+    ]
+
+
+LANE_CHANNEL = "core/lane_channel.py (a fork/join lane's record on the plugin's own output field)"
+CORE_CLIENT = "vllm.v1.engine.core_client"
+
+
+def lane_channel() -> list[TouchPoint]:
+    """A fork/join lane's record: a subclass of vLLM's output structs with one more field, decoded so."""
+    return [
+        TouchPoint(ENGINE_CORE_REQUEST, "EngineCoreOutput", CLASS, LANE_CHANNEL + ": subclassed with a field"),
+        TouchPoint(ENGINE_CORE_REQUEST, "EngineCoreOutputs", CLASS, LANE_CHANNEL + ": subclassed, its outputs retyped"),
+        TouchPoint(ENGINE_CORE_REQUEST, "EngineCoreOutput.request_id", FIELD, HOGWILD_SCHEDULER + ": a lane's output"),
+        TouchPoint(ENGINE_CORE_REQUEST, "EngineCoreOutputs.outputs", FIELD,
+                   HOGWILD_SCHEDULER + ": a lane's output replaced by the subclass", writes=True),
+        TouchPoint(SCHEDULER, "Scheduler.update_from_output", SOURCE, HOGWILD_SCHEDULER + ": the outputs it returns "
+                   "are EngineCoreOutputs per client", text="EngineCoreOutputs(outputs=outs)"),
+        TouchPoint(CORE_CLIENT, "MPClient.__init__", METHOD, "serving/forkjoin.client_init: the subclass decoder",
+                   params=("self", "asyncio_mode", "vllm_config"), own=True, call="sync"),
+        TouchPoint(CORE_CLIENT, "MPClient.decoder", INIT_ATTRIBUTE, "serving/forkjoin.client_init", writes=True),
+        TouchPoint(CORE_CLIENT, "MPClient.vllm_config", INIT_ATTRIBUTE, "serving/forkjoin.client_init"),
+        TouchPoint(CORE_CLIENT, "SyncMPClient.__init__", SOURCE, "serving/forkjoin.client_init: the output thread "
+                   "takes the decoder MPClient.__init__ left", text="decoder = self.decoder"),
+        TouchPoint(CORE_CLIENT, "AsyncMPClient._ensure_output_queue_task", SOURCE, "serving/forkjoin.client_init: the "
+                   "output task takes the decoder MPClient.__init__ left", text="decoder = self.decoder"),
+        TouchPoint("vllm.v1.serial_utils", "MsgpackDecoder", CLASS, "serving/forkjoin.client_init"),
     ]

@@ -21,8 +21,9 @@ request's forks make a tree. Serving one request: :class:`ForkJoinLanes` is
 its lanes' state (the trunk and every branch, each fork, the pool of lanes
 forks take, the order of events around a fork, which lanes sit out a step),
 :func:`~vllm_hogwild.core.fork_views.fork_view` what each lane reads given the forks
-(:class:`~vllm_hogwild.core.fork_views.ForkState`, which crosses to the worker processes), and :func:`lane_record` what a lane
-≥ 1 tells the front end with each output, so that the lanes come out as one
+(:class:`~vllm_hogwild.core.fork_views.ForkState`, which crosses to the worker processes), and
+:meth:`ForkJoinLanes.record` what a lane ≥ 1 tells the front end
+(:mod:`vllm_hogwild.core.lane_channel`), so that the lanes come out as one
 completion (``vllm_hogwild/serving/forkjoin.py``).
 
 Detection is bounded per token: the goal end is matched with RE2 over a
@@ -39,6 +40,7 @@ from typing import Sequence
 
 from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.core.fork_views import ForkNode, ForkState
+from vllm_hogwild.core.lane_channel import LaneRecord, new_record
 from vllm_hogwild.core.patterns import WindowMatcher, compile_pattern
 
 MAX_GOAL_CHARS = 16_384  # a goal longer than this (start tag to end tag) counts the entries of its tail only
@@ -408,40 +410,20 @@ class ForkJoinLanes:
                 hold.update(b for b in running if sampled[b] > slowest)
         return hold
 
-    def record(self, lane: int, num_output: int | None = None, ends_with_eos: bool = False) -> dict:
-        """What the front end needs of a lane ≥ 1 to assemble the document (see :func:`lane_record`), from its
-        first output on: its part (None: no fork took it), its fork (the parent lane, the fork's lanes, the
-        fork point in the parent's output tokens and characters); once it finished (``num_output``: its
-        output tokens), ``keep``: how many are the branch's (an end of sequence is not)."""
+    def record(self, lane: int, num_output: int | None = None, ends_with_eos: bool = False) -> LaneRecord:
+        """What the front end needs of a lane ≥ 1 to assemble the document (a
+        :class:`~vllm_hogwild.core.lane_channel.LaneRecord`), from its first output on: its part (None: no fork
+        took it), its fork (the parent lane, the fork's lanes, the fork point in the parent's output tokens and
+        characters); once it finished (``num_output``: its output tokens), ``keep``: how many are the branch's
+        (an end of sequence is not)."""
         strand = self.strands.get(lane)
-        out: dict = {"lane": lane, "branch": None if strand is None else strand.number}
+        fields: dict = {}
         if strand is not None:
             fork = self._fork_of[lane]
-            out.update(parent=fork.parent, lanes=list(fork.lanes), fork_tokens=fork.at - self.prompt_len,
-                       fork_chars=fork.parent_chars)
+            fields.update(branch=strand.number, parent=fork.parent, lanes=tuple(fork.lanes),
+                          fork_tokens=fork.at - self.prompt_len, fork_chars=fork.parent_chars)
         if num_output is not None:
-            out["keep"] = 0 if strand is None else num_output - (1 if ends_with_eos else 0)
+            fields["keep"] = 0 if strand is None else num_output - (1 if ends_with_eos else 0)
         if self.unforked:
-            out["unforked"] = self.unforked
-        return out
-
-
-RECORD_PREFIX = "hogwild-fork:"  # a lane ≥ 1's stop_reason: how it takes part (the front end reads and drops it)
-
-
-def lane_record(record: dict) -> str:
-    import json
-
-    return RECORD_PREFIX + json.dumps(record, separators=(",", ":"))
-
-
-def is_record(stop_reason) -> bool:
-    return isinstance(stop_reason, str) and stop_reason.startswith(RECORD_PREFIX)
-
-
-def read_record(stop_reason) -> dict | None:
-    import json
-
-    if not is_record(stop_reason):
-        return None
-    return json.loads(stop_reason[len(RECORD_PREFIX):])
+            fields["unforked"] = self.unforked
+        return new_record(lane, **fields)

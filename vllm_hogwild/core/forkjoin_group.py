@@ -21,7 +21,7 @@ the text. This kind's part of the group's life
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from vllm_hogwild.core.driver import ForkJoinDriver
 from vllm_hogwild.core.group import Group, GroupCounters
@@ -31,6 +31,7 @@ from vllm_hogwild.core.wire import GroupFork
 if TYPE_CHECKING:
     from vllm_hogwild.core.group import Worker
     from vllm_hogwild.core.group_kind import KindTable
+    from vllm_hogwild.core.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupStep
 
@@ -90,7 +91,7 @@ class ForkJoinKind:
         else:
             group.driver.lanes.stopped(worker.index, worker.lane_len)
 
-    def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:
+    def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
         if worker.index == 0:
             return None
         lanes = worker.group.driver.lanes

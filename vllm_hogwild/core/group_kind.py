@@ -23,10 +23,11 @@ through :class:`KindTable`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from vllm_hogwild.core.group import Group, Worker
+    from vllm_hogwild.core.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupFork, GroupStep
 
@@ -71,6 +72,7 @@ class GroupKind(Protocol):
     def finished(self, table: KindTable, group: "Group", worker: "Worker") -> None:
         """``worker``'s request ended (its lane's length is final)."""
 
-    def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:
-        """What the front end must learn of ``worker`` with its outputs (``finished``: with its last one);
-        None: nothing beyond vLLM's own output."""
+    def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
+        """What the front end must learn of ``worker`` with its outputs (``finished``: with its last one), sent
+        on the plugin's own field (:mod:`vllm_hogwild.core.lane_channel`); None: nothing beyond vLLM's own
+        output."""

@@ -50,6 +50,7 @@ from vllm_hogwild.core.admission import Decision, Fairness, Promises, fits
 from vllm_hogwild.core.group import Group, Phase, Worker, parse_request_id
 from vllm_hogwild.core.group_kinds import new_group
 from vllm_hogwild.core.group_replay import PreemptAndReplay
+from vllm_hogwild.core.lane_channel import LaneRecord
 from vllm_hogwild.core.options import KV_MODES, RequestSpec, blocks_for_group
 from vllm_hogwild.core.stats import HogwildStats
 from vllm_hogwild.core.wire import GroupStep, StepWire
@@ -474,15 +475,13 @@ class GroupTable(PreemptAndReplay):
             self._ended.append(group.group_id)
         return parked
 
-    def fork_record(self, request_id: str, finished: bool = False) -> str | None:
+    def lane_record(self, request_id: str, finished: bool = False) -> LaneRecord | None:
         """What the front end must learn of a worker with its outputs, as its kind says
-        (:meth:`~vllm_hogwild.core.group_kind.GroupKind.record`; ``finished``: with its last one), encoded for
-        the output's ``stop_reason``. None: nothing (not a worker, or a kind with nothing to say)."""
-        from vllm_hogwild.core.forkjoin import lane_record
-
+        (:meth:`~vllm_hogwild.core.group_kind.GroupKind.record`; ``finished``: with its last one), for the
+        plugin's own output field (:mod:`vllm_hogwild.core.lane_channel`). None: nothing (not a worker, or a
+        kind with nothing to say)."""
         worker = self.workers.get(request_id)
-        record = None if worker is None else worker.group.kind.record(worker, finished)
-        return None if record is None else lane_record(record)
+        return None if worker is None else worker.group.kind.record(worker, finished)
 
     def _record_end(self, group: Group, block_ids: Callable[[str], Sequence[int]]) -> None:
         self.stats.record(group.end_record([block_ids(w.lane_request_id) for w in group.workers], self.block_size,

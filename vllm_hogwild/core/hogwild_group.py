@@ -18,7 +18,7 @@ This kind's part of a group's life (:class:`~vllm_hogwild.core.group_kind.GroupK
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from vllm_hogwild.core.admission import ahead_of_group
 from vllm_hogwild.core.driver import ProtocolDriver
@@ -30,6 +30,7 @@ from vllm_hogwild.core.replay import StepLog
 if TYPE_CHECKING:
     from vllm_hogwild.core.group import Worker
     from vllm_hogwild.core.group_kind import KindTable
+    from vllm_hogwild.core.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupFork, GroupStep
 
@@ -78,7 +79,7 @@ class HogwildKind:
     def finished(self, table: "KindTable", group: Group, worker: "Worker") -> None:
         return None
 
-    def record(self, worker: "Worker", finished: bool) -> dict[str, Any] | None:
+    def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
         return None
 
 

@@ -14,7 +14,9 @@ plain requests preempted in vLLM's policy order, with vLLM's own
 ``_preempt_request``); a resumed group's lanes re-feed their tokens under the
 table's chunk ends, its finished lanes through replay requests made here.
 Also here, as engine-core glue: each worker's incremental detokenizer
-(:mod:`vllm_hogwild.scheduler.detok`) and the metrics channel.
+(:mod:`vllm_hogwild.scheduler.detok`), the metrics channel, and each fork/join
+lane's record for the front end, on the plugin's own output field
+(:mod:`vllm_hogwild.core.lane_channel`).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from typing import Any
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
 from vllm.v1.request import Request, RequestStatus
 
 from vllm_hogwild.core.group import Phase
 from vllm_hogwild.core.group_table import GroupTable, Room
+from vllm_hogwild.core.lane_channel import LaneRecord, output_types, with_record
 from vllm_hogwild.core.log import get_logger
 from vllm_hogwild.core.options import EngineOptions, runtime_of, spec_of, spec_slack
 from vllm_hogwild.core.stats_channel import StatsSender
@@ -56,6 +60,7 @@ class HogwildScheduler(Scheduler):
         self._resort = False  # workers were queued: vLLM appended those it admitted to `running`
         self._budget = BudgetedAllocation(self.kv_cache_manager, self.table)
         self._room_maker = RoomMaker(self)
+        self._lane_records: dict[str, LaneRecord] = {}  # request id -> its record, to go with its next output
         self._replay_ends: dict[str, int] = {}  # this step's chunk end of each replaying lane
         self._hogwild_tokenizer = None
         self._special_texts: dict[int, str] | None = None  # special token id -> its text, where decoding skips it
@@ -103,9 +108,9 @@ class HogwildScheduler(Scheduler):
                 admission.queue.append(self._replay_request(worker, tokens))
             for request in reversed(admission.queue):
                 self.waiting.prepend_request(request)
-                record = table.fork_record(request.request_id)
-                if record is not None:  # a fork/join lane: how it takes part, with each of its outputs
-                    request.stop_reason = record
+                record = table.lane_record(request.request_id)
+                if record is not None:  # a fork/join lane: how it takes part, with its first output
+                    self._lane_records[request.request_id] = record
         self._budget.install(table.has_reservations)
         if self.num_spec_tokens:
             for request in table.drafts_to_drop():
@@ -242,7 +247,24 @@ class HogwildScheduler(Scheduler):
     def update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)  # workers that end are seen there
         self.table.after_outputs()
+        if self._lane_records:
+            self._send_lane_records(outputs)
         return outputs
+
+    def _send_lane_records(self, outputs) -> None:
+        """Each fork/join lane's new record goes with its output of this step, in the plugin's own field
+        (:mod:`vllm_hogwild.core.lane_channel`); a record whose lane ended without an output (aborted) is
+        dropped. O(outputs) in a step with records to send, nothing otherwise."""
+        pending = self._lane_records
+        output_type = output_types(EngineCoreOutput, EngineCoreOutputs)[0]
+        for batch in outputs.values():
+            items = batch.outputs
+            for i, output in enumerate(items):
+                record = pending.pop(output.request_id, None)
+                if record is not None:
+                    items[i] = with_record(output, record, output_type)
+        for request_id in [r for r in pending if r not in self.requests]:
+            del pending[request_id]
 
     def _update_worker_with_output(self, request: Request, new_token_ids: list[int], *args: Any, **kwargs: Any):
         """Speculative decoding (this instance's ``_update_request_with_output``): vLLM's, plus per worker:
@@ -276,9 +298,9 @@ class HogwildScheduler(Scheduler):
             return super()._free_blocks(request)
         if request_id not in self.table.workers:
             return super()._free_blocks(request)
-        record = self.table.fork_record(request_id, finished=True)
-        if record is not None:  # a fork/join lane: how it took part, for the front end (called before its output)
-            request.stop_reason = record
+        record = self.table.lane_record(request_id, finished=True)
+        if record is not None:  # a fork/join lane: how it took part, with its last output (built after this)
+            self._lane_records[request_id] = record
         parked = self.table.finish(request_id, self._lane_blocks)
         if parked is None:  # co-workers still read this lane: keep its blocks, drop the request
             self.parked[request_id] = request

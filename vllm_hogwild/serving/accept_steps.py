@@ -17,20 +17,23 @@ anything. O(1) per token.
 Hooks (``vllm_hogwild.hooks``): ``OutputProcessor.add_request`` marks a
 Hogwild worker's state, ``OutputProcessor.process_outputs`` numbers the step
 and records it per new token, ``RequestState._new_completion_output`` attaches
-the numbers (all of them, or the delta's in ``DELTA`` output mode). That last
-wrap also lets a fork/join lane's record (its ``stop_reason``, which vLLM drops
-from every output but the last) go with each of its outputs: the front end
-learns a branch's fork from its first token (``vllm_hogwild/serving/forkjoin.py``).
+the numbers (all of them, or the delta's in ``DELTA`` output mode). The same
+two wraps carry a fork/join lane's record (:mod:`vllm_hogwild.core.lane_channel`,
+sent with its first output and its last): ``process_outputs`` keeps the latest
+on the lane's request state, and every completion of the lane gets it as
+``completion.hogwild_lane``, so the front end learns a branch's fork from its
+first token (``vllm_hogwild/serving/forkjoin.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from vllm_hogwild.core.forkjoin import is_record
+from vllm_hogwild.core.lane_channel import record_of
 from vllm_hogwild.core.options import spec_of
 
 ATTR = "hogwild_accept_steps"  # on vLLM's RequestState: the worker's accept steps so far
+LANE_ATTR = "hogwild_lane"  # on vLLM's RequestState and CompletionOutput: a fork/join lane's latest record
 
 
 def add_request(original, self, request, *args: Any, **kwargs: Any):
@@ -50,6 +53,9 @@ def process_outputs(original, self, engine_core_outputs, engine_core_timestamp=N
     step = getattr(self, "_hogwild_step", 0)
     states = self.request_states
     for output in engine_core_outputs:
+        record = record_of(output)
+        if record is not None and (state := states.get(output.request_id)) is not None:
+            setattr(state, LANE_ATTR, record)
         if output.new_token_ids:
             state = states.get(output.request_id)
             steps = getattr(state, ATTR, None) if state is not None else None
@@ -64,6 +70,7 @@ def new_completion_output(original, self, token_ids, finish_reason, stop_reason,
     if steps is not None:
         n = len(completion.token_ids)
         completion.hogwild = {"accept_steps": steps[len(steps) - n:] if n else []}
-        if completion.stop_reason is None and is_record(stop_reason):
-            completion.stop_reason = stop_reason  # a fork/join lane's record goes with every output, not the last only
+        record = getattr(self, LANE_ATTR, None)
+        if record is not None:
+            completion.hogwild_lane = record
     return completion

@@ -3,10 +3,11 @@
 The front end sends a fork/join request (``n=1``) as ``1 + B`` lanes (vLLM's
 ``n`` fan-out): lane 0 is the trunk, lanes 1..B a pool the forks take their
 branches from (the engine core keeps a lane out of its queues until a fork
-takes it). Every output of a lane ≥ 1 carries its record (its ``stop_reason``,
-see :func:`vllm_hogwild.core.forkjoin.read_record`): which part it decodes,
-which lane forked it and where (the fork point in that lane's output tokens
-and characters), its siblings; its last also how many of its tokens are the
+takes it). Every output of a lane ≥ 1 carries its record
+(``completion.hogwild_lane``, a :class:`~vllm_hogwild.core.lane_channel.LaneRecord`
+sent on the plugin's own output field): which part it decodes, which lane
+forked it and where (the fork point in that lane's output tokens and
+characters), its siblings; its last also how many of its tokens are the
 branch's. vLLM's ``ParentRequest.get_outputs`` is wrapped (:func:`get_outputs`)
 so that the client gets one completion:
 
@@ -34,7 +35,7 @@ from bisect import insort
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_hogwild.core.forkjoin import read_record
+from vllm_hogwild.core.lane_channel import LaneRecord, output_types
 from vllm_hogwild.core.options import SPEC_KEY, RequestSpec
 
 ATTR = "_hogwild_forkjoin"  # on vLLM's ParentRequest: the assembly of its lanes
@@ -62,7 +63,7 @@ class _LaneOutput(_Delta):
     """One lane's output so far."""
 
     finished: bool = False
-    record: dict | None = None
+    record: LaneRecord | None = None
     sent_tokens: int = 0  # tokens of this lane in the document sent so far
     sent_chars: int = 0  # characters of its text sent so far
     next_fork: int = 0  # its forks sent whole so far
@@ -77,6 +78,20 @@ class _ForkOutput:
 
     def __lt__(self, other: "_ForkOutput") -> bool:
         return self.tokens < other.tokens
+
+
+def client_init(original, self, *args: Any, **kwargs: Any):
+    """vLLM's ``MPClient.__init__``: in an engine with Hogwild on, the client decodes each batch of outputs with
+    the types that carry a fork/join lane's record (:func:`~vllm_hogwild.core.lane_channel.output_types`: vLLM's
+    own decoder would drop the field)."""
+    original(self, *args, **kwargs)
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+    from vllm.v1.serial_utils import MsgpackDecoder
+
+    from vllm_hogwild.core.options import EngineOptions
+
+    if EngineOptions.from_additional_config(self.vllm_config.additional_config) is not None:
+        self.decoder = MsgpackDecoder(output_types(EngineCoreOutput, EngineCoreOutputs)[1])
 
 
 def spec_of_parent(parent) -> RequestSpec | None:
@@ -132,15 +147,15 @@ class Assembly:
             return
         if lane.record is not None and not output.finished():
             return  # its record changes only with its last output (how many of its tokens are the branch's)
-        record = read_record(output.stop_reason)
+        record = getattr(output, "hogwild_lane", None)
         if record is None:
             return
         first = lane.record is None
         lane.record = record
-        if first and record.get("branch") is not None:  # the first of its fork's lanes to speak brings the fork
-            forks = self.forks.setdefault(record["parent"], [])
-            if all(f.tokens != record["fork_tokens"] for f in forks):
-                insort(forks, _ForkOutput(record["fork_tokens"], record["fork_chars"], tuple(record["lanes"])))
+        if first and record.branch is not None:  # the first of its fork's lanes to speak brings the fork
+            forks = self.forks.setdefault(record.parent, [])
+            if all(f.tokens != record.fork_tokens for f in forks):
+                insort(forks, _ForkOutput(record.fork_tokens, record.fork_chars, tuple(record.lanes)))
 
     # -- a whole completion --------------------------------------------------------------------------
 
@@ -176,8 +191,8 @@ class Assembly:
     def _own(self, index: int) -> int:
         """The tokens of lane ``index`` that are its own text (a lane ≥ 1's forced end of sequence is not)."""
         lane = self.lanes[index]
-        if index and lane.finished and lane.record is not None and "keep" in lane.record:
-            return lane.record["keep"]
+        if index and lane.finished and lane.record is not None and lane.record.keep is not None:
+            return lane.record.keep
         return len(lane.token_ids)
 
     def _flush(self, index: int, out: _Delta) -> bool:
@@ -216,8 +231,8 @@ class Assembly:
         tokens, sequential steps and its own forks."""
         out = {"protocol": self.spec.options.protocol, "branches_mode": self.spec.options.branches,
                "forked": bool(self.forks)}
-        unforked = next((lane.record["unforked"] for lane in reversed(self.lanes[1:])
-                         if lane.record and lane.record.get("unforked")), None)
+        unforked = next((lane.record.unforked for lane in reversed(self.lanes[1:])
+                         if lane.record is not None and lane.record.unforked), None)
         if unforked:
             out["unforked"] = unforked
         trunk_tokens = len(self.lanes[0].token_ids)
@@ -242,7 +257,7 @@ class Assembly:
             rows = []
             for b in fork.lanes:
                 child = self._node(b)
-                rows.append({"branch": self.lanes[b].record["branch"], "text": child["text"],
+                rows.append({"branch": self.lanes[b].record.branch, "text": child["text"],
                              "num_tokens": child["num_tokens"], "steps": child["steps"],
                              **({"forks": child["forks"]} if child["forks"] else {})})
                 text.append(child["text"])
