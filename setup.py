@@ -25,7 +25,9 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["vllm_hogwild", "vllm_hogwild.*"]),
     # The CPU op is compiled on first use; the trained collaborators ship as HF folders (about 4 MB each).
-    package_data={"vllm_hogwild.attention": ["csrc/*.cpp"], "vllm_hogwild": ["models/*/*"]},
+    # The upstream diffs lie beside the hooks they would retire (vllm_hogwild/patches/).
+    package_data={"vllm_hogwild.attention": ["csrc/*.cpp"], "vllm_hogwild": ["models/*/*"],
+                  "vllm_hogwild.patches": ["*.patch", "README.md"]},
     # RE2: client regular expressions matched in linear time (vllm_hogwild/core/patterns.py).
     install_requires=["google-re2>=1.1"],
     extras_require={

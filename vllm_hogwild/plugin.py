@@ -2,9 +2,11 @@
 
 vLLM calls :func:`register` in every process it starts (API server, engine
 core, each worker, Ray actors). It is cheap and idempotent: it installs the
-class wraps of :data:`vllm_hogwild.hooks.HOOKS` (the switch, the front end's
-request check, fork/join output assembly, metrics, the CLI flag), each of which
-calls straight through unless ``additional_config["hogwild"]`` is given. What
+class wraps of :data:`vllm_hogwild.patches.HOOKS` (the switch, the CLI flags,
+the front end's request checks, accept steps, fork/join output assembly,
+metrics), each of which calls straight through unless
+``additional_config["hogwild"]`` is given or the request carries Hogwild
+options. What
 the switch itself changes for requests without Hogwild options is in the
 README's opening paragraph.
 """
@@ -19,9 +21,9 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    from vllm_hogwild import hooks
+    from vllm_hogwild import patches
 
-    hooks.install()
+    patches.install()
     _registered = True
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from vllm_hogwild.attention.paths import resolve_here
-from vllm_hogwild.core.options import ENGINE_KEY, REFUSED_KEY, RUNTIME_KEY, EngineOptions, HogwildOptionError
+from vllm_hogwild.core.options import RUNTIME_KEY, HogwildOptionError
 from vllm_hogwild.core.stats_channel import new_address
 from vllm_hogwild.core.log import get_logger
 
@@ -24,29 +24,6 @@ SCHEDULER_CLS = "vllm_hogwild.scheduler.scheduler.HogwildScheduler"
 CPU_WORKER_CLS = "vllm_hogwild.runner.worker.HogwildCPUWorker"
 CUDA_WORKER_CLS = "vllm_hogwild.runner.worker_cuda.HogwildGPUWorker"
 DEFAULT_SCHEDULER_CLS = (None, "vllm.v1.core.sched.scheduler.Scheduler")
-
-
-def create_engine_config(original, engine_args, *args, **kwargs):
-    """``EngineArgs.create_engine_config``: with ``additional_config["hogwild"]``, set up Hogwild; else stock."""
-    options = EngineOptions.from_additional_config(engine_args.additional_config)
-    if options is None:
-        return original(engine_args, *args, **kwargs)
-    try:
-        check_model(engine_args.create_model_config())
-    except HogwildOptionError as err:
-        # A model Hogwild cannot serve is served as stock vLLM; Hogwild
-        # requests are then refused one by one, naming the reason.
-        logger.warning("Hogwild is off for this model (%s); Hogwild requests will be refused", err)
-        engine_args.additional_config = {
-            **{k: v for k, v in engine_args.additional_config.items() if k != ENGINE_KEY},
-            REFUSED_KEY: {"parameter": err.parameter, "message": str(err)},
-        }
-        return original(engine_args, *args, **kwargs)
-    select_classes(engine_args)
-    config = original(engine_args, *args, **kwargs)
-    check_engine(config)
-    logger.info("Hogwild switched on: %s", options)
-    return config
 
 
 def select_classes(engine_args, platform=None) -> None:

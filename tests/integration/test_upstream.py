@@ -1,6 +1,6 @@
 """Every vLLM target the plugin hooks still has the shape it relies on; the upstream patches apply.
 
-The table of touch points (``tools/upstream/table.py``) is checked here twice against the
+The table of touch points (``vllm_hogwild/patches/``) is checked here twice against the
 installed vLLM: by its runtime checker (imports, live objects) and by its static checker (the same
 files read as sources, as it reads another release's), and both must find everything OK. The
 attributes the plugin sets on vLLM objects are set on real instances, and the ``SchedulerOutput``
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import importlib
 import inspect
 import pickle
 import py_compile
@@ -24,7 +23,7 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 
-PATCHES = sorted((Path(__file__).parents[2] / "patches").glob("[0-9]*.patch"))
+PATCHES = sorted((Path(__file__).parents[2] / "vllm_hogwild" / "patches").glob("[0-9]*.patch"))
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +52,7 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     from vllm.v1.worker.cpu_worker import CPUWorker
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    from vllm_hogwild import hooks
+    from vllm_hogwild import switch
 
     unwrap = lambda f: getattr(f, "_hogwild_original", f)  # noqa: E731
     assert _params(unwrap(EngineArgs.create_engine_config))[0] == "self"
@@ -70,8 +69,7 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     assert callable(CPUWorker.init_device)
     for field in ("scheduler_cls", "worker_cls", "additional_config", "async_scheduling"):
         assert field in EngineArgs.__dataclass_fields__, field
-    default_scheduler = getattr(hooks, "DEFAULT_SCHEDULER_CLS", None) or importlib.import_module(
-        "vllm_hogwild.switch").DEFAULT_SCHEDULER_CLS  # moved from hooks to engine/switch
+    default_scheduler = switch.DEFAULT_SCHEDULER_CLS
     assert default_scheduler[1] == f"{Scheduler.__module__}.{Scheduler.__name__}"
     # The backend override forgets vLLM's per-process backend choice; forced tokens use the
     # logits-processor interface.
@@ -99,7 +97,7 @@ def test_hooked_targets_have_the_expected_shape() -> None:
     assert callable(preprocess.extract_prompt_len)
     # the reason for cpu_dist: the CLI asks for the "vllm" distribution's version
     assert 'importlib.metadata.version("vllm")' in inspect.getsource(cli_main.main)
-    # the collab preamble in chat and the answer field (hooks._wrap replaces the attribute in
+    # the collab preamble in chat and the answer field (patches._wrap replaces the attribute in
     # the class's own __dict__, so each must be defined there, not inherited)
     from vllm.entrypoints.common.offline import OfflineInferenceMixin
     from vllm.entrypoints.llm import LLM
@@ -226,8 +224,8 @@ def test_scheduler_output_attribute_survives_the_executors_transports() -> None:
 
 
 def test_every_method_hooks_wraps_is_an_own_method_row(monkeypatch) -> None:
-    """``hooks.install`` wraps exactly methods the table checks (defined in the class's own ``__dict__``)."""
-    from vllm_hogwild import hooks
+    """``patches.install`` wraps exactly methods the table checks (defined in the class's own ``__dict__``)."""
+    import vllm_hogwild.patches as hooks
     from tools.upstream import METHOD, TOUCH_POINTS
 
     wrapped = []

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hogwild import hooks
+import vllm_hogwild.patches as hooks
 from vllm_hogwild.attention.paths import PATHS
 from vllm_hogwild.attention.segment_attention import PlanKind
 from vllm_hogwild.core import options, paragraphs, wire
 from vllm_hogwild.core.group import Phase
 from vllm_hogwild.runner import runner_hook
 from vllm_hogwild.switch import SPECULATIVE_METHODS
-from tools.upstream import TOUCH_POINTS
+from vllm_hogwild.patches import TOUCH_POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "vllm_hogwild"
@@ -73,7 +73,7 @@ def test_kernel_and_function_rows_are_named_with_their_patch() -> None:
     text = section("**A kernel and a function**")
     for hook in hooks.HOOKS:
         if hook.kind in ("kernel", "function"):
-            assert f"`{hook.method}`" in text and f"`patches/{hook.patch}`" in text, hook
+            assert f"`{hook.method}`" in text and f"`vllm_hogwild/patches/{hook.patch}`" in text, hook
 
 
 def test_class_wraps_by_module() -> None:
@@ -94,7 +94,7 @@ def test_instance_wraps_table_names_every_instance_hook_and_its_patch() -> None:
         if hook.patch.startswith("none"):
             assert row.rstrip().endswith("| none |"), row
         else:
-            assert f"`patches/{hook.patch}`" in row, (hook.patch, row)
+            assert f"`vllm_hogwild/patches/{hook.patch}`" in row, (hook.patch, row)
 
 
 def test_scheduler_overrides_are_named() -> None:
@@ -124,7 +124,8 @@ def test_every_phase_is_named() -> None:
 
 
 def test_patch_count() -> None:
-    assert int(stated(r"`patches/` holds (\d+) patches").group(1)) == len(list((ROOT / "patches").glob("*.patch")))
+    assert int(stated(r"`vllm_hogwild/patches/` holds (\d+) patches").group(1)) == len(
+        list((ROOT / "vllm_hogwild" / "patches").glob("*.patch")))
 
 
 # -- the layering -------------------------------------------------------------------------------------
@@ -222,7 +223,7 @@ def test_version_pin() -> None:
 
 # -- paths and code references ------------------------------------------------------------------------
 
-PATH_PREFIXES = ("vllm_hogwild/", "tests/", "patches/", "docs/", "benchmarks/", "tools/")
+PATH_PREFIXES = ("vllm_hogwild/", "tests/", "docs/", "benchmarks/", "tools/")
 
 
 def test_every_cited_file_exists() -> None:

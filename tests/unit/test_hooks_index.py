@@ -1,17 +1,22 @@
-"""The index of runtime hooks (vllm_hogwild/hooks.py) against the code and patches/ (pure: no vLLM import)."""
+"""The runtime hooks (the rows of vllm_hogwild/patches/ that carry one) against the code and the diffs beside them.
+
+Both directions: every hook row names code that installs it, and every wrap the code installs has a row.
+Pure: no vLLM import.
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from vllm_hogwild import hooks
+import vllm_hogwild.patches as hooks
 
 ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "vllm_hogwild" / "patches"
 
 
 def test_every_hook_names_its_upstream_patch_or_why_there_is_none() -> None:
-    patches = {p.name for p in (ROOT / "patches").glob("*.patch")}
+    patches = {p.name for p in FOLDER.glob("*.patch")}
     for hook in hooks.HOOKS:
         if hook.patch.startswith("none: "):
             assert len(hook.patch) > 40, hook  # a reason, not a placeholder
@@ -57,7 +62,7 @@ def _setattr_names(path: Path) -> set[str]:
 STATE = {
     "vllm_hogwild.scheduler.kv": {"base"},  # the lane hasher's own record of the hasher it salts
     "vllm_hogwild.runner.runner_hook": {"_hogwild_hook"},  # the mark that a runner is already wrapped
-    "vllm_hogwild.scheduler.scheduler": {"spec_token_ids", "num_computed_tokens", "stop_reason"},  # request fields
+    "vllm_hogwild.scheduler.scheduler": {"spec_token_ids", "num_computed_tokens"},  # request fields
     "vllm_hogwild.runner.forcing": set(),
 }
 
@@ -96,3 +101,39 @@ def test_kernels_and_functions_are_the_ones_the_code_replaces() -> None:
             assert f'"{module}.{name}"' in source, hook
         else:  # assigned on its module
             assert f".{name} = " in source and module.rpartition(".")[2] in source, hook
+
+
+def _wrappers(path: Path) -> set[str]:
+    """The module's class wraps: top-level functions called as ``wrap(original, self, ...)``."""
+    tree = ast.parse(path.read_text())
+    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and len(node.args.args) >= 2 and node.args.args[0].arg == "original"}
+
+
+def test_class_wraps_are_the_rows_and_live_in_the_folder() -> None:
+    """Both directions for class wraps: each ``class`` row's wrapper is a wrap function of its module in the
+    folder, each wrap function in the folder is some row's wrapper, and no module outside the folder defines
+    one (a vLLM class wrapped elsewhere would have no row)."""
+    rows = {h.hook for h in hooks.HOOKS if h.kind == "class"}
+    assert all(h.startswith("vllm_hogwild.patches.") for h in rows), rows
+    defined = {f"vllm_hogwild.patches.{path.stem}:{name}" for path in FOLDER.glob("*.py") for name in _wrappers(path)}
+    assert defined == rows, ("defined, no row:", defined - rows, "row, not defined:", rows - defined)
+    elsewhere = {f"{path.relative_to(ROOT)}:{name}" for path in (ROOT / "vllm_hogwild").rglob("*.py")
+                 if FOLDER not in path.parents for name in _wrappers(path)}
+    assert not elsewhere, elsewhere
+
+
+def test_the_class_wrap_check_misses_a_wrap_without_a_row(tmp_path) -> None:
+    """The control: one more wrap function in an area module is one the rows do not name."""
+    source = (FOLDER / "metrics.py").read_text() + "\n\ndef extra_wrap(original, self):\n    return original(self)\n"
+    (tmp_path / "metrics.py").write_text(source)
+    named = {h.hook.partition(":")[2] for h in hooks.HOOKS if h.where == "vllm_hogwild.patches.metrics"}
+    assert _wrappers(tmp_path / "metrics.py") - named == {"extra_wrap"}
+
+
+def test_every_diff_in_the_folder_is_named_by_a_hook_or_says_what_it_retires() -> None:
+    """No diff without a row: each is some hook's patch, or retires code the folder's docs name (05, 09)."""
+    named = {h.patch for h in hooks.HOOKS}
+    docs = "".join(path.read_text() for path in FOLDER.glob("*.py"))
+    for diff in FOLDER.glob("*.patch"):
+        assert diff.name in named or diff.name in docs, diff.name

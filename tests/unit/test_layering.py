@@ -59,11 +59,11 @@ CLEAN = {
         "from toy_hogwild.attention import paths\nfrom toy_hogwild.core import options\n"
         "def processor():\n    from toy_hogwild.runner import forcing\n"
     ),
-    "hooks.py": (
+    "patches/__init__.py": (
         "from toy_hogwild import switch\nfrom toy_hogwild.scheduler import scheduler\n"
         "from toy_hogwild.serving import metrics\nfrom toy_hogwild.runner import forcing\n"
     ),
-    "plugin.py": "from toy_hogwild import hooks\n",
+    "plugin.py": "from toy_hogwild import patches\n",
     "tools/__init__.py": "",
     "tools/demo.py": "import vllm\nfrom toy_hogwild import plugin, switch\nfrom toy_hogwild.scheduler import scheduler\n",
 }
@@ -102,11 +102,11 @@ VIOLATIONS = {
         "Layers: a package imports only from the layers below it",
         f"{TOY}.scheduler.scheduler -> {TOY}.runner.forcing",
     ),
-    "scheduler-hooks": (
+    "scheduler-patches": (
         "scheduler/scheduler.py",
-        "def hooks():\n    import toy_hogwild.hooks\n",
+        "def patches():\n    import toy_hogwild.patches\n",
         "Layers: a package imports only from the layers below it",
-        f"{TOY}.scheduler.scheduler -> {TOY}.hooks",
+        f"{TOY}.scheduler.scheduler -> {TOY}.patches",
     ),
     "runner-serving": (
         "runner/forcing.py",

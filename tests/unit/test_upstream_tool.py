@@ -477,4 +477,4 @@ def test_every_vllm_name_the_plugin_imports_is_in_the_table() -> None:
         return False
 
     missing = sorted(f"{f}: from {m} import {n}" for f, m, n in imports if not covered(m, n))
-    assert not missing, "add these to tools/upstream/table.py:\n" + "\n".join(missing)
+    assert not missing, "add these rows to their area module in vllm_hogwild/patches/:\n" + "\n".join(missing)

@@ -1,9 +1,11 @@
-"""Every place the plugin touches vLLM, in one table, checked against the installed vLLM or another release's sources.
+"""The checker of the plugin's touch points, against the installed vLLM or another release's sources. Development only.
 
-- :mod:`.table`: :data:`TOUCH_POINTS`, one :class:`TouchPoint` per vLLM object
-  the plugin imports, wraps, subclasses, calls, reads or writes (module, object,
-  kind, the parameters it relies on, whether ``hooks._wrap`` replaces it in the
-  class's own ``__dict__``, and where the plugin uses it).
+- The table it checks is the package's own: :data:`vllm_hogwild.patches.TOUCH_POINTS`,
+  one :class:`TouchPoint` per vLLM object the plugin imports, wraps,
+  subclasses, calls, reads or writes (module, object, kind, the parameters it
+  relies on, whether ``patches._wrap`` replaces it in the class's own
+  ``__dict__``, where the plugin uses it, and its runtime hook if it has one),
+  kept in ``vllm_hogwild/patches/`` beside the wraps and the upstream diffs.
 - :mod:`.check`: what each kind of touch point requires, one :class:`Checker`
   over a :class:`Reader`:
 
@@ -33,13 +35,13 @@ from .check import CHANGED, MISSING, OK, Broken, Checker, Reader, Result
 from .cli import main, report
 from .fetch import (DEFAULT_INDEX, DEFAULT_JSON, check_patches, default_cache, extract_sources, fetch_sources,
                     find_wheel, pick_wheel)
-from .kinds import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, ENV_VAR, FIELD, FUNCTION, INIT_ATTRIBUTE, KINDS, METHOD,
+from vllm_hogwild.patches.points import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, ENV_VAR, FIELD, FUNCTION, INIT_ATTRIBUTE, KINDS, METHOD,
                     NO_DEFAULT, READS, SCHEDULER_OUTPUT_ATTRS, SETTABLE, SOURCE, TouchPoint)
 from .runtime import RuntimeReader, check_runtime
 from .source import SourceTree, release_version
 from .static import StaticReader, check_static
 from .syntax import ClassRef, External, Module
-from .table import SET_ATTRIBUTES, TOUCH_POINTS
+from vllm_hogwild.patches.table import SET_ATTRIBUTES, TOUCH_POINTS
 
 __all__ = [
     "ABSTRACT", "ATTRIBUTE", "CHANGED", "CLASS", "CONSTANT", "DEFAULT_INDEX", "DEFAULT_JSON", "ENV_VAR", "FIELD",

@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from .kinds import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, ENV_VAR, FIELD, FUNCTION, INIT_ATTRIBUTE, METHOD,
+from vllm_hogwild.patches.points import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, ENV_VAR, FIELD, FUNCTION, INIT_ATTRIBUTE, METHOD,
                     NO_DEFAULT, READS, SETTABLE, SOURCE, TouchPoint)
 from .source import SourceTree
 from .syntax import ClassRef, find_text, signature
-from .table import TOUCH_POINTS
+from vllm_hogwild.patches.table import TOUCH_POINTS
 
 OK, CHANGED, MISSING = "OK", "CHANGED", "MISSING"
 
@@ -293,7 +293,7 @@ class Checker:
         name = self.reader.class_name(cls)
         if point.own and member.inherited:
             raise Broken(CHANGED, f"{point.member} is inherited from {member.defined_in}{_in_parentheses(where)}, "
-                                  f"not defined in {name}'s own body: hooks._wrap replaces it in {name}.__dict__",
+                                  f"not defined in {name}'s own body: patches._wrap replaces it in {name}.__dict__",
                          where)
         if point.defined_by and member.defined_in != point.defined_by:
             raise Broken(CHANGED, f"{name}.{point.member} is now defined by {member.defined_in}"

@@ -3,7 +3,7 @@
     python -m tools.upstream --runtime          # the installed vLLM, imported
     python -m tools.upstream --src DIR          # DIR holds a vllm/ package's sources (not imported)
     python -m tools.upstream --wheel 0.33.0     # that release's x86_64 wheel from PyPI, sources only
-    (each: [--patches patches/] also applies the upstream patches in order to a copy; [-q] prints only what broke)
+    (each: [--patches vllm_hogwild/patches/] also applies the upstream patches in order to a copy; [-q] prints only what broke)
 
 Each touch point gets one line, OK / CHANGED: what / MISSING (with the file and
 line where it was found, or where something of that name lives now), and the

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .check import CHANGED, MISSING, Broken, Checker, Field, Member, Result, Signature, SourceText
-from .kinds import NO_DEFAULT, TouchPoint
+from vllm_hogwild.patches.points import NO_DEFAULT, TouchPoint
 from .source import SourceTree
 from .syntax import ClassRef
 
 
 def _unwrap(function: Any) -> Any:
-    """The vLLM function under the plugin's own wrappers (``hooks._wrap`` keeps it as ``_hogwild_original``)."""
+    """The vLLM function under the plugin's own wrappers (``patches._wrap`` keeps it as ``_hogwild_original``)."""
     for _ in range(10):
         original = getattr(function, "_hogwild_original", None)
         if original is None:

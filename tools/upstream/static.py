@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .check import CHANGED, MISSING, Broken, Checker, Field, Member, Result, Signature, SourceText, where_now
-from .kinds import CLASS, ENV_VAR, TouchPoint
+from vllm_hogwild.patches.points import CLASS, ENV_VAR, TouchPoint
 from .source import SourceTree
 from .syntax import (ClassRef, External, Module, call_kind, class_keywords, dataclass_options, decorator_names,
                      is_classvar, literal, pick_function, signature, source_of)

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .kinds import NO_DEFAULT
+from vllm_hogwild.patches.points import NO_DEFAULT
 
 
 @dataclass

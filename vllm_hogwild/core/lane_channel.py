@@ -22,7 +22,7 @@ plugin adds one:
   the subclass types (the hook on ``MPClient.__init__``, only in an engine
   with Hogwild switched on). In-process clients pass the objects as they
   are. The output processor keeps a lane's latest record on its request state
-  and hands it to every completion of that lane (``serving/accept_steps.py``).
+  and hands it to every completion of that lane (``vllm_hogwild/patches/outputs.py``).
 
 :data:`RECORD_VERSION` is the first field of every record; the front end
 refuses a record of another version (:func:`check`), so an engine and a

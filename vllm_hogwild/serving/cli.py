@@ -122,17 +122,3 @@ def fold_cli_args(args: argparse.Namespace, engine_args) -> None:
             raise err.renamed(FLAG_PREFIX + name.replace("_", "-")) from None
         raise
     engine_args.additional_config = config
-
-
-# -- the hooks (installed by vllm_hogwild.hooks) -------------------------------------------------------
-
-def hook_add_cli_args(original, parser, *args, **kwargs):
-    """``EngineArgs.add_cli_args``: vLLM's flags, then the Hogwild group."""
-    return add_cli_args(original(parser, *args, **kwargs))
-
-
-def hook_from_cli_args(original, cls, args, *rest, **kwargs):
-    """``EngineArgs.from_cli_args``: vLLM's engine args, with the Hogwild flags folded in."""
-    engine_args = original(cls, args, *rest, **kwargs)
-    fold_cli_args(args, engine_args)
-    return engine_args

@@ -35,7 +35,7 @@ from bisect import insort
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_hogwild.core.lane_channel import LaneRecord, output_types
+from vllm_hogwild.core.lane_channel import LaneRecord
 from vllm_hogwild.core.options import SPEC_KEY, RequestSpec
 
 ATTR = "_hogwild_forkjoin"  # on vLLM's ParentRequest: the assembly of its lanes
@@ -80,20 +80,6 @@ class _ForkOutput:
         return self.tokens < other.tokens
 
 
-def client_init(original, self, *args: Any, **kwargs: Any):
-    """vLLM's ``MPClient.__init__``: in an engine with Hogwild on, the client decodes each batch of outputs with
-    the types that carry a fork/join lane's record (:func:`~vllm_hogwild.core.lane_channel.output_types`: vLLM's
-    own decoder would drop the field)."""
-    original(self, *args, **kwargs)
-    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
-    from vllm.v1.serial_utils import MsgpackDecoder
-
-    from vllm_hogwild.core.options import EngineOptions
-
-    if EngineOptions.from_additional_config(self.vllm_config.additional_config) is not None:
-        self.decoder = MsgpackDecoder(output_types(EngineCoreOutput, EngineCoreOutputs)[1])
-
-
 def spec_of_parent(parent) -> RequestSpec | None:
     extra = getattr(parent.sampling_params, "extra_args", None) or {}
     wire = extra.get(SPEC_KEY)
@@ -101,27 +87,6 @@ def spec_of_parent(parent) -> RequestSpec | None:
         return None
     spec = RequestSpec.from_wire(wire)
     return spec if spec.options.forks else None
-
-
-def get_outputs(original, parent, child_request_id: str, completion_output):
-    """vLLM's ``ParentRequest.get_outputs``; a fork/join request's lanes come out as one completion."""
-    assembly = getattr(parent, ATTR, None)
-    if assembly is None:  # the parent's first output: is it a fork/join request? (kept: False if not)
-        spec = spec_of_parent(parent)
-        if spec is None:
-            setattr(parent, ATTR, False)
-            return original(parent, child_request_id, completion_output)
-        from vllm.sampling_params import RequestOutputKind
-
-        assembly = Assembly(spec, streaming=parent.sampling_params.output_kind != RequestOutputKind.FINAL_ONLY)
-        setattr(parent, ATTR, assembly)
-    elif assembly is False:
-        return original(parent, child_request_id, completion_output)
-    outputs, finished = original(parent, child_request_id, completion_output)  # vLLM's bookkeeping of children
-    if not assembly.streaming:
-        return ([assembly.whole(outputs)] if outputs else []), finished
-    delta = assembly.stream(completion_output, finished)
-    return ([] if delta is None else [delta]), finished
 
 
 class Assembly:
@@ -281,55 +246,3 @@ def _completion(like, text: str, token_ids, logprobs, finish_reason, stop_reason
 
 # -- the OpenAI server's streams: the tree as the last event --------------------------------------------
 
-async def completion_stream(original, serving, request, engine_inputs, result_generator, *args, **kwargs):
-    """``/v1/completions``, streamed: a fork/join request's tree in one last event before ``[DONE]``."""
-    results, box = _recording(request, result_generator)
-    async for event in _with_tree(original(serving, request, engine_inputs, results, *args, **kwargs), box):
-        yield event
-
-
-async def chat_stream(original, serving, request, result_generator, *args, **kwargs):
-    """``/v1/chat/completions``, streamed: a fork/join request's tree in one last event before ``[DONE]``."""
-    results, box = _recording(request, result_generator)
-    async for event in _with_tree(original(serving, request, results, *args, **kwargs), box):
-        yield event
-
-
-TREE_EVENT = "hogwild"  # the last event: {"choices": [], "hogwild": {...the tree...}}
-
-
-def _recording(request, result_generator):
-    """``(results, box)``: the results as they come, and the tree of the last one put in ``box`` (None: not a
-    fork/join request; the results are vLLM's own)."""
-    from vllm_hogwild.serving.requests import PARSED_KEY, Parsed
-
-    found = (getattr(request, "vllm_xargs", None) or {}).get(PARSED_KEY)
-    if not (isinstance(found, Parsed) and found.options.forks):
-        return result_generator, None
-    box: dict = {}
-
-    async def recorded():
-        async for item in result_generator:
-            res = item[1] if isinstance(item, tuple) else item  # completions: (prompt index, output)
-            tree = getattr(res.outputs[0], "hogwild", None) if res.outputs else None
-            if tree is not None:
-                box["tree"] = tree
-            yield item
-
-    return recorded(), box
-
-
-async def _with_tree(events, box: dict | None):
-    import json
-
-    head: dict = {}
-    async for event in events:
-        if box is not None and not head and event.startswith("data: {"):
-            try:
-                chunk = json.loads(event[len("data: "):])
-                head = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
-            except ValueError:
-                pass
-        if box is not None and "tree" in box and event.startswith("data: [DONE]"):
-            yield f"data: {json.dumps({**head, 'choices': [], TREE_EVENT: box['tree']})}\n\n"
-        yield event

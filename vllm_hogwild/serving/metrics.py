@@ -7,7 +7,7 @@ the scheduler pushes a plain-data snapshot every step, and
 :class:`HogwildStatLogger`, which the plugin adds to the front end's stat
 loggers when Hogwild is on, pulls every waiting snapshot each time vLLM hands it
 a step's stats. vLLM's own ``SchedulerStats`` are left exactly as vLLM made them.
-``patches/06-scheduler-plugin-stats.patch`` is the upstream field that would
+``vllm_hogwild/patches/06-scheduler-plugin-stats.patch`` is the upstream field that would
 retire the channel.
 
 Series (labels ``model_name`` and ``engine``, like vLLM's):
@@ -40,13 +40,12 @@ Series (labels ``model_name`` and ``engine``, like vLLM's):
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from vllm.v1.metrics.loggers import AggregateStatLoggerBase
 
 from vllm_hogwild.attention.paths import isa_of, path_of
-from vllm_hogwild.core.options import EngineOptions, runtime_of
+from vllm_hogwild.core.options import runtime_of
 from vllm_hogwild.core.stats_channel import StatsReceiver
 from vllm_hogwild.core.log import get_logger
 
@@ -173,11 +172,3 @@ class HogwildStatLogger(AggregateStatLoggerBase):
         pass
 
 
-def hook_stat_logger_manager_init(original, manager, vllm_config, *args, **kwargs):
-    """``StatLoggerManager.__init__``: with Hogwild on, :class:`HogwildStatLogger` goes first among the loggers."""
-    if EngineOptions.from_additional_config(vllm_config.additional_config) is not None:
-        bound = inspect.signature(original).bind(manager, vllm_config, *args, **kwargs)
-        custom = bound.arguments.get("custom_stat_loggers") or []
-        bound.arguments["custom_stat_loggers"] = [HogwildStatLogger, *custom]
-        return original(*bound.args, **bound.kwargs)
-    return original(manager, vllm_config, *args, **kwargs)

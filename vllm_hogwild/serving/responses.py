@@ -54,7 +54,7 @@ def with_answer(options: RequestOptions | None, result):
 
 def with_accept_steps(response, outputs, by_index: bool) -> None:
     """Each choice of a whole response gets ``hogwild: {"accept_steps": [...]}`` from its completion output
-    (:mod:`vllm_hogwild.serving.accept_steps`), or a fork/join request's tree (:mod:`vllm_hogwild.serving.forkjoin`). ``outputs``: in choice order, or matched by ``index``."""
+    (:mod:`vllm_hogwild.patches.outputs`), or a fork/join request's tree (:mod:`vllm_hogwild.serving.forkjoin`). ``outputs``: in choice order, or matched by ``index``."""
     choices = getattr(response, "choices", None)
     if choices is None:
         return  # an error response

@@ -3,9 +3,12 @@
 Each row names the vLLM module and the dotted path inside it, the kind of thing
 the plugin relies on (see the kind constants below), what exactly it relies on
 (parameters, decorator, sync/async, a default, a line of source...) and where
-the plugin uses it; also the vLLM modules and the places in the plugin that
-several rows name. The rows: :mod:`.rows_front` (the front end) and
-:mod:`.rows_engine` (the engine core and the workers); the whole table: :mod:`.table`.
+the plugin uses it; a row the plugin changes at run time also carries its
+:class:`Hook` (how it is changed, by which code, and the upstream diff in this
+folder that would retire it, or why none would). Also the vLLM modules and the
+places in the plugin that several rows name. The rows live in the area modules
+of this folder beside the code that wraps them; the whole table: :mod:`.table`.
+Pure data: no vLLM import.
 """
 
 from __future__ import annotations
@@ -35,6 +38,46 @@ KINDS = (CLASS, FUNCTION, METHOD, ATTRIBUTE, INIT_ATTRIBUTE, FIELD, CONSTANT, EN
 NO_DEFAULT = object()  # a FIELD row that expects no particular default; also "no value one can read" in sources
 
 
+HOOK_KINDS = ("class", "instance", "override", "kernel", "function")
+
+
+@dataclass(frozen=True)
+class Hook:
+    """How the plugin changes a touch point at run time. Five kinds:
+
+    - ``class``: a method of a vLLM class, wrapped in every process by :func:`vllm_hogwild.patches.install`
+      with ``hook`` (``"module:function"`` in this folder, called as ``function(original, self, ...)``);
+    - ``instance``: a method of one vLLM object, wrapped by the plugin's code that owns that object
+      (``where``: this engine's scheduler and KV-cache manager, this worker's model runner and sampler);
+    - ``override``: a method the Hogwild scheduler subclass overrides (vLLM names the class through its own
+      ``scheduler_cls`` knob; private methods among them may move in any release);
+    - ``kernel``: a Triton kernel whose CPU fallback the plugin's worker re-registers through vLLM's own
+      kernel dispatcher, in its process, only where vLLM's fallback is broken;
+    - ``function``: a vLLM module function the plugin's worker replaces in its process, only where vLLM's
+      is broken.
+    """
+
+    target: str  # "module:Class.method", or "module:name" for a kernel or a function (the row's own target)
+    kind: str  # one of HOOK_KINDS
+    where: str  # the plugin module whose code changes it
+    patch: str  # the diff in this folder that would retire it, or "none: why"
+    hook: str = ""  # class wraps: "module:function" of the wrapper
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        module, _, qualname = self.target.partition(":")
+        return module, qualname.rpartition(".")[0]
+
+    @property
+    def method(self) -> str:
+        return self.target.partition(":")[2].rpartition(".")[2]
+
+
+def class_wrap(where: str, function: str, patch: str) -> tuple[str, str, str, str]:
+    """A class wrap's mark in an area module's ``HOOKS``: ``(kind, where, patch, hook)``."""
+    return ("class", where, patch, f"{where}:{function}")
+
+
 @dataclass(frozen=True)
 class TouchPoint:
     """One vLLM object the plugin relies on, and what it relies on."""
@@ -49,13 +92,14 @@ class TouchPoint:
     defaults: tuple[tuple[str, Any], ...] = ()  # callables: (parameter, its default)
     decorator: str | None = None  # "staticmethod" / "classmethod" / "property" / "cache"
     call: str | None = None  # "sync" / "async" / "asyncgen"
-    own: bool = False  # must be defined in the class's own __dict__ (hooks._wrap replaces it there)
+    own: bool = False  # must be defined in the class's own __dict__ (patches.install replaces it there)
     defined_by: str | None = None  # methods: the class (simple name) that must define it in the MRO
     base: str | None = None  # classes: "module.Class" it must subclass
     text: str | None = None  # SOURCE: what the source must contain; READS: the parameter's name
     default: Any = NO_DEFAULT  # FIELD: its declared default
     writes: bool = False  # FIELD / attributes the plugin assigns: the class must not be frozen (pydantic: nor
     #                       validate assignments; the plugin may store its own objects in them)
+    hook: Hook | None = None  # the plugin changes it at run time (set by the table from the area's HOOKS)
 
     @property
     def target(self) -> str:
@@ -120,14 +164,14 @@ ENGINE_CORE_REQUEST = "vllm.v1.engine"
 
 # -- where the plugin uses them (the `used_by` texts several rows share) ------------------------------------
 
-REQUEST_CHECK = "serving/requests.process_inputs (the request check)"
-STREAM_CHECK = "serving/requests.generate (the check before a stream starts)"
-METRICS = "serving/metrics.py (hook_stat_logger_manager_init, HogwildStatLogger)"
-CHAT_PREAMBLE = "serving/requests.add_chat_requests / render_chat_request (the collab preamble in chat)"
-ANSWER_FIELD = "serving/requests.create_response (checks first; the answer field: serving/responses.py)"
-ACCEPT_STEPS_IN_RESPONSES = ("serving/requests.completion_response / chat_full_response "
+REQUEST_CHECK = "patches/requests.process_inputs (the request check)"
+STREAM_CHECK = "patches/requests.generate (the check before a stream starts)"
+METRICS = "patches/metrics.stat_logger_manager_init, serving/metrics.HogwildStatLogger"
+CHAT_PREAMBLE = "patches/requests.add_chat_requests / render_chat_request (the collab preamble in chat)"
+ANSWER_FIELD = "patches/requests.create_response (checks first; the answer field: serving/responses.py)"
+ACCEPT_STEPS_IN_RESPONSES = ("patches/requests.completion_response / chat_full_response "
                              "(accept steps: serving/responses.py)")
-ACCEPT_STEPS = "serving/accept_steps.py (each output token's accept step)"
+ACCEPT_STEPS = "patches/outputs.py (each output token's accept step)"
 RUNNER_HOOK = "runner/runner_hook.py"
 STEP_WIRE = "scheduler/scheduler.py -> runner/runner_hook.py"
 CPU_BACKEND = "runner/backend.py"

@@ -1,0 +1,242 @@
+"""The workers: the model runner, attention backends, worker classes, forced tokens, CPU sampling.
+
+No class wraps here either. The workers' hooks, each by the plugin's code
+that owns the object (``instance``) or in the worker's own process only:
+
+- the model runner's ``_prepare_inputs`` (:mod:`vllm_hogwild.runner.runner_hook`):
+  each step's wire becomes the attention metadata's Hogwild rows. Retired by
+  ``03-attention-step-extras.patch`` beside this module; its ``_dummy_run`` and
+  ``propose_draft_token_ids`` clear the step's views (no diff would retire
+  those: see their reasons);
+- the sampler's ``apply_logits_processors`` (:mod:`vllm_hogwild.runner.forcing`):
+  forced tokens with speculative decoding;
+- vLLM 0.32 bugs fixed in a Hogwild worker process on the CPU with speculative
+  decoding (:mod:`vllm_hogwild.runner.cpu_sampling`): the rejection sampler's
+  ``expand_kernel`` fallback (``kernel``) and ``apply_top_k_only``
+  (``function``). Retired by ``11-cpu-rejection-sampler.patch``;
+- ``09-cpu-seeded-chunked-prefill.patch``: retires
+  ``runner_hook.set_aside_discarded_generators`` (part of the runner hook).
+"""
+
+from __future__ import annotations
+
+from vllm_hogwild.patches.points import *  # noqa: F401,F403  (the kinds, TouchPoint and the shared names)
+from vllm_hogwild.patches.points import TouchPoint, same_kind  # noqa: F401
+
+_RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
+_HOOK = "vllm_hogwild.runner.runner_hook"
+
+# -- the hooks: target -> (kind, where, patch) ---------------------------------------------------------
+
+HOOKS = {
+    f"{_RUNNER}._prepare_inputs": ("instance", _HOOK, "03-attention-step-extras.patch"),
+    f"{_RUNNER}._dummy_run": (
+        "instance", _HOOK,
+        "none: it clears the last real step's views before a dummy batch; patch 03 only hands the runner "
+        "each real step's extras, so a reset at the start of _dummy_run upstream would still be needed"),
+    f"{_RUNNER}.propose_draft_token_ids": (
+        "instance", _HOOK,
+        "none: a draft model proposes over plain attention, so the step's views are cleared first; patch 03 "
+        "does not cover it, and a per-forward extras argument upstream would be needed to retire it"),
+    "vllm.v1.sample.sampler:Sampler.apply_logits_processors": (
+        "instance", "vllm_hogwild.runner.forcing",
+        "none: vLLM refuses custom logits processors with speculative decoding by design; forcing runs "
+        "as one where it applies, in the sampler"),
+    "vllm.v1.sample.rejection_sampler:expand_kernel":
+        ("kernel", "vllm_hogwild.runner.cpu_sampling", "11-cpu-rejection-sampler.patch"),
+    "vllm.v1.sample.ops.topk_topp_sampler:apply_top_k_only":
+        ("function", "vllm_hogwild.runner.cpu_sampling", "11-cpu-rejection-sampler.patch"),
+}
+
+
+# -- the rows ----------------------------------------------------------------------------------------
+
+def runner_hook() -> list[TouchPoint]:
+    """runner/runner_hook.py and runner/forcing.py's sampler: the model runner, wrapped per instance."""
+    per_instance = RUNNER_HOOK + ": wrapped per runner instance"
+    sampler_forcing = "runner/forcing.install_sampler_forcing"
+    set_aside = "runner/runner_hook.set_aside_discarded_generators"
+    return [
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", CLASS, RUNNER_HOOK),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner._prepare_inputs", METHOD, per_instance,
+                   params=("self", "scheduler_output", "num_scheduled_tokens")),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner._dummy_run", METHOD, per_instance, params=("self",)),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
+                   RUNNER_HOOK + ": the runner calls the instance's _prepare_inputs",
+                   text="self._prepare_inputs(scheduler_output"),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
+                   RUNNER_HOOK + ": the runner calls the instance's _dummy_run", text="self._dummy_run("),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SETTABLE, RUNNER_HOOK,
+                   params=("_prepare_inputs", "_dummy_run", "propose_draft_token_ids")),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.propose_draft_token_ids", METHOD,
+                   per_instance + " (drafts with plain attention)",
+                   params=("self", "scheduler_output", "sampled_token_ids")),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
+                   RUNNER_HOOK + ": the runner drafts through the instance's method",
+                   text="self.propose_draft_token_ids("),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.sampler", INIT_ATTRIBUTE, sampler_forcing),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.speculative_config", INIT_ATTRIBUTE, RUNNER_HOOK),
+        TouchPoint("vllm.v1.sample.sampler", "Sampler.apply_logits_processors", METHOD,
+                   sampler_forcing + " (forced tokens with speculative decoding)",
+                   params=("self", "logits", "sampling_metadata")),
+        TouchPoint("vllm.v1.sample.rejection_sampler", "RejectionSampler", SOURCE,
+                   sampler_forcing + ": bonus rows go through the runner's sampler",
+                   text="bonus_sampler_output = self.sampler("),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.input_batch", INIT_ATTRIBUTE, RUNNER_HOOK),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.discard_request_mask", INIT_ATTRIBUTE, set_aside),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner._kernel_block_sizes", ATTRIBUTE,
+                   "runner/worker.py (start-up check)"),
+        TouchPoint("vllm.v1.worker.cpu_model_runner", "CPUModelRunner", CLASS, RUNNER_HOOK + " (the CPU runner)",
+                   base=f"{GPU_MODEL_RUNNER}.GPUModelRunner"),
+        TouchPoint("vllm.v1.utils", "CpuGpuBuffer.np", INIT_ATTRIBUTE, set_aside),
+        TouchPoint(INPUT_BATCH, "InputBatch.req_ids", ATTRIBUTE, RUNNER_HOOK),
+        TouchPoint(INPUT_BATCH, "InputBatch.req_id_to_index", INIT_ATTRIBUTE, "runner/runner_hook.restore_generators"),
+        TouchPoint(INPUT_BATCH, "InputBatch.generators", INIT_ATTRIBUTE, set_aside),
+        TouchPoint(INPUT_BATCH, "InputBatch.num_reqs", ATTRIBUTE, set_aside),
+        TouchPoint(INPUT_BATCH, "InputBatch.num_computed_tokens_cpu", INIT_ATTRIBUTE,
+                   "runner/runner_hook.batch_rows (each lane's tokens before the step)"),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.requests", INIT_ATTRIBUTE,
+                   "runner/runner_hook.block_table (each lane's own block list)"),
+        TouchPoint("vllm.v1.worker.gpu_input_batch", "CachedRequestState.block_ids", FIELD,
+                   "runner/runner_hook.block_table"),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
+                   "core/group_views.py: the runner extends a request's block list in place",
+                   text="block_ids.extend(new_ids)"),
+    ]
+
+
+def _attention_backend(module: str, backend: str, builder: str, implementation: str, metadata: str,
+                       used_by: str) -> list[TouchPoint]:
+    """One attention backend the plugin subclasses: its builder, its implementation and its metadata."""
+    return [
+        TouchPoint(module, backend, CLASS, used_by),
+        TouchPoint(module, f"{backend}.get_builder_cls", METHOD, used_by, params=(), decorator="staticmethod"),
+        TouchPoint(module, f"{backend}.get_impl_cls", METHOD, used_by, params=(), decorator="staticmethod"),
+        TouchPoint(module, builder, CLASS, used_by, base=f"{ATTENTION_BACKEND}.AttentionMetadataBuilder"),
+        TouchPoint(module, f"{builder}.__init__", METHOD, used_by,
+                   params=("self", "kv_cache_spec", "layer_names", "vllm_config", "device")),
+        TouchPoint(module, f"{builder}.build", METHOD, used_by,
+                   params=("self", "common_prefix_len", "common_attn_metadata", "fast_build")),
+        TouchPoint(module, f"{builder}.get_cudagraph_support", METHOD, used_by,
+                   params=("cls", "vllm_config", "kv_cache_spec"), decorator="classmethod"),
+        TouchPoint(module, implementation, CLASS, used_by),
+        TouchPoint(module, f"{implementation}.forward", METHOD, used_by,
+                   params=("self", "layer", "query", "key", "value", "kv_cache", "attn_metadata", "output")),
+        TouchPoint(module, f"{implementation}.num_heads", INIT_ATTRIBUTE, used_by),
+        TouchPoint(module, f"{implementation}.head_size", INIT_ATTRIBUTE, used_by),
+        TouchPoint(module, f"{implementation}.scale", INIT_ATTRIBUTE, used_by),
+        TouchPoint(module, f"{metadata}.num_actual_tokens", FIELD, used_by),
+    ]
+
+
+def attention_backends() -> list[TouchPoint]:
+    """runner/backend.py and backend_cuda.py: the Hogwild attention backends over vLLM's CPU and FlashAttention."""
+    return [
+        TouchPoint(ATTENTION_BACKEND, "AttentionCGSupport.NEVER", CONSTANT,
+                   CPU_BACKEND + ": no full CUDA graphs with Hogwild on"),
+        TouchPoint(ATTENTION_BACKEND, "AttentionMetadataBuilder.device", INIT_ATTRIBUTE,
+                   CPU_BACKEND + " (the plan's device)"),
+        TouchPoint(ATTENTION_BACKEND, "CommonAttentionMetadata.replace", METHOD,
+                   "runner/backend.without_native_context", params=("self",)),
+        *same_kind(ATTENTION_BACKEND, "CommonAttentionMetadata", FIELD,
+                   ("num_reqs", "num_actual_tokens", "query_start_loc_cpu", "seq_lens", "seq_lens_cpu_upper_bound",
+                    "_num_computed_tokens_cache"), CPU_BACKEND),
+        TouchPoint(KV_CACHE_INTERFACE, "KVCacheSpec.block_size", FIELD, CPU_BACKEND + " (HogwildBuilderMixin)"),
+        *_attention_backend(CPU_ATTENTION, "CPUAttentionBackend", "CPUAttentionMetadataBuilder",
+                            "CPUAttentionBackendImpl", "CPUAttentionMetadata", CPU_BACKEND),
+        *_attention_backend(FLASH_ATTENTION, "FlashAttentionBackend", "FlashAttentionMetadataBuilder",
+                            "FlashAttentionImpl", "FlashAttentionMetadata", CUDA_BACKEND),
+        *same_kind(CPU_ATTENTION, "CPUAttentionMetadataBuilder", INIT_ATTRIBUTE, ("isa", "dtype", "block_size",
+                                                                                  "head_dim"),
+                   CPU_BACKEND + ": the cache layout probe"),
+        TouchPoint(CPU_ATTENTION, "CPUAttentionBackendImpl", SOURCE,
+                   "runner/cpu_layout.py: the CPU cache's K|V split",
+                   text="key_cache, value_cache = kv_cache.chunk(2, dim=2)"),
+        TouchPoint("vllm._custom_ops", "cpu_attn_reshape_and_cache", FUNCTION, "runner/cpu_layout.py: the probe",
+                   params=("key", "value", "key_cache", "value_cache", "slot_mapping", "isa")),
+        TouchPoint(FLASH_ATTENTION, "FlashAttentionImpl", SOURCE,
+                   CUDA_BACKEND + ": FlashAttention's cache split, read the same way",
+                   text="key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)"),
+    ]
+
+
+def _worker(module: str, worker: str, used_by: str) -> list[TouchPoint]:
+    """One vLLM worker the plugin subclasses (the runner hook at init_device, the checks at start-up)."""
+    return [
+        TouchPoint(module, worker, CLASS, used_by),
+        TouchPoint(module, f"{worker}.init_device", METHOD, used_by + ": the runner hook", params=("self",)),
+        TouchPoint(module, f"{worker}.initialize_from_config", METHOD, used_by + ": the start-up checks",
+                   params=("self", "kv_cache_config")),
+        TouchPoint(module, f"{worker}.model_runner", ATTRIBUTE, used_by),
+        TouchPoint(module, f"{worker}.vllm_config", INIT_ATTRIBUTE, used_by),
+        TouchPoint(module, f"{worker}.cache_config", INIT_ATTRIBUTE, used_by),
+    ]
+
+
+def workers() -> list[TouchPoint]:
+    """runner/worker.py, worker_cuda.py and backend_override.py."""
+    backend_override = "runner/backend_override.py"
+    return [
+        *_worker("vllm.v1.worker.cpu_worker", "CPUWorker", CPU_WORKER),
+        *_worker("vllm.v1.worker.gpu_worker", "Worker", CUDA_WORKER),
+        TouchPoint("vllm.config", "get_layers_from_vllm_config", FUNCTION, CPU_WORKER,
+                   params=("vllm_config", "layer_type")),
+        TouchPoint("vllm.model_executor.layers.attention_layer_base", "AttentionLayerBase", CLASS, CPU_WORKER),
+        TouchPoint(ATTENTION_LAYER, "Attention", CLASS, CPU_WORKER,
+                   base="vllm.model_executor.layers.attention_layer_base.AttentionLayerBase"),
+        TouchPoint(ATTENTION_LAYER, "Attention.impl", INIT_ATTRIBUTE, CPU_WORKER + " (layer.impl)"),
+        TouchPoint(KV_CACHE_INTERFACE, "KVCacheConfig.kv_cache_groups", FIELD, CPU_WORKER),
+        TouchPoint(BACKEND_REGISTRY, "AttentionBackendEnum", CLASS, CPU_WORKER),
+        TouchPoint(BACKEND_REGISTRY, "AttentionBackendEnum.CPU_ATTN", CONSTANT, CPU_WORKER),
+        TouchPoint(BACKEND_REGISTRY, "AttentionBackendEnum.FLASH_ATTN", CONSTANT, CUDA_WORKER),
+        TouchPoint(BACKEND_REGISTRY, "register_backend", FUNCTION, backend_override, params=("backend", "class_path")),
+        TouchPoint("vllm.v1.attention.selector", "_cached_get_attn_backend", FUNCTION, backend_override,
+                   decorator="cache"),
+    ]
+
+
+def cpu_sampling() -> list[TouchPoint]:
+    """runner/cpu_sampling.py: vLLM 0.32's CPU rejection sampler, fixed in the worker process."""
+    rejection = "vllm.v1.sample.rejection_sampler"
+    topk = "vllm.v1.sample.ops.topk_topp_sampler"
+    return [
+        TouchPoint("vllm.triton_utils", "HAS_TRITON", CONSTANT, CPU_SAMPLING + " (CPU fallbacks are registered "
+                   "only without Triton)"),
+        TouchPoint("vllm.triton_utils.dispatcher", "register_kernels", FUNCTION, CPU_SAMPLING, params=("overrides",)),
+        TouchPoint("vllm.triton_utils.dispatcher", "KernelOverride.func", INIT_ATTRIBUTE,
+                   CPU_SAMPLING + ": the fallback registered now, probed"),
+        TouchPoint("vllm.platforms.cpu", "CpuPlatform.register_triton_kernel_overrides", SOURCE,
+                   CPU_SAMPLING + ": the kernel it replaces has a CPU fallback",
+                   text='"vllm.v1.sample.rejection_sampler.expand_kernel"'),
+        TouchPoint("vllm.v1.worker.worker_base", "WorkerWrapperBase.init_worker", SOURCE,
+                   CPU_SAMPLING + ": vLLM registers its fallbacks before the worker exists",
+                   text="current_platform.register_triton_kernel_overrides()"),
+        TouchPoint(rejection, "expand_kernel", CONSTANT, CPU_SAMPLING),
+        TouchPoint("vllm.utils.cpu_triton_utils", "_expand_kernel_impl", FUNCTION,
+                   CPU_SAMPLING + ": the fix takes its parameters", exact=True,
+                   params=("output", "input_val", "cu_num_tokens", "replace_from", "replace_to", "MAX_NUM_TOKENS")),
+        TouchPoint(topk, "apply_top_k_only", FUNCTION, CPU_SAMPLING, exact=True, params=("logits", "k")),
+        TouchPoint(topk, "apply_top_k_top_p_pytorch", SOURCE,
+                   CPU_SAMPLING + ": the sampler finds apply_top_k_only on its module",
+                   text="return apply_top_k_only(logits, k)"),
+    ]
+
+
+def forcing() -> list[TouchPoint]:
+    """runner/forcing.py: forced tokens as a logits processor."""
+    return [
+        TouchPoint(LOGITS_PROCESSOR, "LogitsProcessor", CLASS, FORCING),
+        TouchPoint(LOGITS_PROCESSOR, "BatchUpdate", CLASS, FORCING),
+        TouchPoint(LOGITS_PROCESSOR, "LogitsProcessor", ABSTRACT, FORCING + " (ForcedTokens implements these)",
+                   params=("__init__", "apply", "is_argmax_invariant", "update_state")),
+        TouchPoint(LOGITS_PROCESSOR, "LogitsProcessor.__init__", METHOD, FORCING,
+                   params=("self", "vllm_config", "device", "is_pin_memory")),
+        TouchPoint(LOGITS_PROCESSOR, "LogitsProcessor.apply", METHOD, FORCING, params=("self", "logits")),
+        TouchPoint(LOGITS_PROCESSOR, "LogitsProcessor.update_state", METHOD, FORCING, params=("self", "batch_update")),
+        TouchPoint(LOGITS_PROCESSOR, "LogitsProcessor.is_argmax_invariant", METHOD, FORCING, params=("self",)),
+        TouchPoint(LOGITS_PROCESSOR, "_load_logitsprocs_by_fqcns", SOURCE,
+                   FORCING + ": 'module:Class' in logits_processors", text='split(":")'),
+    ]
+
+
+SECTIONS = (runner_hook, attention_backends, workers, cpu_sampling, forcing)
