@@ -2,7 +2,9 @@
 
 The table of touch points (``vllm_hogwild/patches/``) is checked here twice against the
 installed vLLM: by its runtime checker (imports, live objects) and by its static checker (the same
-files read as sources, as it reads another release's), and both must find everything OK. The
+files read as sources, as it reads another release's), and both must find everything OK; and
+statically against the newest release the CUDA extra accepts (:data:`NEXT_RELEASE`, which has no CPU
+build to run here). The
 attributes the plugin sets on vLLM objects are set on real instances, and the ``SchedulerOutput``
 attributes go through vLLM's own executor transport (the shared-memory ``MessageQueue``) and Ray's
 pickler.
@@ -23,7 +25,9 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 
-PATCHES = sorted((Path(__file__).parents[2] / "vllm_hogwild" / "patches").glob("[0-9]*.patch"))
+ROOT = Path(__file__).parents[2]
+PATCHES = sorted((ROOT / "vllm_hogwild" / "patches").glob("[0-9]*.patch"))
+NEXT_RELEASE = "0.33.0"  # the newest vLLM the CUDA extra accepts (setup.py); the CPU build stays on 0.32
 
 
 @pytest.fixture(scope="module")
@@ -155,13 +159,40 @@ def test_every_touch_point_holds_at_runtime(runtime_results) -> None:
     assert not broken, "\n".join(broken)
 
 
+def test_every_touch_point_holds_statically_on_the_newest_release() -> None:
+    """Every row that applies to vLLM 0.33 holds in its sources, read from its PyPI wheel (downloaded once per
+    machine into the checker's cache, ``$VLLM_HOGWILD_UPSTREAM_CACHE`` or ``~/.cache/vllm_hogwild/upstream``;
+    later runs read the cache). Rows for one release only (``since`` / ``before``) are left out on the other."""
+    import re
+
+    from packaging.specifiers import SpecifierSet
+
+    from tools import upstream
+    from vllm_hogwild.patches import TOUCH_POINTS
+
+    cuda = re.search(r'^VLLM_CUDA = "vllm(.*)"$', (ROOT / "setup.py").read_text(), re.M).group(1)
+    assert NEXT_RELEASE in SpecifierSet(cuda), f"setup.py's CUDA extra ({cuda}) does not accept {NEXT_RELEASE}"
+    try:
+        root = upstream.fetch_sources(NEXT_RELEASE, log=lambda *_: None)
+    except Exception as error:  # noqa: BLE001 - no index reachable from here
+        pytest.skip(f"vLLM {NEXT_RELEASE}'s sources are not cached and PyPI cannot be reached here: {error}")
+    assert upstream.release_version(root) == NEXT_RELEASE
+    results = upstream.check_static(root)
+    broken = [r.line() for r in results if not r.ok]
+    assert not broken, "\n".join(broken)
+    left_out = {p.name for p in TOUCH_POINTS if not p.applies_to(NEXT_RELEASE)}
+    assert left_out == {"RayWorkerWrapper.execute_model_ray"} and len(results) == len(TOUCH_POINTS) - len(left_out)
+
+
 def test_static_checker_agrees_with_the_runtime_one_on_the_installed_sources(runtime_results) -> None:
     import vllm
 
     from tools import upstream
 
     static = upstream.check_static(Path(vllm.__file__).parent.parent)
-    assert [r.point for r in static] == [r.point for r in runtime_results] == list(upstream.TOUCH_POINTS)
+    rows = [p for p in upstream.TOUCH_POINTS if p.applies_to(vllm.__version__)]
+    assert [r.point for r in static] == [r.point for r in runtime_results] == rows
+    assert len(rows) == len(upstream.TOUCH_POINTS) - 2, "the two rows of vLLM 0.33's Scheduler.has_request"
     broken = [r.line() for r in static if not r.ok]
     assert not broken, "\n".join(broken)
     # both name the same file for what they locate (the runtime one may not know a line)

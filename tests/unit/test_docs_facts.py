@@ -217,8 +217,8 @@ def test_metric_names_exist() -> None:
 
 
 def test_version_pin() -> None:
-    pin = stated(r"The pin stays `([^`]+)` \(`setup\.py`\)").group(1)
-    assert f'"{pin}"' in (ROOT / "setup.py").read_text()
+    pin = stated(r"The CUDA extra accepts 0.32 and 0.33 \(`([^`]+)` in `setup\.py`\)").group(1)
+    assert f'VLLM_CUDA = "{pin}"' in (ROOT / "setup.py").read_text()
 
 
 # -- paths and code references ------------------------------------------------------------------------

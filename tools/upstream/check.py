@@ -95,6 +95,7 @@ class Reader(Protocol):
     """
 
     tree: SourceTree  # the sources of this vLLM (the installed files, for the runtime reader)
+    version: str  # its release ("0.33.0"; "?" when unknown: every row applies)
     errors_are_findings: bool  # an exception while checking a row is reported as that row's MISSING
 
     # -- finding things (each raises Broken when it finds nothing) --
@@ -195,7 +196,10 @@ class Checker:
     def check(self, points: Iterable[TouchPoint] | None = None) -> list[Result]:
         """One :class:`Result` per touch point (the whole table by default), in order."""
         results = []
+        version = self.reader.version
         for point in TOUCH_POINTS if points is None else points:
+            if not point.applies_to(version):
+                continue  # the row is for other releases (TouchPoint.since / before)
             try:
                 detail, where = self.check_one(point)
                 results.append(Result(point, OK, detail, where))

@@ -45,6 +45,7 @@ class RuntimeReader:
         import vllm
 
         self.tree = SourceTree(Path(vllm.__file__).parent.parent)
+        self.version = getattr(vllm, "__version__", "?")
 
     # -- finding things ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from .check import CHANGED, MISSING, Broken, Checker, Field, Member, Result, Signature, SourceText, where_now
 from vllm_hogwild.patches.points import CLASS, ENV_VAR, TouchPoint
-from .source import SourceTree
+from .source import SourceTree, release_version
 from .syntax import (ClassRef, External, Module, call_kind, class_keywords, dataclass_options, decorator_names,
                      is_classvar, literal, pick_function, signature, source_of)
 
@@ -40,6 +40,7 @@ class StaticReader:
 
     def __init__(self, root: Path | str) -> None:
         self.tree = SourceTree(root)
+        self.version = release_version(Path(root))
 
     # -- finding things ----------------------------------------------------------------------------
 

@@ -64,6 +64,11 @@ def scheduler() -> list[TouchPoint]:
         TouchPoint(SCHEDULER, "Scheduler._free_blocks", METHOD, HOGWILD_SCHEDULER, params=("self", "request")),
         TouchPoint(SCHEDULER, "Scheduler._free_request_blocks", METHOD, HOGWILD_SCHEDULER, params=("self", "request")),
         TouchPoint(SCHEDULER, "Scheduler.get_request_counts", METHOD, HOGWILD_SCHEDULER, params=("self",)),
+        TouchPoint(SCHEDULER, "Scheduler.has_request", METHOD, HOGWILD_SCHEDULER + ": vLLM 0.33's own, not overridden: "
+                   "a held worker stays in self.requests (out of the queues), so it is held", params=("self", "request_id"),
+                   since="0.33"),
+        TouchPoint(SCHEDULER, "Scheduler.has_request", SOURCE, HOGWILD_SCHEDULER + ": held workers and parked lanes as "
+                   "vLLM's has_request sees them", text="return request_id in self.requests", since="0.33"),
         TouchPoint(SCHEDULER, "Scheduler._update_request_with_output", METHOD,
                    HOGWILD_SCHEDULER + " (accepted runs, steps per member)",
                    params=("self", "request", "new_token_ids")),
@@ -178,7 +183,8 @@ def step_wire() -> list[TouchPoint]:
                    base="vllm.v1.executor.multiproc_executor.MultiprocExecutor"),
         TouchPoint("vllm.v1.executor.ray_utils", "RayWorkerWrapper.execute_model_ray", METHOD,
                    STEP_WIRE + ": the legacy Ray executor (VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0, a compiled Ray graph; "
-                   "the SchedulerOutput pickled by Ray)", params=("self", "execute_model_input")),
+                   "the SchedulerOutput pickled by Ray); vLLM 0.33 removed it (RayExecutorV2 is its only Ray "
+                   "executor, the row above)", params=("self", "execute_model_input"), before="0.33"),
     ]
 
 

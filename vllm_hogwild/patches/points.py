@@ -100,6 +100,16 @@ class TouchPoint:
     writes: bool = False  # FIELD / attributes the plugin assigns: the class must not be frozen (pydantic: nor
     #                       validate assignments; the plugin may store its own objects in them)
     hook: Hook | None = None  # the plugin changes it at run time (set by the table from the area's HOOKS)
+    since: str | None = None  # the first vLLM release ("0.33") the row applies to (None: every one checked)
+    before: str | None = None  # the first vLLM release it no longer applies to (the thing is gone there)
+
+    def applies_to(self, version: str) -> bool:
+        """Whether the row holds for vLLM ``version`` ("0.33.0", "0.32.0+cpu"; "?": every row applies)."""
+        release = _release(version)
+        if release is None:
+            return True
+        return (self.since is None or release >= _release(self.since)) and \
+            (self.before is None or release < _release(self.before))
 
     @property
     def target(self) -> str:
@@ -116,6 +126,15 @@ class TouchPoint:
     def member(self) -> str:
         return self.name.rpartition(".")[2]
 
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string, or None when it has none."""
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def same_kind(module: str, owner: str, kind: str, names: Iterable[str], used_by: str, **fields) -> list[TouchPoint]:
