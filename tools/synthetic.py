@@ -3,7 +3,9 @@
 Lanes share the prompt the way vLLM's prefix caching shares it: the prompt's
 full blocks are the same physical blocks in every lane, the partial tail block
 and everything after it are private. Physical block ids are shuffled and
-spare blocks hold noise, so reading a wrong block shows.
+spare blocks hold noise, so reading a wrong block shows. With ``quant`` the
+cache is an FP8 one (bytes, each ``float8(x / scale)``, as vLLM stores it) and
+the group's keys and values are what it holds, dequantized.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from vllm_hogwild.attention.kv_layout import CpuPagedKV, PagedKV, PlainPagedKV, write_tokens
+from vllm_hogwild.attention.kv_layout import CpuPagedKV, KVQuant, PagedKV, PlainPagedKV, write_tokens
 from vllm_hogwild.attention.segment_attention import QueryRow, Segment
 from vllm_hogwild.core.views import View
 
@@ -41,6 +43,7 @@ class SyntheticGroup:
         dtype: torch.dtype = torch.float32,
         spare_blocks: int = 3,
         seed: int = 0,
+        quant: KVQuant | None = None,
     ) -> "SyntheticGroup":
         gen = torch.Generator().manual_seed(seed)
         lane_lens = [prompt_len + n for n in gen_lens]
@@ -53,16 +56,20 @@ class SyntheticGroup:
         for p in private:
             tables.append(shared_ids + rest[:p])
             rest = rest[p:]
-        kv = _empty_cache(kv_layout, num_blocks, block_size, num_kv_heads, head_dim, dtype, gen)
+        kv = _empty_cache(kv_layout, num_blocks, block_size, num_kv_heads, head_dim, dtype, gen, quant)
 
-        def rand(n: int) -> torch.Tensor:  # rounded to the cache dtype, kept in float64
-            return torch.randn(n, num_kv_heads, head_dim, generator=gen).to(dtype).to(torch.float64)
+        def rand(n: int, scale: float = 1.0) -> torch.Tensor:  # what the cache holds, kept in float64
+            x = torch.randn(n, num_kv_heads, head_dim, generator=gen)
+            if quant is not None:  # scaled like the layer's values, stored as FP8 bytes
+                return quant.dequantize(quant.quantize(x * scale, scale), scale).to(torch.float64)
+            return x.to(dtype).to(torch.float64)
 
-        prompt_k, prompt_v = rand(prompt_len), rand(prompt_len)
+        k_scale, v_scale = (1.0, 1.0) if quant is None else (quant.k_scale, quant.v_scale)
+        prompt_k, prompt_v = rand(prompt_len, k_scale), rand(prompt_len, v_scale)
         keys, values = [], []
         for w, n in enumerate(gen_lens):
-            k = torch.cat([prompt_k, rand(n)])
-            v = torch.cat([prompt_v, rand(n)])
+            k = torch.cat([prompt_k, rand(n, k_scale)])
+            v = torch.cat([prompt_v, rand(n, v_scale)])
             pos = torch.arange(lane_lens[w])
             table = torch.tensor(tables[w], dtype=torch.long)
             write_tokens(kv, table[pos // block_size] * block_size + pos % block_size, k, v)
@@ -83,10 +90,13 @@ class SyntheticGroup:
         return rows
 
 
-def _empty_cache(kv_layout, num_blocks, bs, heads, d, dtype, gen) -> PagedKV:
-    noise = lambda *shape: torch.randn(*shape, generator=gen).to(dtype)  # noqa: E731
+def _empty_cache(kv_layout, num_blocks, bs, heads, d, dtype, gen, quant: KVQuant | None = None) -> PagedKV:
+    def noise(*shape):  # finite values of the cache's type (FP8: the bytes of float8 values)
+        x = torch.randn(*shape, generator=gen)
+        return x.to(dtype) if quant is None else quant.quantize(x, 1.0)
+
     if kv_layout == "plain":
-        return PlainPagedKV(noise(num_blocks, bs, heads, d), noise(num_blocks, bs, heads, d))
+        return PlainPagedKV(noise(num_blocks, bs, heads, d), noise(num_blocks, bs, heads, d), quant)
     if kv_layout in ("cpu", "cpu_k_transposed"):
-        return CpuPagedKV(noise(num_blocks, heads, bs, 2 * d), kv_layout == "cpu_k_transposed")
+        return CpuPagedKV(noise(num_blocks, heads, bs, 2 * d), kv_layout == "cpu_k_transposed", quant)
     raise ValueError(f"kv_layout: unknown {kv_layout!r}; expected one of {KV_LAYOUTS}")

@@ -45,6 +45,7 @@ class Case:
     max_query_tokens: int = 1
     dtype: torch.dtype = torch.float32
     seed: int = 0
+    quant: object = None  # kv_layout.KVQuant: an FP8 cache
 
 
 def config_of(c: Case) -> LlamaConfig:
@@ -79,7 +80,8 @@ def setup(c: Case):
     rng = random.Random(c.seed)
     gen_lens = [rng.randint(min(c.max_query_tokens, c.max_gen), c.max_gen) for _ in range(c.num_workers)]
     group = SyntheticGroup.build(
-        c.prompt_len, gen_lens, c.num_kv_heads, c.head_dim, c.block_size, c.kv_layout, c.dtype, seed=c.seed
+        c.prompt_len, gen_lens, c.num_kv_heads, c.head_dim, c.block_size, c.kv_layout, c.dtype, seed=c.seed,
+        quant=c.quant,
     )
     kw = random_combined(rng, c.prompt_len, gen_lens) if c.layout in ("combined", "interleaved") else {}
     views = build_views(c.layout, c.prompt_len, group.lane_lens, **kw)

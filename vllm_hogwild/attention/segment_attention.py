@@ -312,10 +312,12 @@ def _run_csr(p: SegmentAttentionPlan, query: torch.Tensor, kv: PagedKV, scale: f
     q = query if query.dtype == torch.float32 and query.is_contiguous() else query.float().contiguous()
     direct = out.dtype == torch.float32 and out.is_contiguous()
     dst = out if direct else torch.empty_like(q)
+    quant = kv.quant
     ops.segment_attention_decode(q, kv.cache, kv.k_transposed, c.row_token, c.row_pair_ptr,
                                  p.pair_cos, p.pair_sin, c.pair_piece_ptr, c.piece_block, c.piece_lo,
                                  c.piece_hi, p.rope.rotary_dim, p.rope.is_neox_style, scale, dst,
-                                 ISA_CODES[current()])
+                                 ISA_CODES[current()], 0 if quant is None else quant.code,
+                                 1.0 if quant is None else quant.k_scale, 1.0 if quant is None else quant.v_scale)
     if not direct:
         out[c.row_token] = dst[c.row_token].to(out.dtype)
 

@@ -98,10 +98,12 @@ if triton is not None:
         slot_ptr,  # [entries of all buckets] where each real reader's partial goes (token-major order)
         m_ptr, l_ptr, acc_ptr,  # out: [S, Hq], [S, Hq], [S, Hq, D] partial softmax (base 2) per slot
         R, num_pairs, entry_base,  # per step (do_not_specialize); entry_base: this bucket's first entry
-        qk_scale,  # softmax scale times log2(e)
+        qk_scale,  # softmax scale times log2(e) (times an FP8 cache's K scale)
+        v_scale,  # an FP8 cache's V scale (1.0 otherwise)
         HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BS: tl.constexpr,
         ROT: tl.constexpr, NEOX: tl.constexpr, BLOCK_M: tl.constexpr,
         OP_DTYPE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+        KV_FP8: tl.constexpr,  # 0: a float cache; 1: FP8 e4m3fn bytes; 2: FP8 e5m2 bytes
     ):
         u = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1).to(tl.int64)
@@ -111,9 +113,19 @@ if triton is not None:
         dmask = offs_d < D
         # The block of this KV head, loaded once: K as [DP, BS] (ready for q @ k^T), V as [BS, DP].
         kt = tl.load(k_ptr + block * k_sb + h * k_sh + offs_d[:, None] * k_sd + offs_s[None, :] * k_ss,
-                     mask=dmask[:, None], other=0.0).to(OP_DTYPE)
+                     mask=dmask[:, None], other=0)
         v = tl.load(v_ptr + block * v_sb + h * v_sh + offs_s[:, None] * v_ss + offs_d[None, :] * v_sd,
-                    mask=dmask[None, :], other=0.0).to(OP_DTYPE)
+                    mask=dmask[None, :], other=0)
+        # An FP8 cache: its bytes as float8 (exact in every operand dtype); the K scale is in qk_scale,
+        # the V scale multiplies V here.
+        if KV_FP8 == 1:
+            kt = kt.to(tl.float8e4nv, bitcast=True)
+            v = (v.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale)
+        elif KV_FP8 == 2:
+            kt = kt.to(tl.float8e5, bitcast=True)
+            v = (v.to(tl.float8e5, bitcast=True).to(tl.float32) * v_scale)
+        kt = kt.to(OP_DTYPE)
+        v = v.to(OP_DTYPE)
         if UPCAST:
             kt = kt.to(tl.float32)
             v = v.to(tl.float32)
@@ -316,8 +328,12 @@ def run(p, query: torch.Tensor, kv, scale: float | None = None, out: torch.Tenso
     bs = s.block_size
     if bs & (bs - 1) or bs < 16:
         raise ValueError(f"block_size: the Triton kernel needs a power of two >= 16, not {bs}")
-    if s.key.dtype not in _OP_DTYPES or s.value.dtype != s.key.dtype:
-        raise ValueError(f"the Triton kernel reads bf16, fp16 or fp32 caches, not {s.key.dtype}/{s.value.dtype}")
+    quant = s.quant
+    if quant is not None:
+        if s.key.dtype != torch.uint8 or s.value.dtype != torch.uint8:
+            raise ValueError(f"an FP8 cache is bytes (uint8), not {s.key.dtype}/{s.value.dtype}")
+    elif s.key.dtype not in _OP_DTYPES or s.value.dtype != s.key.dtype:
+        raise ValueError(f"the Triton kernel reads bf16, fp16, fp32 or FP8 caches, not {s.key.dtype}/{s.value.dtype}")
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     if out is None:
         out = torch.zeros_like(query)
@@ -326,12 +342,16 @@ def run(p, query: torch.Tensor, kv, scale: float | None = None, out: torch.Tenso
     _check_device(query.device)
     prep = prepare(p, query.device)
     m, l, acc = prep.buffers(num_q_heads, d)
-    meta, merge_meta = meta_for(num_q_heads, s, p.rope, s.key.dtype, bool(triton.knobs.runtime.interpret))
+    # An FP8 cache's values widen exactly to the query's dtype, the operands' dtype then.
+    op_dtype = s.key.dtype if quant is None else (query.dtype if query.dtype in _OP_DTYPES else torch.float32)
+    meta, merge_meta = meta_for(num_q_heads, s, p.rope, op_dtype, bool(triton.knobs.runtime.interpret))
+    meta["KV_FP8"] = 0 if quant is None else quant.code
+    k_scale, v_scale = (1.0, 1.0) if quant is None else (quant.k_scale, quant.v_scale)
     for blocks, pair, lo, hi, u, r, base in prep.buckets:
         _launch(_partials_kernel, (u, s.num_kv_heads),
                 query, *query.stride(), s.key, *s.key_strides, s.value, *s.value_strides,
                 blocks, pair, lo, hi, prep.pair_token, prep.cos, prep.sin, prep.slot, m, l, acc,
-                r, prep.num_pairs, base, scale * LOG2E, **meta)
+                r, prep.num_pairs, base, scale * k_scale * LOG2E, v_scale, **meta)
     rows = prep.out_tokens.shape[0]
     if rows:
         _launch(_merge_kernel, (rows, num_q_heads, triton.cdiv(d, merge_meta["DB"])), m, l, acc, prep.start,

@@ -42,6 +42,12 @@
 // weights stay float32). Other caches run that path as avx512.
 // It merges a row's pieces in block order instead of view order: the same
 // softmax, summed in another order (differences of float32 rounding).
+//
+// An FP8 cache (vLLM's kv_cache_dtype fp8 / fp8_e4m3 / fp8_e5m2: bytes, each the
+// float8 e4m3fn or e5m2 encoding of the value divided by its layer's scale) is
+// read in place too: each byte widens to float32 through a 256-entry table of its
+// encoding (exact), the K scale multiplies the softmax scale and the V scale the
+// output. Both vector paths and the generic loops take it.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -73,6 +79,33 @@ constexpr float kFloor = -1e30f;
 
 template <typename scalar_t>
 inline float to_f(scalar_t x) { return static_cast<float>(x); }
+
+// FP8 cache elements: one byte, decoded through the table of its encoding.
+struct Fp8E4M3 { uint8_t bits; };
+struct Fp8E5M2 { uint8_t bits; };
+
+// The float32 value of every byte of an encoding (e4m3fn: bias 7, no infinities, S.1111.111 is NaN;
+// e5m2: bias 15, exponent 31 is infinity or NaN). Built once, read by every thread.
+struct Fp8Tables {
+  float e4m3[256], e5m2[256];
+  Fp8Tables() {
+    for (int b = 0; b < 256; ++b) {
+      const float sign = (b & 0x80) ? -1.f : 1.f;
+      const int e4 = (b >> 3) & 0xF, m3 = b & 7;
+      e4m3[b] = (e4 == 0xF && m3 == 7) ? std::numeric_limits<float>::quiet_NaN()
+                : sign * (e4 == 0 ? std::ldexp(m3 / 8.f, -6) : std::ldexp(1.f + m3 / 8.f, e4 - 7));
+      const int e5 = (b >> 2) & 0x1F, m2 = b & 3;
+      e5m2[b] = e5 == 0x1F ? (m2 ? std::numeric_limits<float>::quiet_NaN() : sign * std::numeric_limits<float>::infinity())
+                : sign * (e5 == 0 ? std::ldexp(m2 / 4.f, -14) : std::ldexp(1.f + m2 / 4.f, e5 - 15));
+    }
+  }
+};
+const Fp8Tables kFp8;
+
+template <>
+inline float to_f<Fp8E4M3>(Fp8E4M3 x) { return kFp8.e4m3[x.bits]; }
+template <>
+inline float to_f<Fp8E5M2>(Fp8E5M2 x) { return kFp8.e5m2[x.bits]; }
 
 
 // Running softmax update of g heads over the scores of keys [lo, hi) (already
@@ -125,6 +158,10 @@ struct Avx2 {
 #ifdef __F16C__
   static V load(const c10::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #endif
+  static V load(const Fp8E4M3* p) { return _mm256_i32gather_ps(kFp8.e4m3, bytes(p), 4); }
+  static V load(const Fp8E5M2* p) { return _mm256_i32gather_ps(kFp8.e5m2, bytes(p), 4); }
+  template <typename T>
+  static __m256i bytes(const T* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
 };
 
 #ifdef HOGWILD_AVX512
@@ -146,6 +183,10 @@ struct Avx512 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
   }
   static V load(const c10::Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static V load(const Fp8E4M3* p) { return _mm512_i32gather_ps(bytes(p), kFp8.e4m3, 4); }
+  static V load(const Fp8E5M2* p) { return _mm512_i32gather_ps(bytes(p), kFp8.e5m2, 4); }
+  template <typename T>
+  static __m512i bytes(const T* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 };
 
 #ifdef HOGWILD_AVX512_BF16
@@ -290,7 +331,7 @@ template <typename scalar_t>
 struct Rows {
   int64_t num_rows, hq, d, heads, bs, g, half, block_stride, head_stride;
   bool neox;
-  float sc;
+  float sc, vs;  // the softmax scale (times an FP8 cache's K scale), and the V scale (1: not FP8)
   const float* q;
   const scalar_t* kv;
   float* o;
@@ -300,11 +341,14 @@ struct Rows {
   Rows(const torch::Tensor& query, const torch::Tensor& cache, const torch::Tensor& row_token,
        const torch::Tensor& row_pair_ptr, const torch::Tensor& pair_cos, const torch::Tensor& pair_sin,
        const torch::Tensor& pair_piece_ptr, const torch::Tensor& piece_block, const torch::Tensor& piece_lo,
-       const torch::Tensor& piece_hi, int64_t rotary_dim, bool neox_, double scale, torch::Tensor& out)
+       const torch::Tensor& piece_hi, int64_t rotary_dim, bool neox_, double scale, double k_scale,
+       double v_scale, torch::Tensor& out)
       : num_rows(row_token.size(0)), hq(query.size(1)), d(query.size(2)), heads(cache.size(1)),
         bs(cache.size(2)), g(hq / heads), half(rotary_dim / 2), block_stride(heads * bs * 2 * d),
-        head_stride(bs * 2 * d), neox(neox_), sc(static_cast<float>(scale)), q(query.data_ptr<float>()),
-        kv(cache.data_ptr<scalar_t>()), o(out.data_ptr<float>()), rt(row_token.data_ptr<int64_t>()),
+        head_stride(bs * 2 * d), neox(neox_), sc(static_cast<float>(scale * k_scale)),
+        vs(static_cast<float>(v_scale)), q(query.data_ptr<float>()),
+        kv(reinterpret_cast<const scalar_t*>(cache.data_ptr())), o(out.data_ptr<float>()),
+        rt(row_token.data_ptr<int64_t>()),
         rp(row_pair_ptr.data_ptr<int64_t>()), pp(pair_piece_ptr.data_ptr<int64_t>()),
         pb(piece_block.data_ptr<int64_t>()), plo(piece_lo.data_ptr<int64_t>()),
         phi(piece_hi.data_ptr<int64_t>()), pc(pair_cos.data_ptr<float>()), ps(pair_sin.data_ptr<float>()) {}
@@ -327,7 +371,7 @@ struct Rows {
   // Normalised output of query head gi of KV head h for query token tok.
   void write(int64_t tok, int64_t h, int64_t gi, const float* acc, float l) const {
     float* dst = o + (tok * hq + h * g + gi) * d;
-    const float inv = 1.f / l;
+    const float inv = vs / l;
     for (int64_t e = 0; e < d; ++e) dst[e] = acc[e] * inv;
   }
 };
@@ -500,14 +544,46 @@ std::vector<std::string> isas() {
   return names;
 }
 
+namespace {
+
+// One cache element type: the widest compiled path that takes it, else the generic loops.
+template <typename scalar_t>
+void run_cache(const Rows<scalar_t>& rows, bool k_transposed, int64_t isa) {
+#ifdef HOGWILD_AVX2
+  constexpr bool readable = !std::is_same<scalar_t, double>::value
+#ifndef __F16C__
+                            && !std::is_same<scalar_t, c10::Half>::value
+#endif
+      ;
+  if constexpr (readable) {
+#ifdef HOGWILD_AVX512_BF16
+    if constexpr (std::is_same<scalar_t, c10::BFloat16>::value) {  // other caches: the same code as avx512
+      if (isa == kAvx512Bf16 && k_transposed && rows.d <= kMaxDotDim &&
+          run_rows_shared<Avx512Bf16, scalar_t>(rows)) return;
+    }
+#endif
+#ifdef HOGWILD_AVX512
+    if ((isa == kAvx512 || isa == kAvx512Bf16) && k_transposed && run_rows_shared<Avx512, scalar_t>(rows)) return;
+#endif
+    // AVX2 tiles also serve an AVX-512 run whose block size is a multiple of 16, not of 32.
+    if (isa != kGeneric && k_transposed && run_rows_shared<Avx2, scalar_t>(rows)) return;
+  }
+#endif
+  run_rows<scalar_t>(rows, k_transposed);
+}
+
+}  // namespace
+
 // query: [T, Hq, D] float32, rotated at stored positions; out: [T, Hq, D] float32.
-// isa: the path (Isa), one that isas() lists.
+// isa: the path (Isa), one that isas() lists. fp8: 0 for a float cache, 1 (e4m3fn) or 2 (e5m2) for an
+// FP8 cache of bytes (uint8), whose values are the decoded bytes times k_scale (K) or v_scale (V).
 void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_transposed,
                               torch::Tensor row_token, torch::Tensor row_pair_ptr,
                               torch::Tensor pair_cos, torch::Tensor pair_sin,
                               torch::Tensor pair_piece_ptr, torch::Tensor piece_block,
                               torch::Tensor piece_lo, torch::Tensor piece_hi,
-                              int64_t rotary_dim, bool neox, double scale, torch::Tensor out, int64_t isa) {
+                              int64_t rotary_dim, bool neox, double scale, torch::Tensor out, int64_t isa,
+                              int64_t fp8, double k_scale, double v_scale) {
   TORCH_CHECK(query.scalar_type() == torch::kFloat && out.scalar_type() == torch::kFloat,
               "query and out must be float32");
   TORCH_CHECK(query.is_contiguous() && out.is_contiguous() && cache.is_contiguous(),
@@ -525,30 +601,17 @@ void segment_attention_decode(torch::Tensor query, torch::Tensor cache, bool k_t
   known = known || isa == kAvx512Bf16;
 #endif
   TORCH_CHECK(known, "isa ", isa, " is not compiled in this build (see isas())");
+  TORCH_CHECK(fp8 == 0 || cache.scalar_type() == torch::kByte, "an FP8 cache must be bytes (uint8)");
+  TORCH_CHECK(fp8 >= 0 && fp8 <= 2, "fp8 must be 0 (not FP8), 1 (e4m3fn) or 2 (e5m2)");
+  auto rows_of = [&](auto tag) {
+    using scalar_t = decltype(tag);
+    return Rows<scalar_t>(query, cache, row_token, row_pair_ptr, pair_cos, pair_sin, pair_piece_ptr, piece_block,
+                          piece_lo, piece_hi, rotary_dim, neox, scale, fp8 ? k_scale : 1.0, fp8 ? v_scale : 1.0, out);
+  };
+  if (fp8 == 1) return run_cache(rows_of(Fp8E4M3{}), k_transposed, isa);
+  if (fp8 == 2) return run_cache(rows_of(Fp8E5M2{}), k_transposed, isa);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cache.scalar_type(), "segment_attention_decode", [&] {
-    const Rows<scalar_t> rows(query, cache, row_token, row_pair_ptr, pair_cos, pair_sin, pair_piece_ptr,
-                              piece_block, piece_lo, piece_hi, rotary_dim, neox, scale, out);
-#ifdef HOGWILD_AVX2
-    constexpr bool readable = !std::is_same<scalar_t, double>::value
-#ifndef __F16C__
-                              && !std::is_same<scalar_t, c10::Half>::value
-#endif
-        ;
-    if constexpr (readable) {
-#ifdef HOGWILD_AVX512_BF16
-      if constexpr (std::is_same<scalar_t, c10::BFloat16>::value) {  // other caches: the same code as avx512
-        if (isa == kAvx512Bf16 && k_transposed && rows.d <= kMaxDotDim &&
-            run_rows_shared<Avx512Bf16, scalar_t>(rows)) return;
-      }
-#endif
-#ifdef HOGWILD_AVX512
-      if ((isa == kAvx512 || isa == kAvx512Bf16) && k_transposed && run_rows_shared<Avx512, scalar_t>(rows)) return;
-#endif
-      // AVX2 tiles also serve an AVX-512 run whose block size is a multiple of 16, not of 32.
-      if (isa != kGeneric && k_transposed && run_rows_shared<Avx2, scalar_t>(rows)) return;
-    }
-#endif
-    run_rows<scalar_t>(rows, k_transposed);
+    run_cache(rows_of(scalar_t{}), k_transposed, isa);
   });
 }
 
