@@ -17,6 +17,11 @@ query then attends its view ``[prompt][every other worker's fed tokens, in
 worker order][its own fed tokens]``, with every key rotated at its VIEW
 position (the same as re-rotating the stored key) and the query at the view's
 last position. A worker's last token is sampled but never fed.
+
+With an FP8 KV cache (``kv_store``: :class:`Fp8Store`) every K and V is what
+such a cache holds: vLLM rotates a key at its stored position and stores both
+as float8 bytes of the value over the layer's scale; the oracle reads the same
+values back (the key rotated back, exactly in float64), prompt included.
 """
 
 from __future__ import annotations
@@ -32,9 +37,25 @@ def _rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.T
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+class Fp8Store:
+    """What vLLM 0.32's CPU cache writer keeps of a float32 value in an FP8 cache: ``float8(x / scale)``
+    rounded toward zero (its conversion truncates the mantissa), read back times the scale."""
+
+    def __init__(self, fp8: torch.dtype, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+        self.fp8, self.k_scale, self.v_scale = fp8, k_scale, v_scale
+
+    def __call__(self, x: torch.Tensor, scale: float) -> torch.Tensor:
+        y = (x.to(torch.float32) / scale)
+        near = y.to(self.fp8)
+        bits = near.view(torch.uint8).clone()
+        bits[near.to(torch.float32).abs() > y.abs()] -= 1  # one step toward zero
+        return bits.view(self.fp8).to(torch.float64) * scale
+
+
 class DenseHogwild:
-    def __init__(self, model) -> None:
+    def __init__(self, model, kv_store: Fp8Store | None = None) -> None:
         self.model = model.to(torch.float64).eval()
+        self.kv_store = kv_store
         cfg = model.config
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -89,6 +110,7 @@ class DenseHogwild:
         for li, layer in enumerate(layers):
             x = layer.input_layernorm(h)
             q, k, v = self._qkv(layer, x)
+            k, v = self._stored(k, v, torch.arange(p))
             for w in range(n_workers):
                 keys[li][w], vals[li][w] = k.clone(), v.clone()
             attn = torch.stack([self._attend(q[t], k[: t + 1], v[: t + 1], t) for t in range(p)])
@@ -127,6 +149,7 @@ class DenseHogwild:
                     fed = p + r[0]
                     assert keys[li][w].shape[0] == fed, "a lane feeds its tokens in order"
                     q, kk, vv = self._qkv(layer, layer.input_layernorm(hs[w]))
+                    kk, vv = self._stored(kk, vv, p + torch.tensor(r))
                     keys[li][w] = torch.cat([keys[li][w], kk])
                     vals[li][w] = torch.cat([vals[li][w], vv])
                     qs[w] = q
@@ -168,6 +191,13 @@ class DenseHogwild:
             for span in live:
                 spans += [span] + header("pivot")
         return spans + header("own") + [(w, starts[w], length[w])]
+
+    def _stored(self, k, v, pos):
+        """Raw keys and values as the cache holds them at stored positions ``pos`` (unchanged unquantized)."""
+        if self.kv_store is None:
+            return k, v
+        rotated = self.kv_store(_rope(k, pos, self.inv_freq), self.kv_store.k_scale)
+        return _rope(rotated, -pos, self.inv_freq), self.kv_store(v, self.kv_store.v_scale)
 
     def _qkv(self, layer, x):
         a = layer.self_attn

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from vllm_hogwild.attention.kv_layout import FP8_DTYPES
 from vllm_hogwild.attention.paths import resolve_here
 from vllm_hogwild.core.options import RUNTIME_KEY, HogwildOptionError
 from vllm_hogwild.core.stats_channel import new_address
@@ -107,8 +108,10 @@ def check_engine(config, platform=None) -> None:
     if platform is None:
         from vllm.platforms import current_platform as platform
 
-    if config.cache_config.cache_dtype not in ("auto", None):
-        raise HogwildOptionError("kv_cache_dtype", "Hogwild reads the KV cache unquantized; use kv_cache_dtype='auto'")
+    cache_dtype = config.cache_config.cache_dtype
+    if cache_dtype not in ("auto", None, *FP8_DTYPES):
+        raise HogwildOptionError("kv_cache_dtype", f"{cache_dtype!r}: Hogwild reads an unquantized cache ('auto') or "
+                                 f"an FP8 one ({', '.join(repr(k) for k in FP8_DTYPES)})")
     import torch
 
     if platform.is_cuda() and config.model_config.dtype not in (torch.float16, torch.bfloat16):

@@ -330,8 +330,8 @@ def run(p, query: torch.Tensor, kv, scale: float | None = None, out: torch.Tenso
         raise ValueError(f"block_size: the Triton kernel needs a power of two >= 16, not {bs}")
     quant = s.quant
     if quant is not None:
-        if s.key.dtype != torch.uint8 or s.value.dtype != torch.uint8:
-            raise ValueError(f"an FP8 cache is bytes (uint8), not {s.key.dtype}/{s.value.dtype}")
+        if s.key.dtype not in (torch.uint8, quant.fp8) or s.value.dtype != s.key.dtype:
+            raise ValueError(f"an FP8 cache is bytes (uint8) or {quant.fp8}, not {s.key.dtype}/{s.value.dtype}")
     elif s.key.dtype not in _OP_DTYPES or s.value.dtype != s.key.dtype:
         raise ValueError(f"the Triton kernel reads bf16, fp16, fp32 or FP8 caches, not {s.key.dtype}/{s.value.dtype}")
     scale = 1.0 / math.sqrt(d) if scale is None else scale

@@ -42,7 +42,7 @@ from vllm_hogwild.attention import segment_attention as sa
 from vllm_hogwild.attention.paths import path_of
 from vllm_hogwild.runner.context import StepViews, get_step
 from vllm_hogwild.runner.cpu_layout import probe_k_transposed
-from vllm_hogwild.attention.kv_layout import CpuPagedKV
+from vllm_hogwild.attention.kv_layout import CpuPagedKV, KVQuant
 from vllm_hogwild.core.rope import RopeSpec
 
 CPU_BACKEND_PATH = "vllm_hogwild.runner.backend.HogwildCPUAttentionBackend"
@@ -155,9 +155,16 @@ class HogwildBuilderMixin:
 class HogwildImplMixin:
     """Put first in the bases of a platform's attention implementation."""
 
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan):
-        """This platform's cache as a :mod:`vllm_hogwild.attention.kv_layout` reader."""
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan, quant: KVQuant | None):
+        """This platform's cache as a :mod:`vllm_hogwild.attention.kv_layout` reader (``quant``: an FP8 cache's
+        encoding and this layer's scales)."""
         raise NotImplementedError
+
+    def hogwild_quant(self, layer) -> KVQuant | None:
+        """An FP8 cache's encoding and ``layer``'s K/V scales (vLLM's own, per layer); None: unquantized."""
+        if self.kv_cache_dtype in ("auto", None):
+            return None
+        return KVQuant.of(self.kv_cache_dtype, layer._k_scale_float, layer._v_scale_float)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
         output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
@@ -165,7 +172,8 @@ class HogwildImplMixin:
         if step is not None:
             n = attn_metadata.num_actual_tokens
             out = output[:n].view(n, self.num_heads, self.head_size)
-            sa.run(step.plan, query[:n], self.hogwild_kv(kv_cache, step), self.scale, out=out)
+            sa.run(step.plan, query[:n], self.hogwild_kv(kv_cache, step, self.hogwild_quant(layer)), self.scale,
+                   out=out)
         return output
 
 
@@ -174,12 +182,12 @@ class HogwildImplMixin:
 class HogwildCPUMetadataBuilder(HogwildBuilderMixin, CPUAttentionMetadataBuilder):
     def hogwild_cache_layout(self) -> bool:
         # Probed, not assumed: reading K with the wrong layout is silent garbage.
-        return probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim)
+        return probe_k_transposed(self.isa, self.dtype, self.block_size, self.head_dim, self.kv_cache_dtype)
 
 
 class HogwildCPUAttentionImpl(HogwildImplMixin, CPUAttentionBackendImpl):
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan) -> CpuPagedKV:
-        return CpuPagedKV(kv_cache, step.k_transposed)
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan, quant: KVQuant | None) -> CpuPagedKV:
+        return CpuPagedKV(kv_cache, step.k_transposed, quant)
 
 
 class HogwildCPUAttentionBackend(CPUAttentionBackend):

@@ -21,7 +21,7 @@ from vllm.v1.attention.backends.flash_attn import (
 )
 
 from vllm_hogwild.runner.backend import HogwildBuilderMixin, HogwildImplMixin, HogwildPlan
-from vllm_hogwild.attention.kv_layout import PlainPagedKV
+from vllm_hogwild.attention.kv_layout import KVQuant, PlainPagedKV
 
 CUDA_BACKEND_PATH = "vllm_hogwild.runner.backend_cuda.HogwildFlashAttentionBackend"
 
@@ -31,9 +31,9 @@ class HogwildFlashAttentionMetadataBuilder(HogwildBuilderMixin, FlashAttentionMe
 
 
 class HogwildFlashAttentionImpl(HogwildImplMixin, FlashAttentionImpl):
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan) -> PlainPagedKV:
+    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan, quant: KVQuant | None) -> PlainPagedKV:
         key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
-        return PlainPagedKV(key_cache, value_cache)
+        return PlainPagedKV(key_cache, value_cache, quant)
 
 
 class HogwildFlashAttentionBackend(FlashAttentionBackend):

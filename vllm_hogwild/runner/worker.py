@@ -29,7 +29,7 @@ from vllm_hogwild.core.log import get_logger
 logger = get_logger(__name__)
 
 SUPPORTED = ("CPU_ATTN on the CPU (float32, bfloat16, float16); FLASH_ATTN on CUDA (float16, bfloat16; "
-             "--attention-backend FLASH_ATTN), with kv_cache_dtype auto")
+             "--attention-backend FLASH_ATTN), with kv_cache_dtype auto, fp8, fp8_e4m3 or fp8_e5m2")
 
 
 def check_engine_layers(impls: Mapping[str, Any], num_kv_cache_groups: int, kernel_block_sizes: Sequence[int],
