@@ -206,14 +206,14 @@ def test_static_checker_agrees_with_the_runtime_one_on_the_installed_sources(run
 
 
 def _wire():
-    from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, ReplayStep, StepWire
+    from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, ReplayStep, StepWire, lengths_array
 
     shape = GroupShape("grp", ("grp-0", "grp-1"), "combined", prompt_len=40, prompt_end=40,
                        separators=((0, 3), None, (5, 8), None), block_ids=((3, 4, 9), (3, 4, 12)))
-    step = GroupStep("grp", lane_lens=(45, 44), joined=((0, 40, 44),))
+    step = GroupStep("grp", joined=((0, 40, 44),))
     replay = GroupReplay("old-grp", (ReplayStep((41, 41), 0, (40, 40)),), ((0, ((38, 40, -1), (40, 41, 0))),))
-    return StepWire(shapes=(shape,), steps=(step,), ended=("old",), forced={"grp-0": 42, "grp-1": -1},
-                    replays=(replay,))
+    return StepWire(shapes=(shape,), steps=(step,), length_groups=("grp",), lane_lens=lengths_array((45, 44)),
+                    ended=("old",), forced={"grp-0": 42, "grp-1": -1}, replays=(replay,))
 
 
 def test_scheduler_output_attribute_survives_the_executors_transports() -> None:

@@ -1,5 +1,5 @@
-"""A group from the scheduler's side to the worker processes' (pure): the wire, the views kept from the batch,
-the step log, the counters."""
+"""A group from the scheduler's side to the worker processes' (pure): the wire, the views built from it and the
+batch, the step log, the counters."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from vllm_hogwild.core.group_kinds import new_group
 from vllm_hogwild.core.group_views import BatchRow, GroupViews, ViewRegistry
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
 from vllm_hogwild.core.views import Separators, Span, build_views, segments_of
-from vllm_hogwild.core.wire import StepWire
+from vllm_hogwild.core.wire import GroupStep, StepWire, lengths_array
 
 P = 5  # prompt length
 
@@ -50,13 +50,13 @@ def test_plain_views_go_native() -> None:
     for group in (make_group(1), make_group(3, layout="isolated")):
         views = GroupViews(group.shape(blocks(group.num_workers)))
         n = group.num_workers
-        assert views.decode(rows([P + 2] * n, [1] * n), None, no_table) == {}
+        assert views.decode(rows([P + 2] * n, [1] * n), [P + 3] * n, None, no_table) == {}
 
 
 def test_contiguous_segments_read_every_lane_with_view_deltas() -> None:
     group = make_group(3)
     table = blocks(3)
-    segs = GroupViews(group.shape(table)).decode(rows([P + 1] * 3, [1] * 3), None, no_table)
+    segs = GroupViews(group.shape(table)).decode(rows([P + 1] * 3, [1] * 3), [P + 2] * 3, None, no_table)
     assert sorted(segs) == [0, 1, 2]
     # Worker 1 reads [prompt of lane 1][lane 0 gen][lane 2 gen][lane 1 gen]; its query sits at view pos 10.
     s = segs[1]
@@ -130,7 +130,7 @@ def test_combined_views_follow_the_paragraphs_the_scheduler_sends() -> None:
     step = group.step([P + 2, P + 2], [0, 1])  # both fed their second token: worker 0's paragraph joins
     assert step.joined == ((0, 5, 6),)
     views = GroupViews(group.shape(blocks(2)))
-    segs = views.decode(rows([P + 1, P + 1], [1, 1]), step, no_table)
+    segs = views.decode(rows([P + 1, P + 1], [1, 1]), [P + 2, P + 2], step, no_table)
     # Worker 1 reads: prompt, the history (worker 0's paragraph), worker 0's live paragraph, its own text.
     assert [(s.start, s.end) for s in segs[1]] == [(0, 5), (5, 7), (5, 7)]
     assert views.history == [Span(0, 5, 6)] and views.paragraph_starts == [6, 5]
@@ -139,9 +139,9 @@ def test_combined_views_follow_the_paragraphs_the_scheduler_sends() -> None:
 
 @pytest.mark.parametrize("layout", ["contiguous", "combined", "interleaved", "isolated"])
 @pytest.mark.parametrize("seed", range(6))
-def test_views_kept_from_the_batch_equal_views_built_from_scratch(layout, seed) -> None:
-    """The worker processes follow each group from the batch and the few steps the scheduler sends; the views
-    they keep equal views built from scratch (the scheduler's own counts, its tracker's history) step after step,
+def test_views_built_from_the_wire_equal_views_built_from_scratch(layout, seed) -> None:
+    """The worker processes build each group's views from the lane lengths the scheduler sends every step, the
+    joins it sends and the batch's decoding rows; those views equal views built from scratch (the scheduler's own counts, its tracker's history) step after step,
     with workers that stop early, sit out a step (vLLM's token budget) or write paragraphs; the wire pickles."""
     rng = random.Random(seed)
     n = rng.randint(2, 5)
@@ -193,11 +193,11 @@ def test_drafts_extend_only_their_own_lane(layout: str) -> None:
     table = blocks(3)
     lens, drafts = [P + 4, P + 2, P + 3], [3, 0, 2]
     step = group.step(lens, [0, 1, 2], drafts, exact=True)
-    assert step.drafts == (3, 0, 2) and step.lane_lens == tuple(lens)
+    assert step == GroupStep("g", (), (3, 0, 2))  # the lengths travel apart, every step (StepWire.lane_lens)
     before = [n - 1 for n in lens]
     with_drafts = GroupViews(group.shape(table)).decode(
-        rows(before, [1 + d for d in drafts], dict(enumerate(drafts))), step, no_table)
-    without = GroupViews(plain.shape(table)).decode(rows(before, [1, 1, 1]), None, no_table)
+        rows(before, [1 + d for d in drafts], dict(enumerate(drafts))), lens, step, no_table)
+    without = GroupViews(plain.shape(table)).decode(rows(before, [1, 1, 1]), lens, None, no_table)
     for w in range(3):
         own = table[w]
         got, base = with_drafts[w], without[w]
@@ -206,3 +206,21 @@ def test_drafts_extend_only_their_own_lane(layout: str) -> None:
         assert got[-1].block_ids == own and got[-1].end == base[-1].end + drafts[w]
         assert [(s.end, s.delta) for s in got[:-1]] == [(s.end, s.delta) for s in base[:-1]]
     assert plain.step(lens, [0, 1, 2]) is None  # no drafts, nothing joined: nothing on the wire
+
+
+def test_a_decoding_row_needs_its_lanes_lengths_from_the_wire() -> None:
+    """The worker processes keep no lane length: a group whose rows decode without lengths on the wire is an
+    error, never views from a guess; lengths that do not match the groups' lanes are one too."""
+    group = make_group(2)
+    shape = group.shape(blocks(2))
+    with pytest.raises(ValueError, match="decode but the wire has no lane lengths"):
+        GroupViews(shape).decode(rows([P + 1] * 2, [1] * 2), None, None, no_table)
+    with pytest.raises(ValueError, match="has 3 lane lengths for its 2 lanes"):
+        GroupViews(shape).decode(rows([P + 1] * 2, [1] * 2), [P + 2] * 3, None, no_table)
+    registry = ViewRegistry()
+    batch = lambda lanes: [row for _, row in rows([P + 1] * 2, [1] * 2)]  # noqa: E731
+    wire = StepWire(shapes=(shape,), length_groups=("g",), lane_lens=lengths_array([P + 2, P + 2, P + 2]))
+    with pytest.raises(ValueError, match="3 lane lengths do not match its groups' 2 lanes"):
+        registry.apply(wire, batch)
+    wire = StepWire(length_groups=("g",), lane_lens=lengths_array([P + 2, P + 1]))
+    assert set(registry.apply(wire, batch).rows) == {"0_g", "1_g"}

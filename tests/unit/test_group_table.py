@@ -49,7 +49,10 @@ def test_parked_lane_stays_in_every_view_until_the_end() -> None:
     first, after = log.runs
     assert (first.decoding, first.lens, first.length) == ((0, 1), (P + 1, P + 1), 1)
     assert (after.decoding, after.lens, after.length) == ((0,), (P + 2, P + 1), 8)
-    assert log.num_steps == 9 and [w.steps for w in engine.wires] == [()] * len(engine.wires)  # nothing to send
+    assert log.num_steps == 9 and [w.steps for w in engine.wires] == [()] * len(engine.wires)  # no join, no draft
+    # every step that decodes sends the group's lane lengths (lock-step too): the worker processes keep none
+    sent = [(w.length_groups, tuple(w.lane_lens)) for w in engine.wires if w.length_groups]
+    assert sent == [(("g",), (P + 1, P + 1))] + [(("g",), (P + 2 + k, P + 1)) for k in range(8)]
 
 
 def test_an_answer_stops_the_whole_group_one_token_later() -> None:

@@ -116,7 +116,7 @@ def test_views_of_accepted_drafts_are_those_of_the_step_that_verified_them(layou
         lane_lens = [lens[w] + (1 if w in decoding else 0) for w in range(n)]
         step = group.step(lane_lens, decoding, drafts, exact=True)
         rows = [(w, BatchRow(f"{w}_g", lens[w], 1 + drafts[w], drafts[w])) for w in decoding]
-        segments = views.decode(rows, step, lambda request_id: None)
+        segments = views.decode(rows, lane_lens, step, lambda request_id: None)
         for w in decoding:
             for p in range(lens[w], lens[w] + 1 + drafts[w]):
                 live[(w, p)] = per_token(segments.get(w), p, tables[w])

@@ -148,22 +148,33 @@ class Group:
                           (None,) * 4 if tail is None else tail.separators(),
                           tuple(tuple(b) for b in block_ids))
 
+    def lane_lens(self, num_drafts: Sequence[int] | None = None) -> list[int]:
+        """Each lane's tokens co-workers may read this step, once vLLM has scheduled it: its tokens whose K/V
+        is written once the step's writes land, at least the prompt; with speculative decoding
+        (``num_drafts``: each lane's draft tokens this step) its accepted ones, never its drafts. O(N)."""
+        if num_drafts is not None:
+            return [w.length() - d for w, d in zip(self.workers, num_drafts)]
+        p = self.prompt_len  # (Worker.length() inlined: every decoding group's lanes, every step)
+        return [n if (n := w.lane_len if w.finished else w.request.num_computed_tokens) > p else p
+                for w in self.workers]
+
     def step(self, lane_lens: Sequence[int], decoding: Sequence[int], drafts: Sequence[int] = (),
              exact: bool = False) -> GroupStep | None:
-        """Log this engine step; the wire's :class:`GroupStep` when the worker processes need one (None: they
-        follow the step from vLLM's own counts).
+        """Log this engine step; the wire's :class:`GroupStep` when it has something besides the lanes'
+        lengths, which the wire carries apart (None: nothing joined, no drafts).
 
-        ``lane_lens``: each lane's accepted tokens (what co-workers may read); ``drafts``: the draft
-        tokens each lane feeds after them (speculative decoding); ``exact``: lane lengths the worker
-        processes cannot know (speculative decoding: how many drafts each lane accepted). O(N + joined).
+        ``lane_lens``: each lane's accepted tokens (what co-workers may read, :meth:`lane_lens`);
+        ``drafts``: the draft tokens each lane feeds after them (speculative decoding); ``exact``: a
+        speculative step (lanes grew by the drafts they accepted: a run of its own in the log).
+        O(N + joined).
         """
         self.log.record(lane_lens, decoding, exact=exact)
         joined = self.tracker.join(lane_lens) if self.tracker is not None and self.tracker.pending else []
         if joined:
             self.log.join(len(self.tracker.history), self.tracker.paragraph_starts)
-        if not joined and not exact:
+        if not joined and not any(drafts):
             return None
-        return GroupStep(self.group_id, tuple(lane_lens), tuple((s.lane, s.start, s.end) for s in joined),
+        return GroupStep(self.group_id, tuple((s.lane, s.start, s.end) for s in joined),
                          tuple(drafts) if any(drafts) else ())
 
     def stop(self, keep: int | None = None) -> None:

@@ -36,8 +36,8 @@ ever preempted.
 
 The table reads a worker's engine request only through
 :class:`~vllm_hogwild.core.group.EngineRequest` (vLLM's ``Request`` has those fields);
-per step it works on the groups that changed: a group decoding in lock-step
-costs one counter.
+per step it works on the groups that changed and sends each decoding group's lane
+lengths: a group decoding in lock-step costs one counter and its N lengths.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from vllm_hogwild.core.group_replay import PreemptAndReplay
 from vllm_hogwild.core.lane_channel import LaneRecord
 from vllm_hogwild.core.options import KV_MODES, RequestSpec, blocks_for_group
 from vllm_hogwild.core.stats import HogwildStats
-from vllm_hogwild.core.wire import GroupStep, StepWire
+from vllm_hogwild.core.wire import GroupStep, LaneLengths, StepWire, lengths_array
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ class GroupTable(PreemptAndReplay):
         self._unsettled: set[str] = set()  # admitted groups whose kind may hold workers back (:meth:`holds`)
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
+        self._lengths = LaneLengths()  # the step being built: the groups that decode and their lanes' lengths
 
     def __contains__(self, request_id: str) -> bool:
         """A worker's request, or a replay request: a lane of some group."""
@@ -319,10 +320,11 @@ class GroupTable(PreemptAndReplay):
         ``scheduled``: tokens per request this step; ``drafts``: each request's draft tokens this
         step; ``block_ids(request_id)``: its lane's blocks; ``all_scheduled``: vLLM scheduled every
         running request (none fell out of the token budget); ``has_tokens``: the step reaches the
-        worker processes (a step without tokens does not). A group decoding in lock-step (every live
-        worker one token more, no paragraph to join) costs one counter: O(1); any other, O(N).
+        worker processes (a step without tokens does not). Each group that decodes sends its lanes'
+        lengths (the worker processes keep none): O(N); in lock-step, one counter in its log besides.
         """
         shapes, steps, replays, forced, forks = [], [], [], {}, []
+        lengths = self._lengths = LaneLengths()
         if self.promises:
             self.promises.drop_scheduled(scheduled)
         for group in self._running.values():
@@ -352,11 +354,12 @@ class GroupTable(PreemptAndReplay):
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []
-        return StepWire(tuple(shapes), tuple(steps), ended, forced, tuple(replays), tuple(forks))
+        return StepWire(tuple(shapes), tuple(steps), tuple(lengths.groups), lengths_array(lengths.lens), ended, forced,
+                        tuple(replays), tuple(forks))
 
     def decode_step(self, group: Group, scheduled: Mapping[str, int],
                     drafts: Mapping[str, Sequence[int]]) -> GroupStep | None:
-        """Log the step of a group whose workers decode in it; its wire when the worker processes need one."""
+        """Log the step of a group whose workers decode in it, send its lengths; its joins and drafts, if any."""
         workers = group.workers
         decoding = [w.index for w in workers if not w.finished and (n := scheduled.get(w.request_id))
                     and w.request.num_computed_tokens - n >= group.prompt_len]  # a prefill chunk reads its lane
@@ -365,11 +368,14 @@ class GroupTable(PreemptAndReplay):
             self._unsettled.add(group.group_id)
         if not decoding:
             return None  # prefill rows read their own lane: plain attention
-        if self.speculative:  # co-workers read accepted tokens only: a lane's drafts are its own rows' alone
-            num_drafts = [len(drafts.get(w.request_id, ())) for w in workers]
-            return group.step([w.length() - d for w, d in zip(workers, num_drafts)], decoding, num_drafts,
-                              exact=True)
-        return group.step([max(w.length(), group.prompt_len) for w in workers], decoding)
+        num_drafts = [len(drafts.get(w.request_id, ())) for w in workers] if self.speculative else None  # see lane_lens
+        self._lengths.add(group.group_id, lens := group.lane_lens(num_drafts))
+        return group.step(lens, decoding, num_drafts or (), exact=self.speculative)
+
+    def lock_step(self, group: Group) -> None:
+        """A group in lock-step (the same workers, one token more each): a counter in its log, its lengths sent."""
+        group.log.advance()
+        self._lengths.add(group.group_id, group.lane_lens())
 
     # -- observe ----------------------------------------------------------------------------------------
 

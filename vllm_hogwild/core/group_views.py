@@ -1,19 +1,24 @@
-"""A group's views on the worker-process side, kept from step to step. Pure, no vLLM import.
+"""A group's views on the worker-process side: a function of its shape and the step's wire. Pure, no vLLM import.
 
 Each worker process keeps one :class:`GroupViews` per group: the shape it was
-sent (layout, prompt, section headers, the request that holds each lane), each
-lane's block table and length, the shared history of finished paragraphs and
-where each lane's unfinished part starts. It follows every step from the batch
-itself (:class:`BatchRow`: each scheduled lane's computed and scheduled tokens
-and drafts) and from vLLM's own block tables, and from the few
-:class:`~vllm_hogwild.core.wire.GroupStep` the scheduler sends (paragraph joins;
-with speculative decoding, each lane's accepted length). It returns the
-segments of each decoding worker whose view is not its own lane alone, and,
-for a resumed group (:class:`~vllm_hogwild.core.wire.GroupReplay`), the
-segments of every re-fed token, each with the view of the last step that fed
-its position (the step its K/V in the cache came from: a rejected draft's
-position is fed again later). Every tensor-parallel rank applies the same wire to the same
-batch, so every rank holds the same views.
+sent (layout, prompt, section headers, the request that holds each lane) and
+each lane's block table (the runner's own list, which grows in place). It
+keeps no lane length: the scheduler sends every decoding group's lane lengths
+each step (:attr:`~vllm_hogwild.core.wire.StepWire.lane_lens`), and a resumed
+group's re-fed positions come with the lengths of the past steps they were fed
+at (:class:`~vllm_hogwild.core.wire.ReplayStep`). Two things advance, only from
+the wire, as deltas applied in order: the shared history of finished paragraphs
+with where each lane's unfinished part starts
+(:attr:`~vllm_hogwild.core.wire.GroupStep.joined`), and a fork/join group's
+forks (:class:`~vllm_hogwild.core.wire.GroupFork`). From the batch
+(:class:`BatchRow`) it reads only which lanes decode this step (a prefill chunk
+reads its own lane) and each one's drafts. It returns the segments of each
+decoding worker whose view is not its own lane alone, and, for a resumed group
+(:class:`~vllm_hogwild.core.wire.GroupReplay`), the segments of every re-fed
+token, each with the view of the last step that fed its position (the step its
+K/V in the cache came from: a rejected draft's position is fed again later).
+Every tensor-parallel rank applies the same wire to the same batch, so every
+rank holds the same views.
 """
 
 from __future__ import annotations
@@ -43,7 +48,6 @@ class BatchRow:
 
 @dataclass
 class _LaneState:
-    length: int  # tokens co-workers read (accepted, written)
     blocks: tuple[int, ...]  # its block table, from position 0
     live: Sequence[int] | None = None  # the engine's own block list for it (grows in place), once known
 
@@ -59,10 +63,10 @@ class GroupViews:
         self.paragraph_starts = self.paragraph_starts or [self.shape.prompt_len] * len(self.shape.request_ids)
         self.separators = Separators(**{
             name: None if r is None else Span(0, *r) for name, r in zip(SEPARATOR_NAMES, self.shape.separators)})
-        self.lanes = [_LaneState(self.shape.prompt_len, tuple(b)) for b in self.shape.block_ids]
+        self.lanes = [_LaneState(tuple(b)) for b in self.shape.block_ids]
 
     def reshape(self, shape: GroupShape) -> None:
-        """The group resumed: its lanes live in these requests and blocks now; lengths and history stay."""
+        """The group resumed: its lanes live in these requests and blocks now; its history and forks stay."""
         self.shape = shape
         for lane, blocks in zip(self.lanes, shape.block_ids):
             lane.blocks, lane.live = tuple(blocks), None
@@ -82,10 +86,11 @@ class GroupViews:
             out.append(lane.blocks)
         return out
 
-    def decode(self, rows: Sequence[tuple[int, BatchRow]], step: GroupStep | None,
+    def decode(self, rows: Sequence[tuple[int, BatchRow]], lane_lens: Sequence[int] | None, step: GroupStep | None,
                block_table: BlockTable) -> dict[int, tuple[Segment, ...]]:
-        """A step of the group: its scheduled ``(lane, row)`` pairs and the scheduler's step (None: none
-        sent); the segments of each decoding worker that reads more than its lane."""
+        """A step of the group: its scheduled ``(lane, row)`` pairs, its lanes' lengths the scheduler sent
+        (None: none; then no row may decode) and its step (None: none sent); the segments of each decoding
+        worker that reads more than its lane."""
         if step is not None:
             for lane, start, end in step.joined:
                 if start != self.paragraph_starts[lane]:
@@ -93,15 +98,14 @@ class GroupViews:
                                      f"part starts at {self.paragraph_starts[lane]}")
                 self.history.append(Span(lane, start, end))
                 self.paragraph_starts[lane] = end
-            for lane, n in zip(self.lanes, step.lane_lens):
-                lane.length = n
-        else:
-            for w, row in rows:
-                self.lanes[w].length = row.num_computed + row.num_scheduled - row.num_drafts
         decoding = [(w, row) for w, row in rows if row.num_computed >= self.prompt_len]  # a prefill chunk reads its lane
         if not decoding:
             return {}
-        lens = [lane.length for lane in self.lanes]
+        if lane_lens is None or len(lane_lens) != len(self.lanes):
+            raise ValueError(f"group {self.shape.group_id}: lanes {[w for w, _ in decoding]} decode but the wire "
+                             f"has {'no' if lane_lens is None else len(lane_lens)} lane lengths for its "
+                             f"{len(self.lanes)} lanes")
+        lens = list(lane_lens)
         if any(row.num_drafts for _, row in decoding):  # each reader's own span runs on over its drafts
             views = [self._views([n + (row.num_drafts if lane == w else 0) for lane, n in enumerate(lens)], [w])[0]
                      for w, row in decoding]
@@ -135,7 +139,6 @@ class GroupViews:
                     tokens.append(segments or (Segment(tables[lane], 0, p + 1, 0),))
             if not plain:
                 out[lane] = tuple(tokens)
-            self.lanes[lane].length = max(self.lanes[lane].length, runs[-1][1] if runs else 0)
         return out
 
     def _views(self, lane_lens, readers, past: ReplayStep | None = None):
@@ -201,14 +204,16 @@ class ViewRegistry:
             if fork.group_id in self.groups:
                 self.groups[fork.group_id].fork = fork.state
         steps = {s.group_id: s for s in wire.steps} if wire else {}
+        lengths = dict(wire.lengths(lambda g: len(self.groups[g].lanes))) if wire and wire.length_groups else {}
         replaying = {r.group_id for r in wire.replays} if wire else set()
         out_rows, out_replays = {}, {}
         for group_id, lane_rows in rows.items():
             if group_id in replaying:
                 continue
             group = self.groups[group_id]
-            for w, segments in group.decode(lane_rows, steps.get(group_id), block_table).items():
-                out_rows[group.shape.request_ids[w]] = segments
+            segments = group.decode(lane_rows, lengths.get(group_id), steps.get(group_id), block_table)
+            for w, segs in segments.items():
+                out_rows[group.shape.request_ids[w]] = segs
         for replay in wire.replays if wire else ():
             group = self.groups[replay.group_id]
             for w, tokens in group.replay(replay, block_table).items():

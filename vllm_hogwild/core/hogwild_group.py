@@ -7,11 +7,12 @@ This kind's part of a group's life (:class:`~vllm_hogwild.core.group_kind.GroupK
   leave one out of a step); a prefilled group whose live workers are even is
   settled, and stays so while all are scheduled;
 - **step**: the engine places the protocol's text (prefixes, answers, the
-  finisher); nothing decodes until every worker has the prompt (each decode row
-  reads the prompt alone until then); a group in lock-step (the same workers,
-  one token more each, no paragraph to join) costs one counter, and the worker
-  processes follow it from vLLM's own counts; any other step is logged and
-  sent (:meth:`~vllm_hogwild.core.group.Group.step`);
+  finisher); nothing decodes until every worker has the prompt (a worker that
+  has it sits out until then); a group in lock-step (the same workers,
+  one token more each, no paragraph to join) costs one counter in its log
+  (:meth:`~vllm_hogwild.core.group_table.GroupTable.lock_step`); any other step
+  is logged (:meth:`~vllm_hogwild.core.group.Group.step`); either way the
+  lanes' lengths go to the worker processes, which keep none;
 - **after outputs**, **finished**: nothing beyond what every group does;
 - **record**: none, vLLM's outputs carry all a worker's client needs.
 """
@@ -64,12 +65,12 @@ class HogwildKind:
         if not group.prefilled:
             group.count_prefill(scheduled)
             if any(w.length() < group.prompt_len for w in group.workers):
-                return None, None  # someone still prefills: every decode row reads the prompt alone
+                return None, None  # someone still prefills: no row decodes (a worker with the prompt sits out)
             group.prefilled = True
         log = group.log
         if (all_scheduled and not table.speculative and log.runs and len(log.runs[-1].decoding) == group.num_live
                 and not (group.tracker is not None and group.tracker.pending)):
-            log.advance()  # lock-step: the same workers, one token more each; the worker processes follow
+            table.lock_step(group)  # the same workers, one token more each: a counter, and the lanes' lengths
             return None, None
         return table.decode_step(group, scheduled, drafts), None
 

@@ -5,22 +5,32 @@ The scheduler (engine core) attaches one :class:`StepWire` to vLLM's
 every worker (every tensor-parallel rank, Ray actors included), pickled; the
 runner hook in each worker applies it. Neither side imports the other.
 
-The wire carries only what the worker processes cannot read from vLLM's own
-``SchedulerOutput``: a group's :class:`GroupShape` (its lanes' requests and
-block tables, its layout, its prompt and section headers) travels once, in the
-first step that schedules any of its workers, and again when a preempted group
-resumes; a :class:`GroupStep` only for a step in which paragraphs joined the
-shared history, or with speculative decoding. A group decoding in lock-step
-costs nothing on the wire: each worker process follows its lanes' lengths and
-blocks from the batch itself. Also: the tokens forced this step, the positions
-a resumed group re-feeds (:class:`GroupReplay`), a fork/join group's fork at
-the fork and at the join (:class:`GroupFork`), and the groups that ended.
+The worker processes keep no lane length of their own: every engine step, each
+group with a decoding row in it gets its lanes' lengths on the wire (what
+co-workers may read: accepted tokens whose K/V is written once the step's
+writes land), columnar (:attr:`StepWire.length_groups`, one flat
+:attr:`StepWire.lane_lens`), the scheduler's own counts; a group decoding in
+lock-step costs its N lengths. Besides: a group's :class:`GroupShape` (its
+lanes' requests and block tables, its layout, its prompt and section headers)
+travels once, in the first step that schedules any of its workers, and again
+when a preempted group resumes; a :class:`GroupStep` only for a step in which
+paragraphs joined the shared history, or in which lanes feed drafts; the
+tokens forced this step, the positions a resumed group re-feeds
+(:class:`GroupReplay`, with the lane lengths of the past steps it re-feeds),
+a fork/join group's fork at the fork and at the join (:class:`GroupFork`), and
+the groups that ended. Block tables after the shape are the runner's own lists.
+
+Two things the worker processes keep advance only from the wire, as deltas
+applied in order: a group's shared history of joined paragraphs (each
+:attr:`GroupStep.joined`) and a fork/join group's forks (each
+:class:`GroupFork` replaces the last).
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 STEP_ATTR = "hogwild_step"  # the SchedulerOutput attribute
 ARGMAX = -1  # a forced "token": the row's most likely token (greedy, whatever the sampling parameters)
@@ -42,20 +52,15 @@ class GroupShape:
 
 @dataclass(frozen=True)
 class GroupStep:
-    """What the worker processes cannot know of a group's engine step from vLLM's own counts.
+    """What the worker processes need of a group's engine step besides its lanes' lengths.
 
-    Sent only for a step in which paragraphs joined the history, or with speculative decoding
-    (how many drafts each lane accepted is the scheduler's). Otherwise the worker processes
-    follow each lane from the batch: a scheduled lane's length is its computed tokens plus its
-    scheduled ones, less its drafts; a lane that is not scheduled keeps its length.
+    Sent only for a step in which paragraphs joined the history, or in which lanes feed drafts
+    (speculative decoding); a group's lengths travel in :attr:`StepWire.lane_lens` every step it decodes.
     """
 
     group_id: str
-    # tokens of each lane that co-workers may read this step: its accepted tokens whose K/V is written
-    # once this step's writes land (never this step's drafts)
-    lane_lens: tuple[int, ...]
     joined: tuple[tuple[int, int, int], ...] = ()  # (lane, start, end): paragraphs that joined the history, in order
-    # speculative decoding: draft tokens each lane feeds this step after ``lane_lens`` (empty: none). Only
+    # speculative decoding: draft tokens each lane feeds this step after its length (empty: none). Only
     # the lane's own rows read them (causally); they are not accepted yet.
     drafts: tuple[int, ...] = ()
 
@@ -87,14 +92,48 @@ class GroupFork:
     state: Any  # core.fork_views.ForkState: every fork so far (parent, point, branch lanes, ends once joined)
 
 
+def lengths_array(values: Sequence[int] = ()) -> array:
+    """A flat array of lane lengths, as :attr:`StepWire.lane_lens` holds them."""
+    return array("i", values)
+
+
+@dataclass
+class LaneLengths:
+    """The step's lane lengths as the scheduler gathers them, group after group: :class:`StepWire`'s two columns
+    (plain lists while it gathers: the cheapest to grow; one array on the wire)."""
+
+    groups: list[str] = field(default_factory=list)
+    lens: list[int] = field(default_factory=list)
+
+    def add(self, group_id: str, lens: list[int]) -> None:
+        self.groups.append(group_id)
+        self.lens += lens
+
+
 @dataclass(frozen=True)
 class StepWire:
     shapes: tuple[GroupShape, ...] = ()
-    steps: tuple[GroupStep, ...] = ()
+    steps: tuple[GroupStep, ...] = ()  # groups with joins or drafts this step
+    # Every group with a decoding row this step, and its lanes' lengths: ``lane_lens`` holds them group after
+    # group, in this order, each group's lanes in lane order (its shape says how many).
+    length_groups: tuple[str, ...] = ()
+    lane_lens: array = field(default_factory=lengths_array)
     ended: tuple[str, ...] = ()
     forced: Mapping[str, int] = field(default_factory=dict)  # request id -> the token it must sample (or ARGMAX)
     replays: tuple[GroupReplay, ...] = ()
     forks: tuple[GroupFork, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.shapes or self.steps or self.ended or self.forced or self.replays or self.forks)
+        return bool(self.shapes or self.length_groups or self.steps or self.ended or self.forced or self.replays
+                    or self.forks)
+
+    def lengths(self, num_lanes: Callable[[str], int]) -> Iterator[tuple[str, array]]:
+        """``(group id, its lanes' lengths)`` for each group in :attr:`length_groups`; ``num_lanes(group_id)``:
+        the group's lane count (its shape's)."""
+        at = 0
+        for group_id in self.length_groups:
+            n = num_lanes(group_id)
+            yield group_id, self.lane_lens[at: at + n]
+            at += n
+        if at != len(self.lane_lens):
+            raise ValueError(f"the wire's {len(self.lane_lens)} lane lengths do not match its groups' {at} lanes")
