@@ -19,21 +19,42 @@ def capacity_kinds(protocol: str) -> tuple[str, ...]:
     return CAPACITY_KINDS if protocol == "raw" else CAPACITY_KINDS[1:]
 
 
+# Bytes per cached element: the benchmark's model runs in float32, so an unquantized ("auto") cache is float32.
+ELEMENT_BYTES = {"auto": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+BLOCK_SIZE = 128
+
+
+def blocks_for(size: int, kv_cache_dtype: str) -> int:
+    """A cache of the bytes of ``size`` unquantized blocks holds this many blocks of ``kv_cache_dtype``."""
+    return size * ELEMENT_BYTES["auto"] // ELEMENT_BYTES[kv_cache_dtype]
+
+
+def groups_held(blocks: int, args) -> int:
+    """Groups a cache of ``blocks`` holds at once with every lane at its whole budget (what ``reserve`` admits)."""
+    per_lane = -(-(args.prompt_len + args.max_tokens) // BLOCK_SIZE)
+    return min(args.groups, blocks // (per_lane * args.workers))
+
+
 def capacity(llm, args) -> dict:
-    """Each (KV size, configuration) in its own process; steps relative to the same configuration's at the
-    largest size."""
+    """Each (KV size, cache dtype, configuration) in its own process; steps relative to the same configuration's
+    at the largest size. ``--blocks`` sizes a cache in unquantized (float32) blocks: an FP8 cache of the same
+    bytes holds 4 times as many."""
     results = []
-    for blocks in args.blocks:
-        for kind in capacity_kinds(args.protocol):
-            argv = ["capacity-side", "--kind", kind, "--protocol", args.protocol,
-                    "--blocks", str(blocks), "--groups", str(args.groups), "--workers", str(args.workers),
-                    "--max-tokens", str(args.max_tokens), "--prompt-len", str(args.prompt_len),
-                    "--stop-every", str(args.stop_every), "--model", args.model or "tiny"]
-            results += c.side_rows(argv, 1, f"capacity {kind} {blocks}")
+    for size in args.blocks:
+        for kv_cache_dtype in args.kv_cache_dtypes:
+            blocks = blocks_for(size, kv_cache_dtype)
+            for kind in capacity_kinds(args.protocol):
+                argv = ["capacity-side", "--kind", kind, "--protocol", args.protocol,
+                        "--blocks", str(blocks), "--groups", str(args.groups), "--workers", str(args.workers),
+                        "--max-tokens", str(args.max_tokens), "--prompt-len", str(args.prompt_len),
+                        "--stop-every", str(args.stop_every), "--model", args.model or "tiny",
+                        "--kv-cache-dtype", kv_cache_dtype]
+                for row in c.side_rows(argv, 1, f"capacity {kind} {kv_cache_dtype} {blocks}"):
+                    results.append({**row, "size": size, "groups_held": groups_held(blocks, args)})
     largest = max(args.blocks)
-    base = {r["kind"]: r["steps"] for r in results if r["blocks"] == largest}
+    base = {(r["kind"], r["kv_cache_dtype"]): r["steps"] for r in results if r["size"] == largest}
     for r in results:
-        r["steps_vs_largest"] = r["steps"] / base[r["kind"]]
+        r["steps_vs_largest"] = r["steps"] / base[r["kind"], r["kv_cache_dtype"]]
     return {"benchmark": "capacity", "protocol": args.protocol, "results": results}
 
 
@@ -42,13 +63,13 @@ def capacity_side(args) -> None:
     from vllm import SamplingParams
 
     total = args.groups * args.workers
-    block_size = 128
+    block_size = BLOCK_SIZE
     context = args.prompt_len + args.workers * args.max_tokens
     hogwild = args.kind != "stock"
     options = {"hogwild": {"kv": args.kind, "max_workers": args.workers}} if hogwild else {}
     llm = c.engine(args.model, max(context, min(4096, (args.blocks - 1) * block_size)), hogwild=hogwild,
                   max_num_seqs=total, num_gpu_blocks_override=args.blocks, block_size=block_size,
-                  max_num_batched_tokens=4096, additional_config=options)
+                  max_num_batched_tokens=4096, additional_config=options, kv_cache_dtype=args.kv_cache_dtype)
     stops = list(range(args.stop_every, 49152, args.stop_every))
     if args.protocol == "raw":
         prompts = [c.prompt(args.prompt_len, 70_000 + i) for i in range(args.groups)]
@@ -67,7 +88,7 @@ def capacity_side(args) -> None:
     lens = [len(c.token_ids) for o in outs for c in o.outputs]
     if args.protocol != "raw" and not all(o.outputs[0].hogwild["forked"] for o in outs):
         raise RuntimeError("a fork/join request of the workload did not fork")
-    print(json.dumps({"kind": args.kind, "blocks": args.blocks, "groups": args.groups, "workers": args.workers,
+    print(json.dumps({"kind": args.kind, "kv_cache_dtype": args.kv_cache_dtype, "blocks": args.blocks, "groups": args.groups, "workers": args.workers,
                       "max_tokens": args.max_tokens, "steps": spent["steps"], "wall_s": wall,
                       "mean_tokens": statistics.mean(lens), "max_tokens_seen": max(lens),
                       "group_preemptions": None if table is None else table.stats.num_group_preemptions,

@@ -11,7 +11,7 @@ from vllm_hogwild.tools import solve
 
 from . import answer as answer_bench
 from . import common as c
-from .capacity import CAPACITY_KINDS, capacity, capacity_side
+from .capacity import CAPACITY_KINDS, ELEMENT_BYTES, capacity, capacity_side
 from .forkjoin import forkjoin
 from .report import markdown, plot
 from .speculative import SPEC_METHODS, speculative, split, verify
@@ -88,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--blocks", type=int, nargs="+", default=[2000, 96, 64, 48])
     c.add_argument("--stop-every", type=int, default=60, help="stop tokens: every token id divisible by this")
     cside = sub.add_parser("capacity-side", help=argparse.SUPPRESS)  # one engine of `capacity`, in its own process
+    c.add_argument("--kv-cache-dtypes", nargs="+", default=["auto"], choices=sorted(ELEMENT_BYTES),
+                   help="cache dtypes to compare at the same cache bytes (--blocks counts unquantized blocks)")
     cside.add_argument("--kind", choices=CAPACITY_KINDS, required=True)
+    cside.add_argument("--kv-cache-dtype", default="auto", choices=sorted(ELEMENT_BYTES))
     for parser_ in (c, cside):
         parser_.add_argument("--protocol", choices=("raw", "multiverse"), default="raw",
                              help="Hogwild groups (raw), or fork/join requests of a trunk and --workers - 1 branch lanes")

@@ -58,9 +58,10 @@ def markdown(report: dict) -> str:
                  f"{s['hogwild_speedup']:.2f}x | {s['combined_speedup']:.2f}x | {s['vs_product']:.2f} | "
                  f"{s['speculation_steps_ratio']:.2f}x, {s['combined_steps_ratio']:.2f}x |" for s in report["summary"]]
     elif kind == "capacity":
-        head = ("| KV blocks (x128 tokens) | configuration | engine steps | steps vs largest cache | wall s | "
-                "groups preempted | tokens replayed / generated |")
-        body = [f"| {r['blocks']} | {r['kind']} | {r['steps']} | {r['steps_vs_largest']:.2f}x | {r['wall_s']:.2f} | "
+        head = ("| cache size (float32 blocks) | cache dtype | KV blocks (x128 tokens) | configuration | groups held | "
+                "engine steps | steps vs largest cache | wall s | groups preempted | tokens replayed / generated |")
+        body = [f"| {r.get('size', r['blocks'])} | {r.get('kv_cache_dtype', 'auto')} | {r['blocks']} | {r['kind']} | "
+                f"{_or_dash(r.get('groups_held'))} | {r['steps']} | {r['steps_vs_largest']:.2f}x | {r['wall_s']:.2f} | "
                 f"{_or_dash(r['group_preemptions'])} | {_replayed(r)} |" for r in rows]
     elif kind == "forkjoin":
         head = ("| outlines | side | tokens per request | sequential decode steps | engine steps | prefilled tokens | "
@@ -114,12 +115,14 @@ def plot(report: dict, path: str) -> None:
                     "o", label=k)
         ax.set(xlabel="sequences running", ylabel="scheduler ms per engine step", title="Scheduler time per step")
     elif kind == "capacity":
-        for k in dict.fromkeys(r["kind"] for r in rows):
-            pts = sorted((r for r in rows if r["kind"] == k), key=lambda r: r["blocks"])
-            ax.plot([r["blocks"] for r in pts], [r["steps_vs_largest"] for r in pts], "o-", label=k)
+        for k in dict.fromkeys((r["kind"], r.get("kv_cache_dtype", "auto")) for r in rows):
+            pts = sorted((r for r in rows if (r["kind"], r.get("kv_cache_dtype", "auto")) == k),
+                         key=lambda r: r.get("size", r["blocks"]))
+            ax.plot([r.get("size", r["blocks"]) for r in pts], [r["steps_vs_largest"] for r in pts], "o-",
+                    label=k[0] if k[1] == "auto" else f"{k[0]}, {k[1]}")
         ax.set_xscale("log", base=2)
         ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set(xlabel="KV blocks", ylabel="engine steps / own steps with the largest cache",
+        ax.set(xlabel="cache size (float32 KV blocks)", ylabel="engine steps / own steps with the largest cache",
                title="Capacity under a tight cache")
     elif kind == "split":
         bottom = [0.0] * len(rows)
