@@ -194,9 +194,10 @@ class _Cache:
         h = m.embed_tokens(torch.tensor([t for _, t, _ in rows]))
         for li, layer in enumerate(m.layers):
             q, kk, vv = o._qkv(layer, layer.input_layernorm(h))
-            for r, (lane, _, _) in enumerate(rows):
-                self.keys[li][lane] = torch.cat([self.keys[li][lane], kk[r:r + 1]])
-                self.vals[li][lane] = torch.cat([self.vals[li][lane], vv[r:r + 1]])
+            for r, (lane, _, _) in enumerate(rows):  # stored at the end of its lane (an FP8 cache: as it holds it)
+                k, v = o._stored(kk[r:r + 1], vv[r:r + 1], torch.tensor([len(self.keys[li][lane])]))
+                self.keys[li][lane] = torch.cat([self.keys[li][lane], k])
+                self.vals[li][lane] = torch.cat([self.vals[li][lane], v])
             outs = []
             for r, (_, _, view) in enumerate(rows):
                 ks = torch.cat([self.keys[li][ln][a:b] for ln, a, b, _ in view])

@@ -6,6 +6,8 @@ engine tests skip and say so (the readers' kernel checks, tests/unit/test_fp8_ca
 - Groups against the dense float64 oracle fed the values an FP8 cache holds (``Fp8Store``: vLLM's CPU
   writer truncates ``x / scale`` to float8; keys are stored rotated), and a control, the oracle with an
   unquantized cache, that must miss: the engine's attention did read the FP8 values.
+- A fork/join request (Multiverse, 2 branches, on the tiny Llama with tag tokens) against the fork/join
+  oracle fed the same FP8 values, with the same control.
 - Plain requests beside groups: token for token and logprob for logprob what a stock engine with the same
   FP8 cache gives them.
 """
@@ -75,6 +77,45 @@ def test_groups_over_an_fp8_cache_match_the_oracle_fed_the_cached_values(runs, t
         print(f"\n{len(tokens)} workers: |logprob - FP8 oracle| {err:.1e}, - unquantized oracle {control:.1e}")
         assert err <= BOUND, err
         assert control > 10 * BOUND, control
+
+
+def test_a_fork_join_request_over_an_fp8_cache_matches_its_oracle_fed_the_cached_values(tmp_path_factory) -> None:
+    why = _fp8_runs_here()
+    if why:
+        pytest.skip(why)
+    from transformers import AutoModelForCausalLM
+
+    from tests.forkjoin_oracle import DenseForkJoin
+    from tests.hogwild_oracle import Fp8Store
+    from tests.integration.test_forkjoin import GOALS, MAX_WORKERS, errors, params, split
+    from tests.integration.tiny_model import build_tagged_llama
+
+    model_dir = build_tagged_llama(tmp_path_factory.mktemp("tagged-llama-fp8"))
+    llm = make_llm(model_dir, max_model_len=4096, kv_cache_dtype=KV_CACHE_DTYPE,
+                   additional_config={"hogwild": {"max_workers": MAX_WORKERS}})
+    try:
+        prompt = GOALS[("multiverse", 2)]
+        out = llm.generate([prompt], [params("multiverse", 48, seed=51, branches="isolated", max_branches=4)],
+                           use_tqdm=False)[0]
+        prompt_ids = llm.get_tokenizer().encode(prompt)
+    finally:
+        shutdown(llm)
+    completion = out.outputs[0]
+    assert completion.hogwild["forked"]
+    (trunk, trunk_lp), branches, f = split(completion)
+    got = [trunk_lp[:40], *[lp for _, lp in branches]]
+    args = (prompt_ids, trunk[:40], [b for b, _ in branches], f)
+
+    def oracle(store):  # each oracle takes its own copy of the weights (it turns them to float64)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        want_trunk, want_branches = DenseForkJoin(model, store).logprobs(*args)
+        return [want_trunk, *want_branches]
+
+    err = errors(got, oracle(Fp8Store(torch.float8_e4m3fn)))
+    control = errors(got, oracle(None))
+    print(f"\nfork/join, 2 branches: |logprob - FP8 oracle| {err:.1e}, - unquantized oracle {control:.1e}")
+    assert err <= BOUND, err
+    assert control > 10 * BOUND, control
 
 
 def test_plain_requests_beside_groups_equal_a_stock_engine_with_the_same_fp8_cache(runs) -> None:
