@@ -89,13 +89,16 @@ def process_outputs(original, self, engine_core_outputs, engine_core_timestamp=N
     states = self.request_states
     for output in engine_core_outputs:
         record = record_of(output)
-        if record is not None and (state := states.get(output.request_id)) is not None:
+        if record is None and not output.new_token_ids:
+            continue
+        state = states.get(output.request_id)  # once per output: its record and its tokens' steps
+        if state is None:
+            continue
+        if record is not None:
             setattr(state, LANE_ATTR, record)
-        if output.new_token_ids:
-            state = states.get(output.request_id)
-            steps = getattr(state, ATTR, None) if state is not None else None
-            if steps is not None:
-                steps.extend([step] * len(output.new_token_ids))
+        steps = getattr(state, ATTR, None)
+        if steps is not None and output.new_token_ids:
+            steps.extend([step] * len(output.new_token_ids))
     return original(self, engine_core_outputs, engine_core_timestamp, *args, **kwargs)
 
 

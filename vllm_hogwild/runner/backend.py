@@ -162,8 +162,6 @@ class HogwildImplMixin:
 
     def hogwild_quant(self, layer) -> KVQuant | None:
         """An FP8 cache's encoding and ``layer``'s K/V scales (vLLM's own, per layer); None: unquantized."""
-        if self.kv_cache_dtype in ("auto", None):
-            return None
         return KVQuant.of(self.kv_cache_dtype, layer._k_scale_float, layer._v_scale_float)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
