@@ -144,3 +144,63 @@ def test_an_accepted_run_is_cut_where_the_engine_must_place_text() -> None:
     accepted, stopped = table.accept_run(worker, run, accept)  # the loop the scheduler runs
     assert (accepted, stopped) == (3, False)  # "ab!" ends a paragraph: the next token is the next prefix's, placed by the engine
     assert table.groups["g"].driver.queues[0]  # queued
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_steady_groups_advanced_together_send_and_log_what_each_kind_would(seed: int) -> None:
+    """Groups in steady lock-step are advanced by the table in one pass, without asking their kind. Against
+    the same engine where no group is ever steady: every step's lane lengths, every log and every text agree,
+    across groups whose workers stop at different steps, steps whose token budget leaves a worker out, and a
+    collab group (reads text: never steady) beside raw ones."""
+    import random
+
+    def drive(steady: bool) -> tuple[list[dict], dict, dict, int]:
+        rng = random.Random(seed)
+        engine = FakeEngine(prompt_len=P, chunk=6)
+        table = engine.table
+        if not steady:
+            lock_step = table.lock_step
+            table.lock_step = lambda group, steady=False: lock_step(group)
+        groups = {f"g{k}": engine.add_group(f"g{k}", rng.choice([2, 3, 4]), rng.randint(4, 30)) for k in range(4)}
+        groups["c"] = engine.add_group("c", 2, 25, protocol="collab", step_end="!")
+        objects = dict(table.groups)  # (a group leaves the table when it ends)
+        scripts = {r.request_id: "".join(rng.choice("xyz!") for _ in range(7)) + ("\0" if rng.random() < .3 else "")
+                   for requests in groups.values() for r in requests}
+        sent, most_steady = [], 0
+        for k in range(40):
+            live = [r.request_id for r in engine.running]
+            engine.skip = {r for r in live if rng.random() < 0.05}
+            wire = engine.step(lambda request, step: ord(scripts[request.request_id][step % len(
+                scripts[request.request_id])]))
+            sent.append(dict(wire.lengths(lambda g: len(groups[g]))))
+            most_steady = max(most_steady, len(table._steady))
+        logs = {g: [(r.first, r.decoding, r.lens, r.length) for r in group.log.runs] for g, group in objects.items()}
+        texts = {r.request_id: list(r.output_token_ids) for requests in groups.values() for r in requests}
+        return [{g: tuple(v) for g, v in s.items()} for s in sent], logs, texts, most_steady
+
+    sent, logs, texts, most_steady = drive(True)
+    control = drive(False)
+    assert most_steady >= 2 and control[3] == 0  # the fast path ran (and the control never took it)
+    assert (sent, logs, texts) == control[:3]
+
+
+def test_a_worker_that_stops_beside_one_left_out_does_not_leave_the_group_in_lock_step() -> None:
+    """A worker stops in the step vLLM's token budget leaves another out: as many workers are live next step
+    as decoded in the last one, but not the same ones. The step that follows is logged as what it is, not as
+    one more step of the last run (a replay would re-feed the wrong lanes' views)."""
+    engine = FakeEngine(prompt_len=P)
+    a, b, c = engine.add_group("g", 3, 20)
+    log = engine.table.groups["g"].log
+    scripts = {a.request_id: "x", b.request_id: "y", c.request_id: "zz\0"}  # c samples its end at step 2
+    sample = lambda r, k: ord(scripts[r.request_id][k % len(scripts[r.request_id])])  # noqa: E731
+    engine.step(sample)  # prefill, first tokens
+    engine.step(sample)
+    engine.skip = {b.request_id}
+    engine.step(sample)  # b left out; c stops
+    engine.skip = set()
+    wire = engine.step(sample)  # 2 live, and the last run decoded 2 (a, c); b catches up, a sits out
+    assert [r.decoding for r in log.runs] == [(0, 1, 2), (0, 2), (1,)]
+    assert tuple(wire.lane_lens) == (P + 2, P + 2, P + 2)  # a and c wrote 2 tokens; b its second now
+    engine.step(sample)
+    engine.step(sample)  # in lock-step again
+    assert [(r.decoding, r.length) for r in log.runs][2:] == [((1,), 1), ((0, 1), 2)]

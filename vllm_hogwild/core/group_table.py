@@ -16,8 +16,8 @@ a group is decided here:
   out (:meth:`holds`), its part of the step's wire for the worker processes
   (:meth:`step`), what sampled tokens change (:meth:`after_outputs`; every
   token's text goes to the group's protocol driver first, which may stop it);
-  with speculative decoding, workers whose next token the engine may place
-  verify no drafts (:meth:`drafts_to_drop`);
+  with speculative decoding, what the table says of drafts and accepted runs
+  (:mod:`vllm_hogwild.core.group_drafts`);
 - **preempt** and **replay**: a whole group out under KV pressure, and back by
   exact replay (:mod:`vllm_hogwild.core.group_replay`);
 - **park** and **finish**: a worker that stops keeps its lane (co-workers
@@ -49,11 +49,13 @@ from typing import Any, Callable, Mapping, Sequence
 from vllm_hogwild.core.admission import Decision, Fairness, Promises, fits
 from vllm_hogwild.core.group import Group, Phase, Worker, parse_request_id
 from vllm_hogwild.core.group_kinds import new_group
+from vllm_hogwild.core.group_drafts import Drafts
 from vllm_hogwild.core.group_replay import PreemptAndReplay
 from vllm_hogwild.core.lane_channel import LaneRecord
 from vllm_hogwild.core.options import KV_MODES, RequestSpec, blocks_for_group
 from vllm_hogwild.core.stats import HogwildStats
 from vllm_hogwild.core.wire import GroupStep, LaneLengths, StepWire, lengths_array
+from vllm_hogwild.core.replay import StepLog
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ class Admission:
     hold_newer_than: float | None = None  # plain requests that arrived after this wait this step
 
 
-class GroupTable(PreemptAndReplay):
+class GroupTable(PreemptAndReplay, Drafts):
     def __init__(self, *, block_size: int, max_plain_wait: float, encode: Callable[[str], list[int]],
                  text_for: Callable[[Any], Callable[[int], str]] | None = None,
                  hidden_for: Callable[[Any], Callable[[int], str] | None] | None = None, slack: int = 0,
@@ -118,6 +120,7 @@ class GroupTable(PreemptAndReplay):
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
         self._lengths = LaneLengths()  # the step being built: the groups that decode and their lanes' lengths
+        self._steady: dict[str, StepLog] = {}  # groups in steady lock-step, by id, with their logs (:meth:`lock_step`)
 
     def __contains__(self, request_id: str) -> bool:
         """A worker's request, or a replay request: a lane of some group."""
@@ -290,6 +293,8 @@ class GroupTable(PreemptAndReplay):
             if group.phase is not Phase.ADMITTED:
                 continue  # replaying lanes keep step through their chunk ends
             waits, settled = group.kind.holds(group, self._steps_of)
+            if waits:
+                self._steady.pop(group_id, None)  # a held worker does not grow this step
             held += [group.workers[w].request for w in waits]
             if settled:
                 self._unsettled.discard(group_id)
@@ -298,18 +303,6 @@ class GroupTable(PreemptAndReplay):
     def _steps_of(self, worker: Worker) -> int:
         """Engine steps in which the worker accepted tokens (without speculative decoding: one token each)."""
         return worker.sampled_steps if self.speculative else worker.request.num_output_tokens
-
-    def drafts_to_drop(self) -> list[Any]:
-        """Speculative decoding: requests whose next token the engine may place verify no drafts (forced
-        tokens apply to a request's first sampled row only)."""
-        out = []
-        for group in self._running.values():
-            if not group.driver.places_tokens:
-                continue
-            for w in group.workers:
-                if not w.finished and group.driver.may_place(w.index, w.request.num_output_tokens):
-                    out.append(w.request)
-        return out
 
     # -- step -------------------------------------------------------------------------------------------
 
@@ -327,7 +320,14 @@ class GroupTable(PreemptAndReplay):
         lengths = self._lengths = LaneLengths()
         if self.promises:
             self.promises.drop_scheduled(scheduled)
-        for group in self._running.values():
+        steady = self._steady
+        if steady and (not all_scheduled or self.speculative):
+            steady.clear()  # a step that may break lock-step: every group's kind decides again
+        for group_id, log in steady.items():  # the same workers, one token more each: a counter, and the lengths
+            lengths.add(group_id, log.advance())
+        for group_id, group in self._running.items():
+            if group_id in steady:
+                continue  # advanced above (a group that becomes steady below is from the next step on)
             workers = group.workers
             if not group.shape_sent:
                 if not any(w.lane_request_id in scheduled for w in workers):
@@ -372,37 +372,20 @@ class GroupTable(PreemptAndReplay):
         self._lengths.add(group.group_id, lens := group.lane_lens(num_drafts))
         return group.step(lens, decoding, num_drafts or (), exact=self.speculative)
 
-    def lock_step(self, group: Group) -> None:
-        """A group in lock-step (the same workers, one token more each): a counter in its log, its lengths sent."""
+    def lock_step(self, group: Group, steady: bool = False) -> None:
+        """A group in lock-step (the same workers, one token more each): a counter in its log, its lengths sent.
+
+        ``steady``: its kind needs nothing else of it while it stays so (no text placed or read). From the next
+        step on, while vLLM schedules every running request and verifies no drafts, :meth:`step` advances it
+        with the other steady groups without asking its kind, its lanes' lengths read off its log's last run
+        (at hundreds of groups, touching each worker costs most). It leaves when a worker of it finishes or is
+        held back, when it is preempted, and at any other step (its kind decides again then)."""
         group.log.advance()
         self._lengths.add(group.group_id, group.lane_lens())
+        if steady:
+            self._steady[group.group_id] = group.log
 
     # -- observe ----------------------------------------------------------------------------------------
-
-    def accept(self, request_id: str) -> Worker | None:
-        """Speculative decoding: the request accepted tokens this step (one or more): its worker, with the
-        step counted; None: a plain request."""
-        worker = self.workers.get(request_id)
-        if worker is not None:
-            worker.sampled_steps += 1
-        return worker
-
-    def must_place(self, worker: Worker) -> bool:
-        """After each token of an accepted run: whether the engine must place the worker's next token (a
-        paragraph ended and queued its prefix, an answer, the finisher's room); the run is cut there."""
-        self._observe(worker)
-        return worker.group.driver.may_place(worker.index, worker.request.num_output_tokens)
-
-    def accept_run(self, worker: Worker, tokens: list[int], accept) -> tuple[int, bool]:
-        """Speculative decoding: ``accept(token) -> stopped`` for each token of an accepted run, up to the first
-        that stops the worker or after which the engine must place the next token. ``(accepted, stopped)``."""
-        accepted, stopped = 0, False
-        for token in tokens:
-            stopped = accept(token)
-            accepted += 1
-            if stopped or self.must_place(worker):
-                break
-        return accepted, stopped
 
     def after_outputs(self) -> None:
         """The step's outputs are in: show each driver its workers' new text; an answer stops its group.
@@ -440,6 +423,7 @@ class GroupTable(PreemptAndReplay):
         if group.replay is not None:  # stopped (aborted) while preempted or replaying: its lane as it was
             worker.lane_len = group.replay.targets[worker.index]
         group.num_live -= 1
+        self._steady.pop(group.group_id, None)  # its lanes no longer all grow
         self.promises.set(request_id, None)
         if group.phase not in (Phase.ADMITTED, Phase.REPLAYING):
             self._num_held -= 1  # aborted while its group waited

@@ -10,7 +10,9 @@ This kind's part of a group's life (:class:`~vllm_hogwild.core.group_kind.GroupK
   finisher); nothing decodes until every worker has the prompt (a worker that
   has it sits out until then); a group in lock-step (the same workers,
   one token more each, no paragraph to join) costs one counter in its log
-  (:meth:`~vllm_hogwild.core.group_table.GroupTable.lock_step`); any other step
+  (:meth:`~vllm_hogwild.core.group_table.GroupTable.lock_step`), and one that
+  reads and places no text (the raw protocol) is steady: the table advances it
+  with the others, without asking this kind, until it falls out of step; any other step
   is logged (:meth:`~vllm_hogwild.core.group.Group.step`); either way the
   lanes' lengths go to the worker processes, which keep none;
 - **after outputs**, **finished**: nothing beyond what every group does;
@@ -68,9 +70,14 @@ class HogwildKind:
                 return None, None  # someone still prefills: no row decodes (a worker with the prompt sits out)
             group.prefilled = True
         log = group.log
+        # Lock-step: the last step's decoding workers are the live ones (as many, none of them finished since:
+        # a worker that stopped and one that sat out may leave the count equal), every request scheduled.
         if (all_scheduled and not table.speculative and log.runs and len(log.runs[-1].decoding) == group.num_live
+                and not any(group.workers[w].finished for w in log.runs[-1].decoding)
                 and not (group.tracker is not None and group.tracker.pending)):
-            table.lock_step(group)  # the same workers, one token more each: a counter, and the lanes' lengths
+            # The same workers, one token more each: a counter, and the lanes' lengths. A group that reads no
+            # text and places none is steady: the table advances it with the others until it falls out of step.
+            table.lock_step(group, steady=not (group.driver.places_tokens or group.driver.observes_text))
             return None, None
         return table.decode_step(group, scheduled, drafts), None
 

@@ -82,10 +82,16 @@ class StepLog:
             self.runs.append(Run(self.num_steps, tuple(decoding), tuple(lens), exact=exact))
         self.num_steps += 1
 
-    def advance(self) -> None:
-        """One more step of the last run: the same workers decoded, each one token more (lock-step)."""
-        self.runs[-1].length += 1
+    def advance(self) -> list[int]:
+        """One more step of the last run: the same workers decoded, each one token more (lock-step). Returns
+        every lane's length after the step, from the run alone (a group in lock-step needs nothing else)."""
+        run = self.runs[-1]
+        k = run.length
+        run.length += 1
         self.num_steps += 1
+        if len(run.decoding) == len(run.lens):
+            return [n + k for n in run.lens]
+        return [n + k if w in run.decoding else n for w, n in enumerate(run.lens)]
 
     def join(self, num_history: int, paragraph_starts: Sequence[int]) -> None:
         """Paragraphs joined the history at the step just recorded; ``num_history`` spans in it now."""
