@@ -4,7 +4,7 @@ With the switch, :func:`create_engine_config` refuses models and settings
 Hogwild cannot serve (naming them), selects Hogwild's scheduler, worker and
 logits processor through vLLM's own knobs, decides the attention path
 (:mod:`vllm_hogwild.attention.paths`) and the metrics channel for every process
-of the engine, and turns async scheduling off. Without it, vLLM runs as if the
+of the engine, and turns async scheduling off with speculative decoding. Without it, vLLM runs as if the
 plugin were not installed. A model Hogwild cannot serve (no RoPE, ...) is
 served as stock vLLM and its Hogwild requests are refused, naming the reason.
 """
@@ -54,9 +54,14 @@ def select_classes(engine_args, platform=None) -> None:
         raise HogwildOptionError("additional_config.hogwild",
                                  f"no Hogwild worker for platform {platform.device_name!r} yet")
     engine_args.scheduler_cls = SCHEDULER_CLS
-    # The scheduler needs step k's sampled tokens (step ends, placed tokens, answers) before it
-    # builds step k+1's views; async scheduling would schedule k+1 first (docs/architecture.md).
-    engine_args.async_scheduling = False
+    # Async scheduling stays as vLLM would have it: the scheduler becomes HogwildAsyncScheduler, whose groups sit
+    # out the steps scheduled before their last output is in (docs/architecture.md). Not with speculative
+    # decoding: the table cuts accepted runs where text is placed, beside the placeholders vLLM counts; unchecked.
+    if engine_args.speculative_config:
+        if engine_args.async_scheduling:
+            raise HogwildOptionError("async_scheduling", "Hogwild runs speculative decoding without async "
+                                     "scheduling (docs/architecture.md); leave it unset or turn it off")
+        engine_args.async_scheduling = False
     # Decisions every process of this engine follows: the attention path (and the CPU op's vector path),
     # the metrics channel.
     runtime = {"attention": path, "stats": new_address()}

@@ -46,11 +46,29 @@ def test_on_cuda_the_switch_keeps_graphs_and_chooses_flash_attention(monkeypatch
     assert args.enforce_eager is False  # torch.compile and CUDA graphs stay on, for every request
     assert args.worker_cls == hooks.CUDA_WORKER_CLS and args.scheduler_cls == hooks.SCHEDULER_CLS
     assert args.attention_backend == "FLASH_ATTN"  # not FlashInfer, which vLLM picks first on Blackwell
-    assert args.async_scheduling is False
+    assert args.async_scheduling is None  # vLLM decides, as without the plugin (on by default on CUDA)
     assert args.additional_config["hogwild_runtime"]["attention"] == "triton"
     import os
 
     assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # the runner hook wraps the V1 runner
+
+
+@pytest.mark.parametrize("asked", [None, True, False])
+def test_async_scheduling_stays_as_asked_and_is_refused_only_with_speculative_decoding(asked) -> None:
+    from vllm_hogwild import switch as hooks
+
+    args = _engine_args(async_scheduling=asked)
+    hooks.select_classes(args, FakeCuda)
+    assert args.async_scheduling is asked
+    speculative = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}
+    if asked:
+        with pytest.raises(HogwildOptionError) as info:
+            hooks.select_classes(_engine_args(async_scheduling=asked, speculative_config=speculative), FakeCuda)
+        assert info.value.parameter == "async_scheduling"
+    else:
+        args = _engine_args(async_scheduling=asked, speculative_config=speculative)
+        hooks.select_classes(args, FakeCuda)
+        assert args.async_scheduling is False  # vLLM would turn it on for ngram: Hogwild keeps it off, said in docs
 
 
 @pytest.mark.parametrize("backend", ["FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"])

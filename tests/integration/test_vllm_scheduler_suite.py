@@ -1,7 +1,8 @@
-"""vLLM's own scheduler unit tests pass unchanged with the Hogwild scheduler, for plain traffic.
+"""vLLM's own scheduler unit tests pass unchanged with the Hogwild scheduler, for plain traffic, with and without
+async scheduling.
 
-``tests/v1/core/test_scheduler.py`` of the pinned vLLM release (and the
-helpers it imports) is taken from vLLM's sdist (:mod:`tests.integration.vllm_sources`)
+``tests/v1/core/test_scheduler.py`` and ``tests/v1/core/test_async_scheduler.py`` of the
+pinned vLLM release (and the helpers they import) are taken from vLLM's sdist (:mod:`tests.integration.vllm_sources`)
 and run twice, in pytest subprocesses, unmodified:
 
 - **stock**: vLLM as it is, without this plugin (``VLLM_PLUGINS`` names every
@@ -11,11 +12,12 @@ and run twice, in pytest subprocesses, unmodified:
   to ``additional_config`` of every ``VllmConfig`` the tests build (the switch
   the Hogwild scheduler reads), and makes every construction of vLLM's
   ``Scheduler`` (``create_scheduler`` in ``tests/v1/core/utils.py``, the direct
-  ``Scheduler(...)`` calls in ``test_scheduler.py``) build ``HogwildScheduler``.
-  Subclasses of ``Scheduler`` the tests ask for by name (``AsyncScheduler``,
-  ``DiffusionScheduler``) stay as they are: Hogwild turns async scheduling off
-  and has no diffusion scheduler; ``object.__new__(Scheduler)`` (no ``__init__``)
-  stays stock too. The conftest counts, per test, the Hogwild schedulers built.
+  ``Scheduler(...)`` calls in ``test_scheduler.py``) build ``HogwildScheduler``,
+  and every construction of ``AsyncScheduler`` (``create_scheduler(async_scheduling=True)``)
+  builds ``HogwildAsyncScheduler``, the one the plugin's engines run with async scheduling
+  on. ``DiffusionScheduler`` stays as it is (Hogwild has no diffusion scheduler);
+  ``object.__new__(...)`` (no ``__init__``) stays stock too. The conftest counts, per
+  test, the Hogwild schedulers built, and which.
 
 The test fails when a test that passes with the stock scheduler does not pass
 with the Hogwild one. Tests that fail with the stock scheduler on this build
@@ -59,12 +61,13 @@ from tests.integration import vllm_sources
 
 pytestmark = pytest.mark.vllm
 
-SUITE = "tests/v1/core/test_scheduler.py"
+SUITES = ("tests/v1/core/test_scheduler.py", "tests/v1/core/test_async_scheduler.py")
 MODES = ("stock", "hogwild")
 TIMEOUT_S = 600
 # Guards against a harness that runs nothing (both runs failing alike would pass).
 MIN_STOCK_PASSED = 150
 MIN_HOGWILD_EXERCISED = 100  # tests that pass with at least one HogwildScheduler built
+MIN_ASYNC_EXERCISED = 10  # of them, tests of test_async_scheduler.py that built a HogwildAsyncScheduler
 
 CONFTEST = r'''"""Generated at test time by vllm-hogwild (tests/integration/test_vllm_scheduler_suite.py), not vLLM."""
 import json
@@ -80,14 +83,15 @@ import tests  # noqa: E402  vLLM's tests package, extracted next to this file (n
 
 assert Path(tests.__file__).resolve().parent == Path(__file__).resolve().parent / "tests", tests.__file__
 
-_built = [0]  # HogwildSchedulers built during the current test
+_built = [0, 0]  # HogwildSchedulers built during the current test, and of them HogwildAsyncSchedulers
 
 if MODE == "hogwild":
     from vllm.config import VllmConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
 
     import vllm_hogwild.plugin
-    from vllm_hogwild.scheduler.scheduler import HogwildScheduler
+    from vllm_hogwild.scheduler.scheduler import HogwildAsyncScheduler, HogwildScheduler
 
     vllm_hogwild.plugin.register()  # what vLLM does in every process it starts
 
@@ -101,10 +105,12 @@ if MODE == "hogwild":
 
     VllmConfig.__post_init__ = _post_init_with_switch
 
+    _ours = {Scheduler: HogwildScheduler, AsyncScheduler: HogwildAsyncScheduler}
+
     def _new(cls, *args, **kwargs):
-        # Scheduler(...) builds the Hogwild scheduler (type() then runs its __init__);
-        # subclasses (AsyncScheduler, DiffusionScheduler) stay what they are.
-        return object.__new__(HogwildScheduler if cls is Scheduler else cls)
+        # Scheduler(...) and AsyncScheduler(...) build the Hogwild ones (type() then runs their __init__);
+        # other subclasses (DiffusionScheduler) stay what they are.
+        return object.__new__(_ours.get(cls, cls))
 
     Scheduler.__new__ = _new
 
@@ -115,6 +121,7 @@ if MODE == "hogwild":
         if self.hogwild_options is None:
             raise AssertionError("HogwildScheduler built without additional_config['hogwild']")
         _built[0] += 1
+        _built[1] += isinstance(self, HogwildAsyncScheduler)
 
     HogwildScheduler.__init__ = _counted_init
 
@@ -123,9 +130,10 @@ _results = {}
 
 @pytest.fixture(autouse=True)
 def _hogwild_suite_count(request):
-    _built[0] = 0
+    _built[:] = [0, 0]
     yield
-    _results.setdefault(request.node.nodeid, {})["hogwild_schedulers"] = _built[0]
+    entry = _results.setdefault(request.node.nodeid, {})
+    entry["hogwild_schedulers"], entry["hogwild_async_schedulers"] = _built
 
 
 def pytest_runtest_logreport(report):
@@ -233,7 +241,7 @@ def _env(mode: str, root: Path, tmp_path: Path) -> dict[str, str]:
 
 def _start(mode: str, root: Path, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / f"{mode}.log"
-    command = [sys.executable, "-m", "pytest", SUITE, "-c", "pyproject.toml", "--rootdir", str(root),
+    command = [sys.executable, "-m", "pytest", *SUITES, "-c", "pyproject.toml", "--rootdir", str(root),
                "-p", "no:cacheprovider", "-q", "-rfE", "--tb=short"]
     with log.open("w") as out:
         proc = subprocess.Popen(command, cwd=root, env=_env(mode, root, tmp_path), stdout=out,
@@ -247,7 +255,8 @@ def _summary(mode: str, results: dict[str, dict], log: Path) -> str:
     line = f"  {mode:8s} {', '.join(f'{n} {k}' for k, n in sorted(counts.items()))}  [{tail[0].strip('= ')}]"
     if mode == "hogwild":
         built = sum(1 for r in results.values() if r.get("hogwild_schedulers"))
-        line += f"; HogwildScheduler built in {built} tests"
+        built_async = sum(1 for r in results.values() if r.get("hogwild_async_schedulers"))
+        line += f"; HogwildScheduler built in {built} tests, HogwildAsyncScheduler in {built_async}"
     return line
 
 
@@ -293,7 +302,7 @@ def test_vllm_scheduler_tests_pass_with_the_hogwild_scheduler(tmp_path: Path) ->
     gains = sorted(t for t in hogwild if outcome(hogwild, t) == "passed" and outcome(stock, t) != "passed")
     stock_failing = sorted(t for t in stock if outcome(stock, t) not in ("passed", "skipped"))
 
-    lines = [f"vLLM {vllm_sources.VLLM_VERSION} {SUITE}: {len(stock)} tests",
+    lines = [f"vLLM {vllm_sources.VLLM_VERSION} {' + '.join(SUITES)}: {len(stock)} tests",
              _summary("stock", stock, runs["stock"][1]), _summary("hogwild", hogwild, runs["hogwild"][1]),
              f"  both runs in parallel: {time.monotonic() - started:.0f} s"]
     lines.append(f"not passing with the stock scheduler on this build ({len(stock_failing)}; not required):")
@@ -306,7 +315,7 @@ def test_vllm_scheduler_tests_pass_with_the_hogwild_scheduler(tmp_path: Path) ->
     unswapped = sorted(t for t in hogwild if outcome(hogwild, t) == "passed"
                        and not hogwild[t].get("hogwild_schedulers"))
     lines.append(f"passing in the hogwild run without building a HogwildScheduler ({len(unswapped)}: "
-                 "AsyncScheduler, DiffusionScheduler, object.__new__, no scheduler):")
+                 "DiffusionScheduler, object.__new__, no scheduler):")
     lines += [f"    {t.split('::')[-1]}" for t in unswapped]
     if gains:
         lines.append(f"passing with Hogwild, not with stock ({len(gains)}):")
@@ -320,3 +329,7 @@ def test_vllm_scheduler_tests_pass_with_the_hogwild_scheduler(tmp_path: Path) ->
     assert passed >= MIN_STOCK_PASSED, f"only {passed} pass with the stock scheduler: the harness is broken\n{report}"
     exercised = sum(1 for t in hogwild if outcome(hogwild, t) == "passed") - len(unswapped)
     assert exercised >= MIN_HOGWILD_EXERCISED, f"only {exercised} passing tests built a HogwildScheduler\n{report}"
+    exercised_async = sum(1 for t, r in hogwild.items() if "test_async_scheduler" in t and outcome(hogwild, t) == "passed"
+                          and r.get("hogwild_async_schedulers"))
+    assert exercised_async >= MIN_ASYNC_EXERCISED, (
+        f"only {exercised_async} passing async tests built a HogwildAsyncScheduler\n{report}")

@@ -39,6 +39,7 @@ SCHEDULER_SUITE = (
     "tests/v1/__init__.py",
     "tests/v1/core/__init__.py",
     "tests/v1/core/test_scheduler.py",
+    "tests/v1/core/test_async_scheduler.py",  # vLLM's AsyncScheduler, driven as its engine core drives it
     "tests/v1/core/utils.py",  # create_scheduler, create_requests
     "tests/v1/core/test_prefix_caching.py",  # imported by one test (make_hisparse_kv_cache_manager)
     "tests/v1/kv_connector/__init__.py",

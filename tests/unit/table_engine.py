@@ -66,6 +66,7 @@ class FakeEngine:
         self.wires: list[StepWire] = []
         self.rows: list[BatchRow] = []  # the last step's batch, as a worker process sees it
         self.skip: set[str] = set()  # requests vLLM's token budget leaves out of the next step
+        self.awaiting: set[str] = set()  # requests held out of the next step awaiting their last output (async)
         self.tables: dict[str, list[int]] = {}  # each request's block list, grown in place as vLLM's is
         self.num_steps = 0
 
@@ -101,6 +102,9 @@ class FakeEngine:
             request.status = "waiting"
         self.waiting = admission.queue + self.waiting
         held = {r.request_id for r in table.holds() if r.status == "running"}
+        if self.awaiting:  # vLLM's async scheduling: these wait for their last output, held out of the step
+            table.wait_for_outputs(sorted(self.awaiting))
+            held |= {r for r in self.awaiting if self.requests[r].status == "running"}
         self.running += self.waiting
         for request in self.waiting:
             request.status = "running"

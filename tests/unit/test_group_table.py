@@ -204,3 +204,21 @@ def test_a_worker_that_stops_beside_one_left_out_does_not_leave_the_group_in_loc
     engine.step(sample)
     engine.step(sample)  # in lock-step again
     assert [(r.decoding, r.length) for r in log.runs][2:] == [((1,), 1), ((0, 1), 2)]
+
+
+def test_a_group_whose_workers_await_their_outputs_is_not_in_lock_step() -> None:
+    """vLLM's async scheduling: a step scheduled while a group's last outputs are out holds its workers (the
+    scheduler tells the table). The group does not decode in it: nothing logged, its lanes' lengths unsent,
+    and it is not advanced as a steady group; the step after, it goes on in lock-step."""
+    engine = FakeEngine(prompt_len=P)
+    requests = engine.add_group("g", 3, 30)
+    log = engine.table.groups["g"].log
+    for _ in range(4):
+        engine.step(lambda r, k: 7)
+    assert "g" in engine.table._steady and [(r.decoding, r.length) for r in log.runs] == [((0, 1, 2), 3)]
+    engine.awaiting = {r.request_id for r in requests}
+    wire = engine.step(lambda r, k: 7)
+    assert wire.length_groups == () and log.num_steps == 3 and "g" not in engine.table._steady
+    engine.awaiting = set()
+    wire = engine.step(lambda r, k: 7)
+    assert tuple(wire.lane_lens) == (P + 4,) * 3 and [(r.decoding, r.length) for r in log.runs] == [((0, 1, 2), 4)]

@@ -120,6 +120,7 @@ class GroupTable(PreemptAndReplay, Drafts):
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
         self._lengths = LaneLengths()  # the step being built: the groups that decode and their lanes' lengths
+        self._sitting_out: set[str] = set()  # groups with a worker held out of the step being scheduled
         self._steady: dict[str, StepLog] = {}  # groups in steady lock-step, by id, with their logs (:meth:`lock_step`)
 
     def __contains__(self, request_id: str) -> bool:
@@ -294,11 +295,27 @@ class GroupTable(PreemptAndReplay, Drafts):
                 continue  # replaying lanes keep step through their chunk ends
             waits, settled = group.kind.holds(group, self._steps_of)
             if waits:
-                self._steady.pop(group_id, None)  # a held worker does not grow this step
+                self._sit_out(group_id)
             held += [group.workers[w].request for w in waits]
             if settled:
                 self._unsettled.discard(group_id)
         return held
+
+    def wait_for_outputs(self, request_ids: Sequence[str]) -> None:
+        """The engine holds these workers out of this step: their last output is not in yet (async scheduling)."""
+        for request_id in request_ids:
+            worker = self.workers.get(request_id)
+            if worker is not None:
+                self._sit_out(worker.group.group_id)
+
+    def _sit_out(self, group_id: str) -> None:
+        """A worker of the group sits this step out: the group is not in lock-step in it."""
+        self._steady.pop(group_id, None)
+        self._sitting_out.add(group_id)
+
+    def sits_out(self, group: Group) -> bool:
+        """Whether a worker of ``group`` sits this step out (the table's holds, or waiting for its outputs)."""
+        return group.group_id in self._sitting_out
 
     def _steps_of(self, worker: Worker) -> int:
         """Engine steps in which the worker accepted tokens (without speculative decoding: one token each)."""
@@ -351,6 +368,7 @@ class GroupTable(PreemptAndReplay, Drafts):
                 steps.append(wire)
             if fork is not None:
                 forks.append(fork)
+        self._sitting_out.clear()
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []

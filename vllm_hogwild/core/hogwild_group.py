@@ -71,8 +71,10 @@ class HogwildKind:
             group.prefilled = True
         log = group.log
         # Lock-step: the last step's decoding workers are the live ones (as many, none of them finished since:
-        # a worker that stopped and one that sat out may leave the count equal), every request scheduled.
-        if (all_scheduled and not table.speculative and log.runs and len(log.runs[-1].decoding) == group.num_live
+        # a worker that stopped and one that sat out may leave the count equal), every request scheduled, none
+        # of the group's held back.
+        if (all_scheduled and not table.speculative and not table.sits_out(group) and log.runs
+                and len(log.runs[-1].decoding) == group.num_live
                 and not any(group.workers[w].finished for w in log.runs[-1].decoding)
                 and not (group.tracker is not None and group.tracker.pending)):
             # The same workers, one token more each: a counter, and the lanes' lengths. A group that reads no

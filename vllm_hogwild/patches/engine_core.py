@@ -109,7 +109,21 @@ def scheduler() -> list[TouchPoint]:
         TouchPoint(REQUEST, "Request.is_finished", METHOD, HOGWILD_SCHEDULER, params=("self",)),
         *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("status",), lock_step),
         TouchPoint(REQUEST, "RequestStatus.RUNNING", CONSTANT, lock_step),
+        *async_scheduling(),
         *preemption_and_replay(),
+    ]
+
+
+def async_scheduling() -> list[TouchPoint]:
+    """scheduler/scheduler.HogwildAsyncScheduler: the Hogwild scheduler over vLLM's AsyncScheduler."""
+    return [
+        TouchPoint("vllm.v1.core.sched.async_scheduler", "AsyncScheduler", CLASS,
+                   HOGWILD_SCHEDULER + " (HogwildAsyncScheduler's base, after HogwildScheduler)"),
+        TouchPoint("vllm.v1.core.sched.async_scheduler", "AsyncScheduler._update_request_with_output", METHOD,
+                   HOGWILD_SCHEDULER + " (the speculative wrap calls the next one in the MRO)",
+                   params=("self", "request", "new_token_ids")),
+        TouchPoint("vllm.config.scheduler", "SchedulerConfig.async_scheduling", FIELD,
+                   HOGWILD_SCHEDULER + " (HogwildScheduler.__new__ picks the async class)"),
     ]
 
 

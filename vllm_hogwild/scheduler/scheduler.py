@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from vllm.sampling_params import SamplingParams
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
@@ -46,6 +47,14 @@ CAPPED = "_reserve_prefill_lookahead"  # vLLM's per-request chunk hook, wrapped 
 
 
 class HogwildScheduler(Scheduler):
+    def __new__(cls, *args: Any, **kwargs: Any):
+        """With vLLM's async scheduling on, the engine gets :class:`HogwildAsyncScheduler`."""
+        if cls is HogwildScheduler:
+            config = kwargs.get("vllm_config", args[0] if args else None)
+            if getattr(getattr(config, "scheduler_config", None), "async_scheduling", False):
+                cls = HogwildAsyncScheduler
+        return super().__new__(cls)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.hogwild_options = EngineOptions.from_additional_config(self.vllm_config.additional_config)
@@ -115,9 +124,10 @@ class HogwildScheduler(Scheduler):
         if self.num_spec_tokens:
             for request in table.drafts_to_drop():
                 request.spec_token_ids = []
-        held = [r for r in table.holds() if r.status == RequestStatus.RUNNING]
+        held = self._held()
         if held:
-            self.running = [r for r in self.running if r not in held]
+            out = {id(r) for r in held}
+            self.running = [r for r in self.running if id(r) not in out]
         if self._resort:  # workers first: vLLM preempts from the tail of `running` (it appends what it admits)
             self.running.sort(key=lambda r: r.request_id not in table)
         idle = self._cap_replays()
@@ -148,6 +158,10 @@ class HogwildScheduler(Scheduler):
                                               all_scheduled=len(scheduled) == len(self.running) - len(held),
                                               has_tokens=bool(output.total_num_scheduled_tokens)))
         return output
+
+    def _held(self) -> list[Request]:
+        """Running workers that sit this step out (the table's holds)."""
+        return [r for r in self.table.holds() if r.status == RequestStatus.RUNNING]
 
     def _room(self) -> Room:
         return Room(self.kv_cache_manager.block_pool.get_num_free_blocks(), self.kv_cache_manager.watermark_blocks,
@@ -271,13 +285,14 @@ class HogwildScheduler(Scheduler):
         count the step, and keep an accepted run only up to where the table says the engine must place
         text: the rest is dropped as if rejected, so forced tokens follow exactly the token that called
         for them, as without speculation."""
+        vllm_update = super()._update_request_with_output  # vLLM's (AsyncScheduler's, with async scheduling)
         worker = self.table.accept(request.request_id)
         if worker is None or len(new_token_ids) == 1 or not worker.group.driver.places_tokens:
-            new_token_ids, stopped = Scheduler._update_request_with_output(self, request, new_token_ids, *args, **kwargs)
+            new_token_ids, stopped = vllm_update(request, new_token_ids, *args, **kwargs)
         else:
             accepted, stopped = self.table.accept_run(
                 worker, new_token_ids,
-                lambda token: Scheduler._update_request_with_output(self, request, [token], *args, **kwargs)[1])
+                lambda token: vllm_update(request, [token], *args, **kwargs)[1])
             if accepted < len(new_token_ids):
                 if not stopped:  # what is dropped was computed as drafts: roll back as vLLM does for rejections
                     request.num_computed_tokens -= len(new_token_ids) - accepted
@@ -355,3 +370,26 @@ class HogwildScheduler(Scheduler):
         if self._stats_sender is not None:
             self._stats_sender.close()
         super().shutdown()
+
+
+class HogwildAsyncScheduler(HogwildScheduler, AsyncScheduler):
+    """The Hogwild scheduler over vLLM's ``AsyncScheduler``, which vLLM runs when async scheduling is on: step
+    k+1 is scheduled while step k runs, before its tokens are sampled.
+
+    Plain requests keep it as in stock vLLM. A worker of a group sits out every step scheduled while its last
+    step's output is still out (``num_output_placeholders``): each group step is then built, as without async
+    scheduling, from every token sampled before it (its placed tokens, paragraph ends, answers and forks
+    need them; a raw group's views would not, but its lanes' ends would differ when a worker stops). A group
+    therefore decodes in every other engine step at most, the steps between going to plain requests.
+    """
+
+    def _held(self) -> list[Request]:
+        held = super()._held()
+        table = self.table
+        if not table:
+            return held
+        out = {id(r) for r in held}
+        waiting = [r for r in self.running if r.num_output_placeholders and id(r) not in out and r.request_id in table]
+        if waiting:
+            table.wait_for_outputs([r.request_id for r in waiting])
+        return held + waiting
