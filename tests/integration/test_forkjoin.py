@@ -251,6 +251,25 @@ def test_a_request_that_does_not_fork_equals_a_plain_request(llm) -> None:
     assert not table.groups and table.num_held == 0, "every lane ended, none held"
 
 
+def test_a_prompt_goal_that_does_not_fork_says_why_and_one_wider_than_the_lanes_is_refused(llm) -> None:
+    """One rule for both families: a prompt goal of more parts than the request's branch lanes is a 400 naming
+    hogwild_max_branches; a goal the family's rules do not fork goes on as one sequence, and says why."""
+    six = "Solve.\n<guideline>\n" + "".join(f"<plan> {i}: try {i}</plan>\n" for i in range(1, 7)) + "</guideline>"
+    with pytest.raises(ValueError, match="hogwild_max_branches"):  # NPR: 5 branch lanes by default
+        llm.generate([six], [params("npr", 40, seed=1)], use_tqdm=False)
+    with pytest.raises(ValueError, match="hogwild_max_branches"):  # Multiverse: 4 parts, 3 lanes
+        llm.generate([GOALS[("multiverse", 4)]], [params("multiverse", 40, seed=1, max_branches=3)], use_tqdm=False)
+    mv, npr = llm.generate([GOALS[("multiverse", 2)], GOALS[("npr", 2)]],
+                           [params("multiverse", 29, seed=2), params("npr", 1023, seed=3)], use_tqdm=False)
+    for out, reason in ((mv, "29 tokens of budget left: multiverse forks with at least 30 left"),
+                        (npr, "1023 tokens of budget left: npr forks with at least 1024 left")):
+        tree = out.outputs[0].hogwild
+        assert tree["forked"] is False
+        assert tree["unforked"] == [{"branch": None, "at": 0, "reason": f"the prompt's goal: {reason}"}]
+    control = llm.generate([GOALS[("multiverse", 2)]], [params("multiverse", 30, seed=2)], use_tqdm=False)[0]
+    assert control.outputs[0].hogwild["forked"] is True and "unforked" not in control.outputs[0].hogwild
+
+
 def test_bad_fork_options_name_their_field(llm) -> None:
     from vllm import SamplingParams
 

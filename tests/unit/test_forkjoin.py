@@ -38,17 +38,30 @@ def test_each_family_places_its_own_headers() -> None:
     assert (MULTIVERSE.join_header, NPR.join_header) == ("<Conclusion>\n", "<takeaway>\n")
 
 
-def test_the_families_rules_decide_when_no_fork_starts() -> None:
+def test_the_families_rules_decide_when_no_fork_starts_and_say_why() -> None:
+    from vllm_hogwild.core.forkjoin import NoFork
+
+    def reason(*args, **kwargs) -> str:
+        out = decide(*args, **kwargs)
+        assert isinstance(out, NoFork), out
+        return out.reason
+
     # NPR: no nesting, a fork needs 1,024 tokens left, and 0 or more than 5 plans go on without forking.
-    assert decide(NPR, GOAL_NPR, depth=1, budget_left=5000, max_branches=8) is None
-    assert decide(NPR, GOAL_NPR, depth=0, budget_left=1023, max_branches=8) is None
-    assert decide(NPR, "<guideline>\nno plans here\n</guideline>", depth=0, budget_left=5000, max_branches=8) is None
+    assert reason(NPR, GOAL_NPR, depth=1, budget_left=5000, max_branches=8) == "nested 1 deep: npr forks at most 1 deep"
+    assert reason(NPR, GOAL_NPR, depth=0, budget_left=1023, max_branches=8) == (
+        "1023 tokens of budget left: npr forks with at least 1024 left")
+    assert "no part" in reason(NPR, "<guideline>\nno plans here\n</guideline>", depth=0, budget_left=5000,
+                               max_branches=8)
     six = "<guideline>" + "".join(f"<plan> {i}: part</plan>" for i in range(1, 7)) + "</guideline>"
-    assert decide(NPR, six, depth=0, budget_left=5000, max_branches=8) is None
+    assert reason(NPR, six, depth=0, budget_left=5000, max_branches=8).startswith(
+        "a goal of 6 parts: npr forks into at most 5")
     # Multiverse: nesting up to 5 deep, no fork within 30 tokens of the budget's end.
     assert decide(MULTIVERSE, GOAL_MV, depth=4, budget_left=30, max_branches=8).num_branches == 3
-    assert decide(MULTIVERSE, GOAL_MV, depth=5, budget_left=500, max_branches=8) is None
-    assert decide(MULTIVERSE, GOAL_MV, depth=0, budget_left=29, max_branches=8) is None
+    assert reason(MULTIVERSE, GOAL_MV, depth=5, budget_left=500, max_branches=8).startswith("nested 5 deep")
+    assert reason(MULTIVERSE, GOAL_MV, depth=0, budget_left=29, max_branches=8).startswith("29 tokens of budget")
+    # More parts than the lanes comes first, in every family (a prompt's goal is then refused, naming the field).
+    with pytest.raises(ForkTooWide):
+        decide(NPR, six, depth=0, budget_left=5000, max_branches=5)
 
 
 def test_more_parts_than_the_engines_cap_is_refused_not_cut() -> None:
@@ -265,7 +278,8 @@ def test_a_branch_forks_again_nested_and_the_trunk_forks_again_after_its_join() 
     assert lanes.record(5).fork_tokens == 40 and lanes.record(3).parent == 1
     # No lane left: the next goal does not fork, and says why.
     assert _feed(lanes, lens, 5, "x</Path>", 1) == {} and lanes.stopped(5, lens[5])
-    assert _feed(lanes, lens, 0, goal, 9) == {} and "free branch lanes (0)" in lanes.unforked
+    assert _feed(lanes, lens, 0, goal, 9) == {} and [(b, r) for b, _, r in lanes.unforked] == [
+        (None, "a goal of 1 parts: more branches than the request's free branch lanes (0; hogwild_max_branches)")]
 
 
 def test_hogwild_branches_do_not_nest_and_no_fork_may_reach_past_the_context() -> None:
@@ -275,12 +289,13 @@ def test_hogwild_branches_do_not_nest_and_no_fork_may_reach_past_the_context() -
     hog = ForkJoinLanes(MULTIVERSE, num_lanes=6, prompt_len=P, max_tokens=500, hogwild=True)
     assert set(hog.observe(0, GOAL2, P + 30)) == {0, 1, 2}
     assert hog.observe(1, "\n<Path>\n1: " + SUB_GOAL, P + 12) == {} and hog.pool == [3, 4, 5]
-    assert hog.unforked is None, "a goal inside a hogwild branch is text"
+    assert hog.unforked == [], "a goal inside a hogwild branch is text"
     # Every lane may write its whole budget: a fork goes only where that keeps positions inside the window.
     tight = ForkJoinLanes(MULTIVERSE, num_lanes=6, prompt_len=P, max_tokens=100, max_positions=P + 250)
     assert set(tight.observe(0, GOAL2, P + 30)) == {0, 1, 2}  # P + 100 + 100 <= P + 250
     assert tight.observe(1, "\n<Path>\n1: " + SUB_GOAL, P + 12) == {}  # P + 100 + (100 + 100) > P + 250
-    assert "context window (260 positions)" in tight.unforked and tight.pool == [3, 4, 5]
+    assert [(b, at) for b, at, _ in tight.unforked] == [("1", 12)] and tight.pool == [3, 4, 5]
+    assert "context window (260 positions)" in tight.unforked[0][2]
 
 
 def test_tags_that_are_special_tokens_fork_though_the_clients_text_leaves_them_out() -> None:
@@ -305,12 +320,13 @@ def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules
 
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=5, max_tokens=500)
     assert lanes.observe(0, GOAL_MV, 40) == {} and lanes.state is None  # three parts, two branch lanes
-    assert "3 parts" in lanes.unforked and lanes.record(1, 0, False).unforked == lanes.unforked
+    assert "3 parts" in lanes.unforked[0][2] and lanes.record(1, 0, False).unforked == tuple(lanes.unforked)
+    assert lanes.trunk_record().unforked == tuple(lanes.unforked)
     lanes.trunk_finished()
     assert lanes.take_released() == [1, 2] and lanes.lanes_to_stop() == [1, 2], "unused lanes end at once"
     npr = ForkJoinLanes(NPR, num_lanes=6, prompt_len=5, max_tokens=1500)
     assert npr.observe(0, GOAL_NPR, 600) == {} and npr.state is None  # under 1,024 tokens left: no fork
-    assert _waiting(npr, [5] * 6, [0] * 6) == {1, 2, 3, 4, 5}
+    assert npr.retired and _waiting(npr, [5] * 6, [0] * 6) == set(), "no fork can come: the lanes went back"
     assert npr.observe(2, "text", 6) == {}, "a lane no fork took writes nothing the protocol reads"
     # A prompt's tail: a complete goal forks at once; an unclosed one is carried to the trunk's text.
     assert prompt_goal(MULTIVERSE, "intro " + GOAL_MV + "\n") == (("1", "2", "3.1"), "")
@@ -366,10 +382,13 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     assert texts["0_g"].startswith(trunk_script[:goal_len] + "<Conclusion>\nx")
     assert [lanes[i].output_token_ids[-1] for i in (1, 2)] == [EOS, EOS]
     # Every branch lane's first token comes in a step before the trunk's first token after the fork; the lane no
-    # fork took ends once the trunk has.
+    # fork took ends once no fork can take it: the branches ended, and the trunk has written 91 of its 120
+    # tokens (Multiverse forks with 30 left), long before the trunk ends.
     after = next(step for step, rid, i in order if rid == "0_g" and i == goal_len)
     assert all(step < after for step, rid, i in order if rid in ("1_g", "2_g") and i == 0)
-    assert min(step for step, rid, _ in order if rid == "3_g") > max(step for step, rid, _ in order if rid == "0_g")
+    past = next(step for step, rid, i in order if rid == "0_g" and i == 90)
+    (spare_step,) = [step for step, rid, _ in order if rid == "3_g"]
+    assert past < spare_step <= past + 2 and spare_step < max(step for step, rid, _ in order if rid == "0_g") - 20
     # The branches decode while the trunk waits; its join header goes on once both stopped.
     last_branch = max(step for step, rid, _ in order if rid in ("1_g", "2_g"))
     assert not [i for step, rid, i in order if rid == "0_g" and after < step <= last_branch]
@@ -419,3 +438,31 @@ def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions(kv, 
         engine.step(lambda r, k: ord("x"))
     engine.step(lambda r, k: ord("x"))
     assert all(r.status == "finished" for r in a) and b[0].status == "running"
+
+
+def test_lanes_no_fork_can_take_go_back_at_once() -> None:
+    """A request's spare lanes are released (each to end at once) as soon as no sequence may fork any more by
+    the family's rules, not when the trunk ends; a goal written after that says the family's reason."""
+    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+
+    # NPR: the trunk forks only with 1,024 tokens of budget left; with 1,500 it may until it has written 476.
+    npr = ForkJoinLanes(NPR, num_lanes=4, prompt_len=5, max_tokens=1500)
+    assert npr.observe(0, "x", 5 + 476) == {} and npr.pool == [1, 2, 3]
+    assert npr.observe(0, "x", 5 + 477) == {} and npr.pool == [] and npr.retired
+    assert npr.take_released() == [1, 2, 3] and npr.lanes_to_stop() == [1, 2, 3]
+    assert npr.observe(0, GOAL_NPR, 5 + 600) == {}
+    assert npr.unforked == [(None, 600, "900 tokens of budget left: npr forks with at least 1024 left")]
+    # NPR does not nest: once its fork took lanes 1-2 and the trunk is past its budget, lane 3 goes back while the
+    # branches still run.
+    npr = ForkJoinLanes(NPR, num_lanes=4, prompt_len=5, max_tokens=1500)
+    assert set(npr.observe(0, GOAL_NPR, 5 + 400)) == {0, 1, 2} and npr.pool == [3]
+    assert npr.take_released() == [1, 2]  # the fork's lanes, to the engine's queue
+    assert npr.observe(1, "\n<step>\n1: a", 5 + 5) == {} and npr.pool == [3]  # the trunk waits; it may fork again
+    npr.strands[0].written = 477  # (what the trunk's next tokens would make it)
+    assert npr.observe(2, "\n<step>\n2: b", 5 + 5) == {} and npr.pool == [] and npr.take_released() == [3]
+    # Multiverse nests: a branch with budget left keeps the pool.
+    mv = ForkJoinLanes(MULTIVERSE, num_lanes=5, prompt_len=5, max_tokens=100)
+    assert set(mv.observe(0, GOAL2, 5 + 60)) == {0, 1, 2} and mv.pool == [3, 4] and mv.take_released() == [1, 2]
+    assert mv.observe(0, "x", 5 + 71) == {} and mv.pool == [3, 4]  # the trunk is past its budget, branches not
+    assert mv.observe(1, "y", 5 + 71) == {} and mv.observe(2, "y", 5 + 70) == {} and mv.pool == [3, 4]
+    assert mv.observe(2, "y", 5 + 71) == {} and mv.pool == [] and mv.take_released() == [3, 4]

@@ -101,25 +101,41 @@ def parts_of(family: Family, text: str) -> tuple[str, ...]:
     return tuple(m.group(1) for m in pattern.finditer(goal))
 
 
-def decide(family: Family, text: str, *, depth: int, budget_left: int, max_branches: int) -> Fork | None:
+@dataclass(frozen=True)
+class NoFork:
+    """A goal that does not fork, and why (the family's rule, in words a client can act on)."""
+
+    reason: str
+
+
+def decide(family: Family, text: str, *, depth: int, budget_left: int, max_branches: int) -> Fork | NoFork:
     """Whether a sequence whose text has just reached the goal end forks, and into what.
 
     ``depth``: forks already open around this sequence (0 at the top);
     ``budget_left``: tokens it may still generate; ``max_branches``: the
-    engine's cap (``--hogwild-max-workers``). No fork (``None``) when the
-    family's rules say so: nested too deep, too little budget, no part, or more
-    parts than the family forks. More parts than the engine's cap: refused by
-    the caller (:class:`ForkTooWide`), never silently cut.
+    branch lanes free for it. More parts than those lanes raises
+    :class:`ForkTooWide` (checked first, so that a prompt goal of more parts
+    than its lanes is refused alike in every family); otherwise no fork
+    (:class:`NoFork`, with its reason) when the family's rules say so: no part,
+    more parts than the family forks, nested too deep, too little budget.
     """
-    if depth >= family.max_depth or budget_left < family.min_budget_left:
-        return None
     numbers = parts_of(family, text)
-    if not numbers or (family.max_branches is not None and len(numbers) > family.max_branches):
-        return None
+    if not numbers:
+        return NoFork(f"a goal with no part: {family.name} branches on entries like {family.entry!r}")
     if len(numbers) > max_branches:
         raise ForkTooWide(len(numbers), max_branches)
+    if family.max_branches is not None and len(numbers) > family.max_branches:
+        return NoFork(f"a goal of {len(numbers)} parts: {family.name} forks into at most {family.max_branches} "
+                      "(a goal of more goes on as one sequence)")
+    if depth >= family.max_depth:
+        return NoFork(f"nested {depth} deep: {family.name} forks at most {family.max_depth} deep")
+    if budget_left < family.min_budget_left:
+        return NoFork(f"{budget_left} tokens of budget left: {family.name} forks with at least "
+                      f"{family.min_budget_left} left")
     return Fork(numbers, tuple(family.header(n) for n in numbers))
 
+
+MAX_UNFORKED = 32  # goals that did not fork a request reports (each is a goal the model wrote): the first ones
 
 DEFAULT_BRANCH_LANES = 4  # a family without a branch limit (Multiverse): lanes for branches unless asked
 
@@ -199,6 +215,7 @@ class Strand:
     parent: int | None = None  # the lane whose fork it is a branch of
     text: str = ""  # its latest text (at most 2 x MAX_GOAL_CHARS): a goal's parts are read from it
     chars: int = 0  # characters it wrote (its output text's length)
+    written: int = 0  # tokens it wrote (its lane's tokens past the prompt)
     wrote_end: bool = False  # a branch whose text reached its end: it feeds that token and stops
     end: int | None = None  # a branch's lane length once it stopped
     waits_at: "OpenFork | None" = None  # the fork of its own that it waits at
@@ -257,8 +274,10 @@ class ForkJoinLanes:
     strands: dict[int, Strand] = field(default_factory=dict)  # the trunk and every branch, by lane
     forks: list[OpenFork] = field(default_factory=list)  # every fork, in the order they started
     pool: list[int] = field(default_factory=list)  # lanes no fork took yet, lowest first
-    unforked: str | None = None  # why the last goal written did not fork, if one did not
+    unforked: list[tuple[str | None, int, str]] = field(default_factory=list)  # goals that did not fork (at most
+    # MAX_UNFORKED): (the branch's part, None for the trunk; the tokens it had written; why), in the order written
     version: int = 0  # counts changes of :attr:`state`
+    retired: bool = False  # the lanes no fork took went back: no fork could take them any more
     _fork_of: dict[int, OpenFork] = field(default_factory=dict, repr=False)  # branch lane -> its fork
     _release: list[int] = field(default_factory=list)  # lanes to hand to the engine's queue now
     _stop: list[int] = field(default_factory=list)  # lanes whose next token is their end of sequence
@@ -300,33 +319,59 @@ class ForkJoinLanes:
         piece, visible = piece + hidden, len(piece)
         strand.text += piece
         strand.chars += visible
+        strand.written = lane_len - self.prompt_len
         if len(strand.text) > 2 * MAX_GOAL_CHARS:
             strand.text = strand.text[-MAX_GOAL_CHARS:]  # parts_of reads no further back
         if strand.wrote_end:
             return {}
         said = strand.watch.feed(piece)
+        placed = {}
         if said == "end":
             strand.wrote_end = True
             self._stop.append(lane)
         elif said == "fork" and strand.waits_at is None and not (self.hogwild and strand.depth):
-            return self._decide(strand, lane_len)
-        return {}
+            placed = self._decide(strand, lane_len)
+        if self.pool and not placed:
+            self._retire_pool()
+        return placed
+
+    def _may_fork(self, strand: Strand) -> bool:
+        """Whether a goal ``strand`` writes from now on could still fork, by the family's rules."""
+        return (strand.end is None and not strand.wrote_end and strand.depth < self.family.max_depth
+                and not (self.hogwild and strand.depth)
+                and self.max_tokens - strand.written >= self.family.min_budget_left)
+
+    def _retire_pool(self) -> None:
+        """The lanes no fork took go back as soon as no fork can take them: no sequence that may still write a
+        goal may fork by the family's rules (nested as deep as it forks, less budget left than it forks with,
+        or ended). O(sequences)."""
+        if not any(self._may_fork(strand) for strand in self.strands.values()):
+            self.retired = True
+            self.trunk_finished()
 
     def _decide(self, strand: Strand, lane_len: int) -> dict[int, str]:
-        try:
-            fork = decide(self.family, strand.text, depth=strand.depth,
-                          budget_left=self.max_tokens - (lane_len - self.prompt_len), max_branches=len(self.pool))
+        written = lane_len - self.prompt_len
+        try:  # (lanes given back because no fork could take them: the family's rule is the reason)
+            fork = decide(self.family, strand.text, depth=strand.depth, budget_left=self.max_tokens - written,
+                          max_branches=self.num_lanes - 1 if self.retired else len(self.pool))
         except ForkTooWide as err:
-            self.unforked = (f"a goal of {err.num_parts} parts: more branches than the request's free branch lanes "
-                             f"({err.cap})")
-            return {}
-        if fork is None:
-            return {}
-        if self.max_positions is not None and self._reach(strand.lane, fork.num_branches) > self.max_positions:
-            self.unforked = (f"a fork of {fork.num_branches} branches could place text past the context window "
-                             f"({self.max_positions} positions)")
+            fork = NoFork(f"a goal of {err.num_parts} parts: more branches than the request's free branch lanes "
+                          f"({err.cap}; hogwild_max_branches)")
+        if isinstance(fork, Fork) and fork.num_branches > len(self.pool):  # (only after the lanes went back)
+            fork = NoFork(f"a goal of {fork.num_branches} parts: the request's branch lanes went back")
+        if isinstance(fork, Fork) and self.max_positions is not None and self._reach(
+                strand.lane, fork.num_branches) > self.max_positions:
+            fork = NoFork(f"a fork of {fork.num_branches} branches could place text past the context window "
+                          f"({self.max_positions} positions)")
+        if isinstance(fork, NoFork):
+            self.no_fork(strand.number, written, fork.reason)
             return {}
         return self._fork(strand, fork, lane_len)
+
+    def no_fork(self, branch: str | None, at: int, reason: str) -> None:
+        """A goal that did not fork: ``branch`` (None: the trunk) had written ``at`` tokens with it."""
+        if len(self.unforked) < MAX_UNFORKED:
+            self.unforked.append((branch, at, reason))
 
     def _reach(self, lane: int, num_branches: int) -> int:
         """The furthest view position the request could reach with a fork of ``num_branches`` more at ``lane``:
@@ -383,6 +428,8 @@ class ForkJoinLanes:
             return False
         strand.end = lane_len
         fork = self._fork_of[lane]
+        if self.pool:
+            self._retire_pool()
         if any(self.strands[b].end is None for b in fork.lanes):
             return False
         fork.joined = True
@@ -425,5 +472,10 @@ class ForkJoinLanes:
         if num_output is not None:
             fields["keep"] = 0 if strand is None else num_output - (1 if ends_with_eos else 0)
         if self.unforked:
-            fields["unforked"] = self.unforked
+            fields["unforked"] = tuple(self.unforked)
         return new_record(lane, **fields)
+
+    def trunk_record(self) -> LaneRecord | None:
+        """With the trunk's last output: the goals that did not fork, if any (one written after every branch lane
+        had finished would reach the front end with no other record)."""
+        return new_record(0, unforked=tuple(self.unforked)) if self.unforked else None

@@ -92,9 +92,9 @@ class ForkJoinKind:
             group.driver.lanes.stopped(worker.index, worker.lane_len)
 
     def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
-        if worker.index == 0:
-            return None
         lanes = worker.group.driver.lanes
+        if worker.index == 0:
+            return lanes.trunk_record() if finished else None
         if not finished:
             return lanes.record(worker.index)
         tokens = worker.request.output_token_ids

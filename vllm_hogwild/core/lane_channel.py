@@ -36,12 +36,13 @@ from functools import lru_cache
 
 import msgspec
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 FIELD = "hogwild"  # the field the subclass adds to vLLM's EngineCoreOutput
 
 
 class LaneRecord(msgspec.Struct, array_like=True, omit_defaults=True, frozen=True, gc=False):
-    """How a lane ≥ 1 of a fork/join request takes part, as the front end needs it."""
+    """How a lane of a fork/join request takes part, as the front end needs it (the trunk's, lane 0: only the
+    goals that did not fork, with its last output)."""
 
     version: int
     lane: int
@@ -51,7 +52,8 @@ class LaneRecord(msgspec.Struct, array_like=True, omit_defaults=True, frozen=Tru
     fork_tokens: int = 0  # the fork point in the parent's output tokens
     fork_chars: int = 0  # ... and characters
     keep: int | None = None  # once it finished: how many of its output tokens are the branch's (None: not yet)
-    unforked: str | None = None  # why the last goal written did not fork, if one did not
+    # goals that did not fork so far: (the branch's part, None for the trunk; its tokens written then; why)
+    unforked: tuple[tuple[str | None, int, str], ...] = ()
 
 
 def new_record(lane: int, **fields) -> LaneRecord:

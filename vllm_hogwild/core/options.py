@@ -161,12 +161,14 @@ class RequestSpec:
     prompt_tail: PromptTail | None = None  # collab: the section headers at the prompt's tail
     fork_now: tuple[str, ...] | None = None  # fork/join: the prompt ends in a complete goal of these parts
     open_goal: str = ""  # fork/join: the prompt's unclosed goal (its entries count at the trunk's goal end)
+    unforked: str | None = None  # fork/join: why the complete goal the prompt ends in does not fork (None: it does)
 
     def to_wire(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "num_workers": self.num_workers,
                 "prompt_tail": None if self.prompt_tail is None else {
                     k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.prompt_tail).items()},
-                "fork_now": None if self.fork_now is None else list(self.fork_now), "open_goal": self.open_goal}
+                "fork_now": None if self.fork_now is None else list(self.fork_now), "open_goal": self.open_goal,
+                "unforked": self.unforked}
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> "RequestSpec":
@@ -175,7 +177,7 @@ class RequestSpec:
         return cls(RequestOptions(**wire["options"]), int(wire["num_workers"]),
                    None if tail is None else PromptTail(**{k: tuple(v) if isinstance(v, list) else v
                                                           for k, v in tail.items()}),
-                   None if fork_now is None else tuple(fork_now), wire.get("open_goal", ""))
+                   None if fork_now is None else tuple(fork_now), wire.get("open_goal", ""), wire.get("unforked"))
 
 
 SPEC_KEY = "_hogwild_spec"  # in SamplingParams.extra_args, set by the front end only (RequestSpec.to_wire)

@@ -204,16 +204,17 @@ def process_inputs(original, processor, request_id, prompt, params, *args, **kwa
         request.prompt_token_ids = ids
     max_tokens = check_sizes(processor.vllm_config, found.options, p.n, len(request.prompt_token_ids or ()),
                              p.max_tokens if user_max_tokens is not None else None)
-    num_workers, fork_now, open_goal = p.n, None, ""
+    num_workers, fork_now, open_goal, unforked = p.n, None, "", None
     if found.options.forks:
         num_workers = forkjoin_lanes(processor.vllm_config, found.options, p.n)
-        fork_now, open_goal = prompt_fork(processor, request, p, found.options, num_workers, max_tokens)
+        fork_now, open_goal, unforked = prompt_fork(processor, request, p, found.options, num_workers, max_tokens)
     p = copy.copy(p)  # never mutate the caller's SamplingParams
     p.max_tokens = max_tokens
     p.n = num_workers
     p.extra_args = {k: v for k, v in extra.items()
                     if k not in (REQUEST_KEY, PARSED_KEY) and not k.startswith(FLAT_PREFIX)}
-    p.extra_args[SPEC_KEY] = RequestSpec(found.options, num_workers, tail, fork_now, open_goal).to_wire()
+    p.extra_args[SPEC_KEY] = RequestSpec(found.options, num_workers, tail, fork_now, open_goal,
+                                        unforked).to_wire()
     request.sampling_params = p
     return request
 

@@ -109,6 +109,7 @@ class Assembly:
         if output.index == 0:
             if output.finished():
                 self.trunk_final = output
+                lane.record = getattr(output, "hogwild_lane", None)  # goals that did not fork, if any
             return
         if lane.record is not None and not output.finished():
             return  # its record changes only with its last output (how many of its tokens are the branch's)
@@ -196,8 +197,7 @@ class Assembly:
         tokens, sequential steps and its own forks."""
         out = {"protocol": self.spec.options.protocol, "branches_mode": self.spec.options.branches,
                "forked": bool(self.forks)}
-        unforked = next((lane.record.unforked for lane in reversed(self.lanes[1:])
-                         if lane.record is not None and lane.record.unforked), None)
+        unforked = self.unforked()
         if unforked:
             out["unforked"] = unforked
         trunk_tokens = len(self.lanes[0].token_ids)
@@ -209,6 +209,13 @@ class Assembly:
                    forks=node["forks"], trunk_tokens=trunk_tokens, num_tokens=node["num_tokens"],
                    sequential_steps=node["steps"])
         return out
+
+    def unforked(self) -> list[dict]:
+        """Every goal that did not fork so far, in the order written: the prompt's, then the ones the lanes wrote
+        (each record carries all of them up to when it was made: the longest is the latest)."""
+        out = [] if self.spec.unforked is None else [{"branch": None, "at": 0, "reason": self.spec.unforked}]
+        seen = max((lane.record.unforked for lane in self.lanes if lane.record is not None), key=len, default=())
+        return out + [{"branch": branch, "at": at, "reason": reason} for branch, at, reason in seen]
 
     def _node(self, index: int) -> dict:
         """Lane ``index``'s document: its text, tokens, sequential steps (its own tokens and, at each of its

@@ -134,9 +134,13 @@ PROMPT_TAIL_TOKENS = 8192  # a fork/join prompt's goal is looked for in its last
 
 
 def prompt_fork(processor, request, params, options: RequestOptions, num_lanes: int, max_tokens: int):
-    """``(fork_now, open_goal)`` of a fork/join request's prompt (see :class:`RequestSpec`); its sampling
-    parameters checked: the engine ends lanes with their end of sequence, which these would defeat."""
-    from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, decide, prompt_goal
+    """``(fork_now, open_goal, unforked)`` of a fork/join request's prompt (see :class:`RequestSpec`); its
+    sampling parameters checked: the engine ends lanes with their end of sequence, which these would defeat.
+
+    A prompt that ends in a complete goal of more parts than the request's branch lanes is refused (HTTP 400
+    naming ``hogwild_max_branches``), in every family and before the family's own rules; a goal the family's
+    rules do not fork (NPR: more than 5 plans, too little budget) goes on as one sequence, with the reason."""
+    from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, NoFork, decide, prompt_goal
 
     check_forkjoin_params(params, options)
     if request.prompt_token_ids is None or processor.tokenizer is None:
@@ -146,14 +150,16 @@ def prompt_fork(processor, request, params, options: RequestOptions, num_lanes: 
     text = processor.tokenizer.decode(request.prompt_token_ids[-PROMPT_TAIL_TOKENS:])
     parts, open_goal = prompt_goal(family, text)
     if parts is None:
-        return None, open_goal
+        return None, open_goal, None
     try:
         fork = decide(family, text.rstrip(), depth=0, budget_left=max_tokens, max_branches=num_lanes - 1)
     except ForkTooWide as err:
         raise request_error(HogwildOptionError(
             "hogwild_max_branches", f"the prompt ends in a goal of {err.num_parts} parts: more than this request's "
                             f"{err.cap} branch lanes (raise hogwild_max_branches, up to --hogwild-max-workers - 1)"))
-    return (None if fork is None else fork.numbers), ""
+    if isinstance(fork, NoFork):
+        return None, "", f"the prompt's goal: {fork.reason}"
+    return fork.numbers, "", None
 
 
 def check_forkjoin_params(params, options: RequestOptions) -> None:
