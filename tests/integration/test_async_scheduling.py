@@ -198,3 +198,46 @@ def test_one_worker_equals_a_plain_request_under_async_scheduling(hogwild) -> No
     a, b = llm.generate([prompt, prompt], [plain, one], use_tqdm=False)
     assert a.outputs[0].token_ids == b.outputs[0].token_ids
     assert max(abs(x - y) for x, y in zip(sampled_logprobs(a.outputs[0]), sampled_logprobs(b.outputs[0]))) <= 1e-4
+
+
+# -- a fork/join request under async scheduling ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory):
+    """The fork/join tests' model (Multiverse's tags are special tokens of its tokenizer) with async scheduling."""
+    from tests.integration.tiny_model import build_tagged_llama
+
+    model = build_tagged_llama(tmp_path_factory.mktemp("tagged-llama"))
+    with async_on_cpu():
+        llm = make_llm(model, async_scheduling=True, max_model_len=4096,
+                       additional_config={"hogwild": {"max_workers": 6}})
+    yield model, llm
+    shutdown(llm)
+
+
+def test_a_fork_join_request_under_async_scheduling_matches_the_dense_oracle(tagged) -> None:
+    """Its lanes sit out the steps scheduled before their last output is in, like a group's workers: the fork,
+    every branch and the join read what they read without async scheduling."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.forkjoin_oracle import DenseForkJoin
+    from tests.integration.test_forkjoin import GOALS, TRUNK_CHECKED, errors, params, split
+    from vllm_hogwild.scheduler.scheduler import HogwildAsyncScheduler
+
+    model, llm = tagged
+    assert type(engine_core(llm).scheduler) is HogwildAsyncScheduler
+    prompt = GOALS[("multiverse", 2)]
+    completion = llm.generate([prompt], [params("multiverse", 48, seed=51, max_branches=4)],
+                              use_tqdm=False)[0].outputs[0]
+    assert completion.hogwild["forked"] and len(completion.hogwild["branches"]) == 2
+    (trunk, trunk_lp), branches, f = split(completion)
+    assert f == 0 and len(trunk) > 4
+    trunk, trunk_lp = trunk[:TRUNK_CHECKED], trunk_lp[:TRUNK_CHECKED]
+    oracle = DenseForkJoin(AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32))
+    ids = llm.get_tokenizer().encode(prompt)
+    want_trunk, want_branches = oracle.logprobs(ids, trunk, [b for b, _ in branches], f)
+    got = [trunk_lp, *[lp for _, lp in branches]]
+    err = errors(got, [want_trunk, *want_branches])
+    assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
+    seq_trunk, seq_branches = oracle.logprobs(ids, trunk, [b for b, _ in branches], f, sequential=True)
+    assert errors(got, [seq_trunk, *seq_branches]) > 1e-3  # the control: branches one after another miss
