@@ -73,22 +73,25 @@ def multi(steps: list[int]) -> int:
     return sum(1 for s in set(steps) if steps.count(s) > 1)
 
 
-@pytest.fixture(scope="module")
-def peaky_model(tiny_model, tmp_path_factory):
-    """The tiny Llama with its tied embeddings scaled: peaked next-token distributions."""
+def scaled_model(tiny_model, folder, scale: float):
+    """The tiny Llama with its tied embeddings scaled: more peaked next-token distributions."""
     import shutil
 
     from transformers import AutoModelForCausalLM
 
-    folder = tmp_path_factory.mktemp("peaky-llama")
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(10.0)
+        model.model.embed_tokens.weight.mul_(scale)
     model.save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (tiny_model / name).exists():
             shutil.copy(tiny_model / name, folder / name)
     return folder
+
+
+@pytest.fixture(scope="module")
+def peaky_model(tiny_model, tmp_path_factory):
+    return scaled_model(tiny_model, tmp_path_factory.mktemp("peaky-llama"), 10.0)
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +165,42 @@ def test_draft_model_runs_accepted_drafts(draft_runs) -> None:
 def test_draft_model_drafts_and_verifies(draft_llm) -> None:
     metrics = {m.name: m for m in draft_llm.get_metrics()}
     assert metrics["vllm:spec_decode_num_draft_tokens"].value > 0
+
+
+def test_draft_model_over_an_fp8_cache_matches_the_oracle_fed_the_cached_values(tiny_model, tmp_path) -> None:
+    """Speculative decoding over an FP8 KV cache (the target's and the draft model's): every verified token
+    against the oracle that stores K/V as the cache holds them, given the accept steps; the unquantized oracle
+    misses. The tiny Llama's embeddings scaled by 3, not 10: drafts are still accepted, and an FP8 cache still
+    moves the sampled logprobs (the 10x model's sit near 0 with either cache: its control could not fail).
+    (Before the n-gram engine: see the module's docstring.)"""
+    from transformers import AutoModelForCausalLM
+
+    from tests.hogwild_oracle import Fp8Store
+    from tests.integration.test_fp8_engine import BOUND, KV_CACHE_DTYPE, _fp8_runs_here
+
+    why = _fp8_runs_here()
+    if why:
+        pytest.skip(why)
+    mild = scaled_model(tiny_model, tmp_path / "mild-llama", 3.0)
+    llm = make_llm(mild, block_size=BLOCK, kv_cache_dtype=KV_CACHE_DTYPE,
+                   additional_config={"hogwild": {"max_workers": 4}},
+                   speculative_config={"method": "draft_model", "model": str(mild),
+                                       "num_speculative_tokens": NUM_SPEC})
+    try:
+        prompt = repeated_prompt(9100, 6)
+        out = llm.generate([{"prompt_token_ids": prompt}], [raw_params(2, seed=91)], use_tqdm=False)[0]
+    finally:
+        shutdown(llm)
+    model = AutoModelForCausalLM.from_pretrained(mild, dtype=torch.float32)
+    tokens, steps = [list(c.token_ids) for c in out.outputs], accept_steps(out)
+    got = [sampled_logprobs(c) for c in out.outputs]
+    err = max_err(got, DenseHogwild(model, Fp8Store(torch.float8_e4m3fn)).logprobs(prompt, tokens, accept_steps=steps))
+    control = max_err(got, DenseHogwild(model).logprobs(prompt, tokens, accept_steps=steps))
+    print(f"\nFP8 draft model: steps accepting several tokens {[multi(s) for s in steps]}, "
+          f"|logprob - FP8 oracle| {err:.1e}, - unquantized oracle {control:.1e}")
+    assert sum(multi(s) for s in steps) >= 1, "no step accepted several tokens"
+    assert err <= BOUND, err
+    assert control > 10 * BOUND, control
 
 
 @pytest.fixture(scope="module")
