@@ -527,3 +527,24 @@ def test_a_worker_without_unfinished_text_reads_its_own_lane() -> None:
     assert views[1].tokens() == toks(1, 0, 9) + toks(0, 9, 10) + toks(1, 10, 12)
     with pytest.raises(ValueError, match="within the prompt"):
         combined_views(10, [12], [], [10], prompt_end=11)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_contiguous_segments_built_directly_equal_the_views_segments(seed: int) -> None:
+    """The direct builder a contiguous group decodes through gives what segments_of gives for the view, lanes with
+    and without text, an empty prompt, a reader alone."""
+    import random
+
+    from vllm_hogwild.core.views import build_views, contiguous_segments, segments_of
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 6)
+    p = rng.choice([0, 1, 7, 32, 45])
+    lens = [p + rng.choice([0, 0, 1, 3, 17]) for _ in range(n)]
+    tables = [tuple(range(100 * (lane + 1), 100 * (lane + 1) + 4)) for lane in range(n)]
+    for w in range(n):
+        if lens[w] == p:
+            lens[w] += 1  # a reader decodes: its lane holds the token it feeds
+        direct = contiguous_segments(w, p, lens, tables)
+        (view,) = build_views("contiguous", p, lens, readers=[w])
+        assert direct == segments_of(view, tables), (p, lens, w)

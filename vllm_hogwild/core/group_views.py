@@ -28,7 +28,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from vllm_hogwild.core.fork_views import ForkState, fork_view
 from vllm_hogwild.core.options import FORKJOIN_LAYOUT
-from vllm_hogwild.core.views import Segment, Separators, Span, build_views, segments_of
+from vllm_hogwild.core.views import (Segment, Separators, Span, check_lanes, build_views, contiguous_segments,
+                                     segments_of)
 from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, ReplayStep, StepWire
 
 SEPARATOR_NAMES = ("history", "others", "pivot", "own")  # the order of GroupShape.separators
@@ -106,7 +107,16 @@ class GroupViews:
                              f"has {'no' if lane_lens is None else len(lane_lens)} lane lengths for its "
                              f"{len(self.lanes)} lanes")
         lens = list(lane_lens)
-        if any(row.num_drafts for _, row in decoding):  # each reader's own span runs on over its drafts
+        drafts = any(row.num_drafts for _, row in decoding)
+        if not drafts and self.shape.layout == "contiguous":  # the common case, built directly
+            check_lanes(self.prompt_len, lens)
+            tables, out = self.block_ids(block_table), {}
+            for w, _ in decoding:
+                segments = contiguous_segments(w, self.prompt_len, lens, tables)
+                if segments is not None:
+                    out[w] = segments
+            return out
+        if drafts:  # each reader's own span runs on over its drafts
             views = [self._views([n + (row.num_drafts if lane == w else 0) for lane, n in enumerate(lens)], [w])[0]
                      for w, row in decoding]
         else:

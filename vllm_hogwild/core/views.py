@@ -169,7 +169,7 @@ def contiguous_views(prompt_len: int, lane_lens: Sequence[int]) -> list[View]:
     other lanes through prefix caching), so with no co-worker text the view is
     exactly its own lane.
     """
-    _check_lanes(prompt_len, lane_lens)
+    check_lanes(prompt_len, lane_lens)
     return [_contiguous_view(w, prompt_len, lane_lens) for w in range(len(lane_lens))]
 
 
@@ -180,7 +180,7 @@ def _contiguous_view(w: int, prompt_len: int, lane_lens: Sequence[int]) -> View:
 
 def isolated_views(prompt_len: int, lane_lens: Sequence[int]) -> list[View]:
     """``[prompt][own]``: N independent sequences (a testing aid)."""
-    _check_lanes(prompt_len, lane_lens)
+    check_lanes(prompt_len, lane_lens)
     return [View((Span(w, 0, n),)) for w, n in enumerate(lane_lens)]
 
 
@@ -262,7 +262,7 @@ def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], readers:
     ``history``, ``paragraph_starts``, ``separators`` and ``prompt_end``: the layouts
     with a shared history (``combined``, ``interleaved``); see :func:`combined_views`.
     """
-    _check_lanes(prompt_len, lane_lens)
+    check_lanes(prompt_len, lane_lens)
     readers = range(len(lane_lens)) if readers is None else readers
     if layout == "contiguous":
         return [_contiguous_view(w, prompt_len, lane_lens) for w in readers]
@@ -292,11 +292,32 @@ def segments_of(view: View, block_ids: Sequence[tuple[int, ...]]) -> tuple[Segme
     return tuple(Segment(block_ids[s.lane], s.start, s.end, delta) for s, delta in zip(view.spans, view.deltas()))
 
 
+def contiguous_segments(w: int, prompt_len: int, lane_lens: Sequence[int],
+                        block_ids: Sequence[tuple[int, ...]]) -> tuple[Segment, ...] | None:
+    """``segments_of`` the ``contiguous`` view of reader ``w``, built directly: no spans, no view. The same
+    segments (a test compares them over random lanes); a group in this layout decodes through it every step,
+    where the objects the general path makes per row are most of the worker's garbage."""
+    own_end = lane_lens[w]
+    if own_end <= prompt_len:
+        return segments_of(_contiguous_view(w, prompt_len, lane_lens), block_ids)  # (raises: no own text)
+    others, pos = [], prompt_len  # (lane, end, view start) of each co-worker with text
+    for o, n in enumerate(lane_lens):
+        if o != w and n > prompt_len:
+            others.append((o, n, pos))
+            pos += n - prompt_len
+    if not others:
+        return None  # [prompt][own]: the own lane from 0, plain attention
+    offset = pos - prompt_len  # the own span's view start less its stored start
+    prompt = (Segment(block_ids[w], 0, prompt_len, offset),) if prompt_len else ()
+    return (*prompt, *(Segment(block_ids[o], prompt_len, n, offset - v + prompt_len) for o, n, v in others),
+            Segment(block_ids[w], prompt_len, own_end, 0))
+
+
 def _present(span: Span | None) -> list[Span]:
     return [] if span is None else [span]
 
 
-def _check_lanes(prompt_len: int, lane_lens: Sequence[int]) -> None:
+def check_lanes(prompt_len: int, lane_lens: Sequence[int]) -> None:
     if prompt_len < 0 or not lane_lens:
         raise ValueError("need a prompt length >= 0 and at least one lane")
     if any(n < prompt_len for n in lane_lens):
