@@ -224,6 +224,49 @@ def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
     assert sa.kind_for("cpu-op", [long], c.block_size) is sa.PlanKind.BUCKETS
 
 
+@pytest.mark.parametrize("split", [0, 2, 4])
+def test_rows_given_as_columns_plan_like_rows_given_as_segments(split: int) -> None:
+    """A contiguous group's decoding rows as columns (what the worker builds at scale: no object per row or
+    segment) run exact against the oracle on every path, alone (``split`` 0) or after rows given as objects (the
+    compiled op plans both in one pass; the other paths take the columns as rows)."""
+    from vllm_hogwild.core.views import SegmentColumns
+
+    c = Case(num_workers=5, layout="contiguous", max_gen=40, seed=21)
+    group, views, rows, query = setup(c)
+    ref = oracle(c, group, views, rows, query)
+    columns = SegmentColumns()
+    base = columns.add_tables([tuple(t) for t in group.block_tables])
+    for w in range(split, c.num_workers):
+        assert columns.add_contiguous(w, c.prompt_len, group.lane_lens, base)
+        assert columns.segments(len(columns) - 1) == rows[w].segments
+    tokens = [row.query_start for row in rows[split:]]
+    spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
+    from vllm_hogwild.attention import cpu_ops
+
+    for path in ("torch", "cpu-op"):
+        plan = sa.plan_rows(path, rows[:split], c.block_size, spec, num_tokens=query.shape[0],
+                            flat=(columns, tokens))
+        assert (plan.kind is sa.PlanKind.CPU_OP) == (path == "cpu-op")
+        for isa in (cpu_ops.isas() if path == "cpu-op" else [None]):
+            cpu_ops.use(isa)
+            try:
+                assert rel_err(sa.run(plan, query, group.kv), ref) <= 1e-5, (path, isa)
+            finally:
+                cpu_ops.use(None)
+    off = SegmentColumns()
+    base = off.add_tables([tuple(t) for t in group.block_tables])
+    for w in range(split, c.num_workers):
+        off.add_contiguous(w, c.prompt_len, group.lane_lens, base)
+    off.delta[0] += 1  # a control: one segment's rotation off by one
+    plan = sa.plan_rows("cpu-op", rows[:split], c.block_size, spec, num_tokens=query.shape[0], flat=(off, tokens))
+    assert rel_err(sa.run(plan, query, group.kv), ref) > 1e-3
+    short = SegmentColumns()
+    short.add_tables([tuple(t)[:1] for t in group.block_tables])  # tables that stop before the segments end
+    short.add_contiguous(split, c.prompt_len, group.lane_lens, 0)
+    with pytest.raises(ValueError, match="past its 1 blocks"):
+        sa.plan_rows("cpu-op", [], c.block_size, spec, flat=(short, tokens[:1]))
+
+
 def test_oracle_prefill_row_reads_only_prompt() -> None:
     """A whole prompt as one row (a worker's prefill): plain causal attention."""
     check(Case(num_workers=1, prompt_len=90, max_gen=0, max_query_tokens=90, seed=5))

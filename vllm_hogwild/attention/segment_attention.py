@@ -36,8 +36,8 @@ from typing import Sequence
 
 import torch
 
-from vllm_hogwild.attention.kv_layout import CpuPagedKV, PagedKV
-from vllm_hogwild.core.views import Segment
+from vllm_hogwild.attention.kv_layout import PagedKV
+from vllm_hogwild.core.views import Segment, SegmentColumns
 from vllm_hogwild.core.rope import RopeSpec, rotate
 
 
@@ -80,18 +80,6 @@ class _DecodeBatch:
     bias: torch.Tensor  # [G, R, K, U * block_size] 0 where the pair sees the key, -inf elsewhere
     row_select: torch.Tensor  # [T_out] flat (g * R + r) of the real rows
     row_token: torch.Tensor  # [T_out] their query tokens
-
-
-@dataclass
-class _DecodeCSR:
-    """Single-token rows as compressed lists, for the compiled CPU op: rows -> pairs -> pieces."""
-
-    row_token: torch.Tensor  # [R]
-    row_pair_ptr: torch.Tensor  # [R + 1] each row's pairs (one per segment)
-    pair_piece_ptr: torch.Tensor  # [P + 1] each pair's pieces (one per block it touches)
-    piece_block: torch.Tensor  # [Q] physical block
-    piece_lo: torch.Tensor  # [Q] first offset read in the block
-    piece_hi: torch.Tensor  # [Q] one past the last
 
 
 class PlanKind(Enum):
@@ -145,7 +133,7 @@ class SegmentAttentionPlan:
     buckets: list[_Bucket]
     rope: RopeSpec
     decode: _DecodeBatch | None = None  # DENSE_DECODE
-    csr: _DecodeCSR | None = None  # CPU_OP
+    csr: cpu_plan.DecodeCSR | None = None  # CPU_OP
 
 
 def plan(
@@ -170,7 +158,7 @@ def plan(
     if kind is PlanKind.CPU_OP:
         if not _cpu_op_takes(rows):
             raise ValueError(f"a {kind.value} plan takes rows of up to {CPU_OP_MAX_ROW_TOKENS} tokens")
-        return _plan_csr(single_token_rows(rows, block_size), block_size, rope, num_tokens)
+        return cpu_plan.plan_csr(single_token_rows(rows, block_size), block_size, rope, num_tokens)
     if kind is PlanKind.DENSE_DECODE:
         return _plan_decode(rows, block_size, rope, num_tokens, device)
     entries = [_row_entries(row, block_size) for row in rows]
@@ -277,49 +265,24 @@ def single_token_rows(rows: Sequence[QueryRow], block_size: int) -> list[QueryRo
     return split
 
 
-def _plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None) -> SegmentAttentionPlan:
-    """``rows``: single-token rows that :func:`single_token_rows` checked."""
-    num_tokens = _query_rows(rows, num_tokens)
-    row_pair_ptr, pair_piece_ptr = [0], [0]
-    blocks, lo, hi, pair_delta, pair_token = [], [], [], [], []
-    for row in rows:
-        for seg in row.segments:
-            if seg.end > seg.start:
-                for b in range(seg.start // bs, -(-seg.end // bs)):
-                    blocks.append(seg.block_ids[b])
-                    lo.append(max(seg.start - b * bs, 0))
-                    hi.append(min(seg.end - b * bs, bs))
-            pair_piece_ptr.append(len(blocks))
-            pair_delta.append(seg.delta)
-            pair_token.append(row.query_start)
-        row_pair_ptr.append(len(pair_delta))
-    cos, sin = rope.cos_sin(torch.tensor(pair_delta, dtype=torch.long))
-    t = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
-    row_token = t([r.query_start for r in rows])
-    csr = _DecodeCSR(row_token, t(row_pair_ptr), t(pair_piece_ptr), t(blocks), t(lo), t(hi))
-    return SegmentAttentionPlan(kind=PlanKind.CPU_OP, num_tokens=num_tokens, out_tokens=row_token,
-                                pair_token=t(pair_token), pair_cos=cos.contiguous(), pair_sin=sin.contiguous(),
-                                buckets=[], rope=rope, csr=csr)
+# The compiled path's plan and run, after the types they build on (it imports this module).
+from vllm_hogwild.attention import cpu_plan  # noqa: E402
 
 
-def _run_csr(p: SegmentAttentionPlan, query: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
-    from vllm_hogwild.attention.cpu_ops import ISA_CODES, current, load
-
-    ops = load()
-    if ops is None or not isinstance(kv, CpuPagedKV):
-        raise RuntimeError("a compiled plan needs the CPU op and vLLM's CPU cache layout")
-    c = p.csr
-    q = query if query.dtype == torch.float32 and query.is_contiguous() else query.float().contiguous()
-    direct = out.dtype == torch.float32 and out.is_contiguous()
-    dst = out if direct else torch.empty_like(q)
-    quant = kv.quant
-    ops.segment_attention_decode(q, kv.cache, kv.k_transposed, c.row_token, c.row_pair_ptr,
-                                 p.pair_cos, p.pair_sin, c.pair_piece_ptr, c.piece_block, c.piece_lo,
-                                 c.piece_hi, p.rope.rotary_dim, p.rope.is_neox_style, scale, dst,
-                                 ISA_CODES[current()], 0 if quant is None else quant.code,
-                                 1.0 if quant is None else quant.k_scale, 1.0 if quant is None else quant.v_scale)
-    if not direct:
-        out[c.row_token] = dst[c.row_token].to(out.dtype)
+def plan_rows(path: str, rows: Sequence[QueryRow], block_size: int, rope: RopeSpec, num_tokens: int | None = None,
+              device: torch.device | str = "cpu",
+              flat: tuple[SegmentColumns, Sequence[int]] | None = None) -> SegmentAttentionPlan:
+    """The step's plan on an attention path (:mod:`vllm_hogwild.attention.paths`): ``rows`` as objects and
+    ``flat`` single-token rows as columns with each one's query token. The compiled path plans the columns as
+    they are; the others take them as rows."""
+    flat_rows = len(flat[0]) if flat is not None else 0
+    if path == "cpu-op" and (rows or flat_rows) and _cpu_op_takes(rows):
+        return cpu_plan.plan_csr(single_token_rows(rows, block_size), block_size, rope, num_tokens,
+                                 flat if flat_rows else None)
+    if flat_rows:
+        columns, tokens = flat
+        rows = [*rows, *(QueryRow(tokens[k], 1, columns.segments(k)) for k in range(flat_rows))]
+    return plan(rows, block_size, rope, kind_for(path, rows, block_size), num_tokens=num_tokens, device=device)
 
 
 def _run_decode(p: SegmentAttentionPlan, q: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
@@ -366,7 +329,7 @@ def run(
     if out is None:
         out = torch.zeros_like(query)
     if p.kind is PlanKind.CPU_OP:
-        _run_csr(p, query, kv, scale, out)
+        cpu_plan.run_csr(p, query, kv, scale, out)
         return out
     if p.kind is PlanKind.TRITON:
         from vllm_hogwild.attention import triton_attention

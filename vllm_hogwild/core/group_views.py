@@ -28,8 +28,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from vllm_hogwild.core.fork_views import ForkState, fork_view
 from vllm_hogwild.core.options import FORKJOIN_LAYOUT
-from vllm_hogwild.core.views import (Segment, Separators, Span, check_lanes, build_views, contiguous_segments,
-                                     segments_of)
+from vllm_hogwild.core.views import Segment, SegmentColumns, Separators, Span, check_lanes, build_views, segments_of
 from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, ReplayStep, StepWire
 
 SEPARATOR_NAMES = ("history", "others", "pivot", "own")  # the order of GroupShape.separators
@@ -88,10 +87,11 @@ class GroupViews:
         return out
 
     def decode(self, rows: Sequence[tuple[int, BatchRow]], lane_lens: Sequence[int] | None, step: GroupStep | None,
-               block_table: BlockTable) -> dict[int, tuple[Segment, ...]]:
+               block_table: BlockTable, columns: SegmentColumns | None = None) -> dict[int, tuple[Segment, ...] | int]:
         """A step of the group: its scheduled ``(lane, row)`` pairs, its lanes' lengths the scheduler sent
         (None: none; then no row may decode) and its step (None: none sent); the segments of each decoding
-        worker that reads more than its lane."""
+        worker that reads more than its lane. With ``columns``, a ``contiguous`` group's rows without drafts
+        (the common case) are added there as columns and given as their row's index instead."""
         if step is not None:
             for lane, start, end in step.joined:
                 if start != self.paragraph_starts[lane]:
@@ -106,16 +106,17 @@ class GroupViews:
             raise ValueError(f"group {self.shape.group_id}: lanes {[w for w, _ in decoding]} decode but the wire "
                              f"has {'no' if lane_lens is None else len(lane_lens)} lane lengths for its "
                              f"{len(self.lanes)} lanes")
-        lens = list(lane_lens)
         drafts = any(row.num_drafts for _, row in decoding)
-        if not drafts and self.shape.layout == "contiguous":  # the common case, built directly
-            check_lanes(self.prompt_len, lens)
-            tables, out = self.block_ids(block_table), {}
+        if not drafts and self.shape.layout == "contiguous":  # the common case: built directly, as columns
+            check_lanes(self.prompt_len, lane_lens)
+            flat = columns if columns is not None else SegmentColumns()
+            base = flat.add_tables(self.block_ids(block_table))
+            out: dict[int, tuple[Segment, ...] | int] = {}
             for w, _ in decoding:
-                segments = contiguous_segments(w, self.prompt_len, lens, tables)
-                if segments is not None:
-                    out[w] = segments
+                if flat.add_contiguous(w, self.prompt_len, lane_lens, base):
+                    out[w] = len(flat) - 1 if columns is not None else flat.segments(len(flat) - 1)
             return out
+        lens = list(lane_lens)
         if drafts:  # each reader's own span runs on over its drafts
             views = [self._views([n + (row.num_drafts if lane == w else 0) for lane, n in enumerate(lens)], [w])[0]
                      for w, row in decoding]
@@ -165,16 +166,25 @@ class GroupViews:
 
 @dataclass(frozen=True)
 class StepSegments:
-    """One step's Hogwild rows in a worker process, by request id."""
+    """One step's Hogwild rows in a worker process, by request id: each row's segments as objects
+    (``general``) or as a row of ``columns`` (``flat``: a contiguous group's decoding rows, most of a step's),
+    and each re-fed token's."""
 
-    rows: dict[str, tuple[Segment, ...]] = field(default_factory=dict)  # a row that reads one view
+    general: dict[str, tuple[Segment, ...]] = field(default_factory=dict)  # a row that reads one view
+    flat: dict[str, int] = field(default_factory=dict)  # a row that reads one view: its row of ``columns``
+    columns: SegmentColumns = field(default_factory=SegmentColumns)
     replays: dict[str, tuple[tuple[Segment, ...], ...]] = field(default_factory=dict)  # per re-fed token
 
     def __bool__(self) -> bool:
-        return bool(self.rows or self.replays)
+        return bool(self.general or self.flat or self.replays)
+
+    @property
+    def rows(self) -> dict[str, tuple[Segment, ...]]:
+        """Every row that reads one view, as segments (made here: for tests and checks, not the step's path)."""
+        return {**self.general, **{r: self.columns.segments(k) for r, k in self.flat.items()}}
 
     def request_ids(self) -> set[str]:
-        return set(self.rows) | set(self.replays)
+        return set(self.general) | set(self.flat) | set(self.replays)
 
 
 @dataclass
@@ -216,22 +226,26 @@ class ViewRegistry:
         steps = {s.group_id: s for s in wire.steps} if wire else {}
         lengths = dict(wire.lengths(lambda g: len(self.groups[g].lanes))) if wire and wire.length_groups else {}
         replaying = {r.group_id for r in wire.replays} if wire else set()
-        out_rows, out_replays = {}, {}
+        out = StepSegments()
         for group_id, lane_rows in rows.items():
             if group_id in replaying:
                 continue
             group = self.groups[group_id]
-            segments = group.decode(lane_rows, lengths.get(group_id), steps.get(group_id), block_table)
-            for w, segs in segments.items():
-                out_rows[group.shape.request_ids[w]] = segs
+            ids = group.shape.request_ids
+            decoded = group.decode(lane_rows, lengths.get(group_id), steps.get(group_id), block_table, out.columns)
+            for w, segs in decoded.items():
+                if isinstance(segs, int):
+                    out.flat[ids[w]] = segs
+                else:
+                    out.general[ids[w]] = segs
         for replay in wire.replays if wire else ():
             group = self.groups[replay.group_id]
             for w, tokens in group.replay(replay, block_table).items():
                 if not self.plain_replay:
-                    out_replays[group.shape.request_ids[w]] = tokens
+                    out.replays[group.shape.request_ids[w]] = tokens
         for group_id in wire.ended if wire else ():
             group = self.groups.pop(group_id, None)
             if group is not None:
                 for request_id in group.shape.request_ids:
                     self.lanes.pop(request_id, None)
-        return StepSegments(out_rows, out_replays)
+        return out

@@ -23,6 +23,7 @@ one integer per span.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -294,23 +295,85 @@ def segments_of(view: View, block_ids: Sequence[tuple[int, ...]]) -> tuple[Segme
 
 def contiguous_segments(w: int, prompt_len: int, lane_lens: Sequence[int],
                         block_ids: Sequence[tuple[int, ...]]) -> tuple[Segment, ...] | None:
-    """``segments_of`` the ``contiguous`` view of reader ``w``, built directly: no spans, no view. The same
-    segments (a test compares them over random lanes); a group in this layout decodes through it every step,
-    where the objects the general path makes per row are most of the worker's garbage."""
-    own_end = lane_lens[w]
-    if own_end <= prompt_len:
-        return segments_of(_contiguous_view(w, prompt_len, lane_lens), block_ids)  # (raises: no own text)
-    others, pos = [], prompt_len  # (lane, end, view start) of each co-worker with text
-    for o, n in enumerate(lane_lens):
-        if o != w and n > prompt_len:
-            others.append((o, n, pos))
-            pos += n - prompt_len
-    if not others:
-        return None  # [prompt][own]: the own lane from 0, plain attention
-    offset = pos - prompt_len  # the own span's view start less its stored start
-    prompt = (Segment(block_ids[w], 0, prompt_len, offset),) if prompt_len else ()
-    return (*prompt, *(Segment(block_ids[o], prompt_len, n, offset - v + prompt_len) for o, n, v in others),
-            Segment(block_ids[w], prompt_len, own_end, 0))
+    """``segments_of`` the ``contiguous`` view of reader ``w``, through :meth:`SegmentColumns.add_contiguous` (a
+    test compares the two over random lanes)."""
+    columns = SegmentColumns()
+    base = columns.add_tables(block_ids)
+    return columns.segments(0) if columns.add_contiguous(w, prompt_len, lane_lens, base) else None
+
+
+class SegmentColumns:
+    """Many rows' segments as flat integer columns: no Python object per row or per segment.
+
+    Row ``r``'s segments are ``[row_ptr[r], row_ptr[r + 1])``; segment ``s`` reads positions
+    ``[start[s], end[s])`` of the lane whose block table is ``tables[table[s]]``, its query rotated by
+    ``delta[s]`` (what a :class:`Segment` holds). A step's decoding rows are thousands at scale, and each
+    object made per row lives until the step's attention has run: as columns they cost the garbage
+    collector nothing (``array`` objects are not tracked by it) and are planned without a loop per segment.
+    """
+
+    __slots__ = ("tables", "row_ptr", "table", "start", "end", "delta")
+
+    def __init__(self) -> None:
+        self.tables: list[Sequence[int]] = []
+        self.row_ptr = array("q", [0])
+        self.table, self.start, self.end, self.delta = array("q"), array("q"), array("q"), array("q")
+
+    def __len__(self) -> int:
+        return len(self.row_ptr) - 1
+
+    def add_tables(self, tables: Sequence[Sequence[int]]) -> int:
+        """Block tables the next rows index; the index of the first."""
+        base = len(self.tables)
+        self.tables.extend(tables)
+        return base
+
+    def _segment(self, table: int, start: int, end: int, delta: int) -> None:
+        self.table.append(table)
+        self.start.append(start)
+        self.end.append(end)
+        self.delta.append(delta)
+
+    def add_row(self, segments: Sequence[Segment]) -> None:
+        """One row given as segments (each block table added again: for the few rows of the general path)."""
+        for seg in segments:
+            self._segment(len(self.tables), seg.start, seg.end, seg.delta)
+            self.tables.append(seg.block_ids)
+        self.row_ptr.append(len(self.start))
+
+    def add_contiguous(self, w: int, prompt_len: int, lane_lens: Sequence[int], base: int) -> bool:
+        """Reader ``w``'s ``contiguous`` view as one row, lane ``o``'s blocks at ``tables[base + o]``; False (no
+        row added) when the view is its own lane alone: plain attention.
+
+        ``[prompt][co-workers with text, in lane order][own]``: the prompt is read from the reader's lane,
+        co-worker ``o``'s text ``[prompt_len, n_o)`` is placed after the text of the co-workers before it, and
+        the own text comes last, so the query's offset is all co-workers' text.
+        """
+        own_end = lane_lens[w]
+        if own_end <= prompt_len:  # no own text: plain if nobody has any, else not a view (raises)
+            _contiguous_view(w, prompt_len, lane_lens)
+            return False
+        offset = -(own_end - prompt_len)  # co-workers' text: all text less the reader's own
+        for n in lane_lens:
+            if n > prompt_len:
+                offset += n - prompt_len
+        if offset == 0:
+            return False  # [prompt][own]: the own lane from 0
+        if prompt_len:
+            self._segment(base + w, 0, prompt_len, offset)
+        at = prompt_len  # the view position of the next co-worker's text
+        for o, n in enumerate(lane_lens):
+            if o != w and n > prompt_len:
+                self._segment(base + o, prompt_len, n, offset - at + prompt_len)
+                at += n - prompt_len
+        self._segment(base + w, prompt_len, own_end, 0)
+        self.row_ptr.append(len(self.start))
+        return True
+
+    def segments(self, r: int) -> tuple[Segment, ...]:
+        """Row ``r`` as :class:`Segment` objects (tests, and paths that plan from objects)."""
+        return tuple(Segment(tuple(self.tables[self.table[s]]), self.start[s], self.end[s], self.delta[s])
+                     for s in range(self.row_ptr[r], self.row_ptr[r + 1]))
 
 
 def _present(span: Span | None) -> list[Span]:

@@ -28,6 +28,7 @@ behave exactly like the stock ones.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,7 @@ from vllm_hogwild.runner.context import StepViews, get_step
 from vllm_hogwild.runner.cpu_layout import probe_k_transposed
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, KVQuant
 from vllm_hogwild.core.rope import RopeSpec
+from vllm_hogwild.core.views import SegmentColumns
 
 CPU_BACKEND_PATH = "vllm_hogwild.runner.backend.HogwildCPUAttentionBackend"
 
@@ -60,45 +62,72 @@ class HogwildViewsMismatch(RuntimeError):
     """The published views do not belong to the batch being built (a bug, never silently ignored)."""
 
 
-def rows_for_step(step: StepViews | None, common) -> dict[int, list[sa.QueryRow]]:
-    """The step's Hogwild rows in this batch, by batch row (empty when the step has none).
+@dataclass
+class HogwildRows:
+    """The step's Hogwild rows in this batch: as query-row objects by batch row (re-fed tokens, drafts, views
+    other than ``contiguous``), and a contiguous group's decoding rows as the views' columns, each with its batch
+    row and query token (thousands at scale: no object per row)."""
+
+    rows: dict[int, list[sa.QueryRow]]
+    columns: SegmentColumns
+    flat_batch: array  # columns row -> its batch row
+    flat_token: array  # columns row -> its query token
+
+    def __bool__(self) -> bool:
+        return bool(self.rows or self.flat_batch)
+
+    def query_rows(self) -> list[sa.QueryRow]:
+        return [q for row in self.rows.values() for q in row]
+
+
+def rows_for_step(step: StepViews | None, common) -> HogwildRows | None:
+    """The step's Hogwild rows in this batch (None when the step has none).
 
     A decoding worker's row reads one view (its query tokens: its last token and any drafts); a
     resumed group's re-fed row is one single-token row per token, each with the view that token was
     produced under.
     """
     if step is None or not step.segments:
-        return {}
-    rows_of, replays = step.segments.rows, step.segments.replays
+        return None
+    segments = step.segments
+    general, flat, replays = segments.general, segments.flat, segments.replays
     if (len(step.req_ids) != common.num_reqs or step.num_tokens != common.num_actual_tokens
-            or not step.segments.request_ids() <= set(step.req_ids)):
+            or not segments.request_ids() <= set(step.req_ids)):
         raise HogwildViewsMismatch(
             f"Hogwild views for {len(step.req_ids)} requests / {step.num_tokens} tokens, batch of "
             f"{common.num_reqs} / {common.num_actual_tokens}")
     starts = common.query_start_loc_cpu.tolist()
     rows = {}
+    flat_batch, flat_token = array("q", bytes(8 * len(flat))), array("q", bytes(8 * len(flat)))
     for i, req_id in enumerate(step.req_ids):
-        segments = rows_of.get(req_id)
-        if segments is not None:
-            rows[i] = [sa.QueryRow(starts[i], starts[i + 1] - starts[i], segments)]
+        k = flat.get(req_id)
+        if k is not None:
+            if starts[i + 1] - starts[i] != 1:
+                raise HogwildViewsMismatch(f"{req_id} feeds {starts[i + 1] - starts[i]} tokens, its view one")
+            flat_batch[k], flat_token[k] = i, starts[i]
+            continue
+        row_segments = general.get(req_id)
+        if row_segments is not None:
+            rows[i] = [sa.QueryRow(starts[i], starts[i + 1] - starts[i], row_segments)]
         tokens = replays.get(req_id)
         if tokens is not None:
             if len(tokens) != starts[i + 1] - starts[i]:
                 raise HogwildViewsMismatch(f"{req_id} re-feeds {starts[i + 1] - starts[i]} tokens, its views "
                                            f"cover {len(tokens)}")
             rows[i] = [sa.QueryRow(starts[i] + k, 1, segments) for k, segments in enumerate(tokens)]
-    return rows
+    return HogwildRows(rows, segments.columns, flat_batch, flat_token)
 
 
-def without_native_context(common, rows: dict[int, list[sa.QueryRow]]):
+def without_native_context(common, rows: HogwildRows):
     """The batch as the native kernel sees it: each Hogwild row's context is its own query length.
 
     Their native output is overwritten by segment attention anyway; this keeps
     the kernel from reading their whole lane first. The K/V of every row is
     still written (slot mapping untouched). ``max_seq_len`` stays an upper bound.
     """
-    index = torch.tensor(list(rows), dtype=torch.long)
-    lens = torch.tensor([sum(q.num_query_tokens for q in r) for r in rows.values()], dtype=common.seq_lens.dtype)
+    index = torch.tensor([*rows.rows, *rows.flat_batch], dtype=torch.long)
+    lens = torch.tensor([*(sum(q.num_query_tokens for q in r) for r in rows.rows.values()),
+                         *([1] * len(rows.flat_batch))], dtype=common.seq_lens.dtype)
     seq_lens = common.seq_lens.clone()
     seq_lens[index.to(seq_lens.device)] = lens.to(seq_lens.device)
     upper = common.seq_lens_cpu_upper_bound
@@ -139,15 +168,14 @@ class HogwildBuilderMixin:
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
         step = get_step()
-        rows = rows_for_step(step.views, common_attn_metadata) if self.hogwild_path else {}
+        rows = rows_for_step(step.views, common_attn_metadata) if self.hogwild_path else None
         if not rows:
             return super().build(common_prefix_len, common_attn_metadata, fast_build)
         # No cascade (shared-prefix) attention over rows whose native context was cut short.
         metadata = super().build(0, without_native_context(common_attn_metadata, rows), fast_build)
-        query_rows = [q for row in rows.values() for q in row]
-        plan = sa.plan(query_rows, self.hogwild_block_size, self.hogwild_rope,
-                       sa.kind_for(self.hogwild_path, query_rows, self.hogwild_block_size),
-                       num_tokens=common_attn_metadata.num_actual_tokens, device=self.device)
+        plan = sa.plan_rows(self.hogwild_path, rows.query_rows(), self.hogwild_block_size, self.hogwild_rope,
+                            num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
+                            flat=(rows.columns, rows.flat_token))
         step.add_plan(metadata, HogwildPlan(plan, self.hogwild_k_transposed))
         return metadata
 
