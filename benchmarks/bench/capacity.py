@@ -52,10 +52,38 @@ def capacity(llm, args) -> dict:
                 for row in c.side_rows(argv, 1, f"capacity {kind} {kv_cache_dtype} {blocks}"):
                     results.append({**row, "size": size, "groups_held": groups_held(blocks, args)})
     largest = max(args.blocks)
-    base = {(r["kind"], r["kv_cache_dtype"]): r["steps"] for r in results if r["size"] == largest}
+    base = {(r["kind"], r["kv_cache_dtype"]): r for r in results if r["size"] == largest}
     for r in results:
-        r["steps_vs_largest"] = r["steps"] / base[r["kind"], r["kv_cache_dtype"]]
+        own = base[r["kind"], r["kv_cache_dtype"]]
+        r["steps_vs_largest"] = r["steps"] / own["steps"]
+        # The fewest steps a cache of this size could take for the same sequences: the largest cache's blocks held
+        # step by step (block-steps) spread over every usable block, and never fewer than the largest cache's steps.
+        r["steps_floor"] = max(own["steps"], -(-own["block_steps"] // (r["blocks"] - 1)))
     return {"benchmark": "capacity", "protocol": args.protocol, "results": results}
+
+
+class held_blocks:
+    """Sum the KV blocks held after each engine step that ran tokens (vLLM keeps one block of the pool, the null
+    block, for itself; blocks of the prefix cache that no request holds count as free)."""
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler, self.total = scheduler, [0]
+
+    def __enter__(self) -> list[int]:
+        s, total = self.scheduler, self.total
+        pool, self.original = s.kv_cache_manager.block_pool, s.schedule
+
+        def schedule(*args, **kwargs):
+            output = self.original(*args, **kwargs)
+            if output.total_num_scheduled_tokens:
+                total[0] += pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+            return output
+
+        s.schedule = schedule
+        return total
+
+    def __exit__(self, *exc) -> None:
+        self.scheduler.schedule = self.original
 
 
 def capacity_side(args) -> None:
@@ -82,14 +110,14 @@ def capacity_side(args) -> None:
         params = [SamplingParams(temperature=1.0, seed=i, max_tokens=args.max_tokens, stop_token_ids=stops,
                                  extra_args={"hogwild_protocol": args.protocol, "hogwild_max_branches": parts})
                   for i in range(args.groups)]
-    with c.timing(c.scheduler_of(llm)) as spent:
+    with c.timing(c.scheduler_of(llm)) as spent, held_blocks(c.scheduler_of(llm)) as held:
         wall, outs = c.timed(llm, prompts, params)
     table = getattr(c.scheduler_of(llm), "table", None)
     lens = [len(c.token_ids) for o in outs for c in o.outputs]
     if args.protocol != "raw" and not all(o.outputs[0].hogwild["forked"] for o in outs):
         raise RuntimeError("a fork/join request of the workload did not fork")
     print(json.dumps({"kind": args.kind, "kv_cache_dtype": args.kv_cache_dtype, "blocks": args.blocks, "groups": args.groups, "workers": args.workers,
-                      "max_tokens": args.max_tokens, "steps": spent["steps"], "wall_s": wall,
+                      "max_tokens": args.max_tokens, "steps": spent["steps"], "block_steps": held[0], "wall_s": wall,
                       "mean_tokens": statistics.mean(lens), "max_tokens_seen": max(lens),
                       "group_preemptions": None if table is None else table.stats.num_group_preemptions,
                       "replayed_tokens": None if table is None else table.stats.num_replayed_tokens,

@@ -59,9 +59,11 @@ def markdown(report: dict) -> str:
                  f"{s['speculation_steps_ratio']:.2f}x, {s['combined_steps_ratio']:.2f}x |" for s in report["summary"]]
     elif kind == "capacity":
         head = ("| cache size (float32 blocks) | cache dtype | KV blocks (x128 tokens) | configuration | groups held | "
-                "engine steps | steps vs largest cache | wall s | groups preempted | tokens replayed / generated |")
+                "engine steps | steps vs largest cache | floor (steps) | steps vs floor | wall s | groups preempted | "
+                "tokens replayed / generated |")
         body = [f"| {r.get('size', r['blocks'])} | {r.get('kv_cache_dtype', 'auto')} | {r['blocks']} | {r['kind']} | "
-                f"{_or_dash(r.get('groups_held'))} | {r['steps']} | {r['steps_vs_largest']:.2f}x | {r['wall_s']:.2f} | "
+                f"{_or_dash(r.get('groups_held'))} | {r['steps']} | {r['steps_vs_largest']:.2f}x | "
+                f"{_or_dash(r.get('steps_floor'))} | {_ratio(r['steps'], r.get('steps_floor'))} | {r['wall_s']:.2f} | "
                 f"{_or_dash(r['group_preemptions'])} | {_replayed(r)} |" for r in rows]
     elif kind == "forkjoin":
         head = ("| outlines | side | tokens per request | sequential decode steps | engine steps | prefilled tokens | "
@@ -77,6 +79,10 @@ def markdown(report: dict) -> str:
 
 def _or_dash(value) -> str:
     return "-" if value is None else str(value)
+
+
+def _ratio(value, base) -> str:
+    return "-" if base is None else f"{value / base:.2f}x"
 
 
 def _replayed(row: dict) -> str:

@@ -111,5 +111,8 @@ def test_a_plain_re_prefill_on_resumption_misses_the_oracle(tiny_model, oracle, 
     errs = errors(oracle, control)
     replayed = [e.num_replayed_tokens for e in control["ended"]]
     print(f"\ncontrol: tokens replayed per request {replayed}, errors " + ", ".join(f"{e:.1e}" for e in errs))
-    missed = [e for e, r in zip(errs, replayed) if r]
-    assert len(missed) >= 2 and all(e > 1e-2 for e in missed), (errs, replayed)
+    # A request of isolated branches preempted before its join re-feeds lanes whose views are their own
+    # prefixes (each branch reads the prompt and itself), which a plain prefill replays exactly; every other
+    # resumption re-feeds a view a plain prefill does not have (the hogwild branches' siblings, a joined trunk).
+    missed = [e for e, r in zip(errs, replayed) if r and e > 1e-2]
+    assert len(missed) >= 3 and errs[3] > 1e-2, (errs, replayed)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from vllm_hogwild.core.group_table import GroupTable, Room
+from vllm_hogwild.core.group_admission import Room
+from vllm_hogwild.core.group_table import GroupTable
 from vllm_hogwild.core.group_views import BatchRow
 from vllm_hogwild.core.options import RequestOptions, RequestSpec, parse_request
 from vllm_hogwild.core.wire import ARGMAX, StepWire

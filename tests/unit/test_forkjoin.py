@@ -418,19 +418,18 @@ def test_an_aborted_fork_join_request_leaves_nothing_held(when) -> None:
     assert not engine.table and engine.table.num_held == 0 and engine.table.num_queued == 0
 
 
-@pytest.mark.parametrize("kv, num_blocks, max_tokens", [("on-demand", 10, 8), ("reserve", 60, 40)])
-def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions(kv, num_blocks, max_tokens) -> None:
-    """The lanes a fork/join group keeps back for its forks count at admission as the blocks their first allocation
-    takes (on-demand: the prompt and a token, 2 blocks each here; reserve: the whole budget, 1 + 4 x 11 = 45 for
-    the group): a second group that would fit only in those blocks waits (its trunk would wait for them)."""
+def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions_with_reserve() -> None:
+    """With ``reserve`` the lanes a fork/join group keeps back for its forks count at admission with their whole
+    budgets (1 + 4 x 11 = 45 blocks for the group): a second group that would fit only in those blocks waits
+    (its trunk would wait for them)."""
     from tests.unit.table_engine import FakeEngine
 
-    engine = FakeEngine(prompt_len=6, block_size=4, num_blocks=num_blocks, kv=kv)
-    a = engine.add_group("a", 4, max_tokens=max_tokens, protocol="multiverse")
+    engine = FakeEngine(prompt_len=6, block_size=4, num_blocks=60, kv="reserve")
+    a = engine.add_group("a", 4, max_tokens=40, protocol="multiverse")
     engine.step(lambda r, k: ord("x"))
     assert a[0].status == "running" and all(r.status == "held" for r in a[1:])
-    b = engine.add_group("b", 4, max_tokens=max_tokens, protocol="multiverse")
-    engine.step(lambda r, k: ord("x"))  # a's trunk holds 2 blocks (on-demand) or 12; its kept lanes take 6 or 36
+    b = engine.add_group("b", 4, max_tokens=40, protocol="multiverse")
+    engine.step(lambda r, k: ord("x"))  # a's trunk holds 12 blocks; its kept lanes 33 more
     assert all(r.status == "held" for r in b) and engine.table.num_waiting_groups == 1
     for _ in range(60):  # a's trunk ends (no goal: its lanes end once it has), then b goes in
         if all(r.status == "finished" for r in a):
@@ -438,6 +437,43 @@ def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions(kv, 
         engine.step(lambda r, k: ord("x"))
     engine.step(lambda r, k: ord("x"))
     assert all(r.status == "finished" for r in a) and b[0].status == "running"
+
+
+def test_lanes_kept_back_for_a_fork_take_no_kv_until_it_comes_with_on_demand() -> None:
+    """With ``on-demand`` a lane no fork took yet costs nothing at admission: a second group goes in beside the
+    first in 10 blocks (each trunk takes 2; the 6 kept lanes would have taken 12). When a fork takes lanes, they
+    ask for their first blocks like any request, and until the engine schedules them the table lists them for
+    the room-making pass (request id, slots of their first allocation, the prompt's length). Before this rule, the second
+    group waited here for the blocks of the first one's kept lanes."""
+    from tests.unit.table_engine import FakeEngine
+
+    engine = FakeEngine(prompt_len=6, block_size=4, num_blocks=10)
+    goal = "<Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>"
+    scripts = {"0_a": "x" * 8 + goal + "y" * 40, "1_a": "\n<Path>\n1: a</Path>", "2_a": "\n<Path>\n2: b</Path>"}
+    a = engine.add_group("a", 4, max_tokens=200, protocol="multiverse")
+    seen, table_step = [], engine.table.step
+
+    def spy(*args, **kwargs):  # what the room-making pass would read before vLLM schedules
+        seen.append(engine.table.forked_lanes())
+        return table_step(*args, **kwargs)
+
+    engine.table.step = spy
+
+    def sample(request, k):
+        script = scripts.get(request.request_id, "z")
+        return ord(script[request.num_output_tokens % len(script)])
+
+    engine.step(sample)
+    b = engine.add_group("b", 4, max_tokens=200, protocol="multiverse")
+    engine.step(sample)
+    assert a[0].status == "running" and b[0].status == "running", "the kept lanes took no block"
+    assert all(r.status == "held" for r in a[1:] + b[1:])
+    assert engine.table._spare() == (6, 0), "slots kept, no block"
+    for _ in range(len(goal) + 14):  # (the goal ends with the trunk's 73rd token)
+        engine.step(sample)
+    forked = [lanes for lanes in seen if lanes]
+    assert forked == [[("1_a", 7, 6), ("2_a", 7, 6)]], "listed once: queued, then scheduled"
+    assert a[1].status == "running" and a[3].status == "held" and engine.table.forked_lanes() == []
 
 
 def test_lanes_no_fork_can_take_go_back_at_once() -> None:

@@ -8,7 +8,8 @@ a group is decided here:
   order); the scheduler holds it out of vLLM's waiting queue;
 - **admit**: complete groups, oldest first, go to vLLM's waiting queue whole,
   when they fit (the KV rule below) and fairness allows
-  (:mod:`vllm_hogwild.core.admission`); a preempted group comes back the same
+  (:mod:`vllm_hogwild.core.group_admission`, on the rules of
+  :mod:`vllm_hogwild.core.admission`); a preempted group comes back the same
   way, its finished lanes with replay requests of their own;
 - **hold**, **step**, **observe**: what differs between kinds of group (lock-step
   Hogwild groups, fork/join requests) each kind decides through one interface,
@@ -27,7 +28,8 @@ a group is decided here:
 The KV rule (``kv``): ``on-demand`` (the default) admits a group when every
 lane's prompt and first token fit, as vLLM admits a request, and its lanes
 then take blocks as they grow; a preempted group is admitted again when all
-its lanes fit as they were. ``reserve`` admits a group only when every lane
+its lanes fit as they were; a fork/join request's lanes that no fork took yet
+take nothing until one does. ``reserve`` admits a group only when every lane
 fits for its whole budget, ``prompt // bs`` shared full blocks plus, per lane,
 the rest of ``prompt + max_tokens``
 (:func:`~vllm_hogwild.core.options.blocks_for_group`), and a lane's first
@@ -43,40 +45,22 @@ lengths: a group decoding in lock-step costs one counter and its N lengths.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from vllm_hogwild.core.admission import Decision, Fairness, Promises, fits
+from vllm_hogwild.core.admission import Fairness, Promises
 from vllm_hogwild.core.group import Group, Phase, Worker, parse_request_id
+from vllm_hogwild.core.group_admission import Admit
 from vllm_hogwild.core.group_kinds import new_group
 from vllm_hogwild.core.group_drafts import Drafts
 from vllm_hogwild.core.group_replay import PreemptAndReplay
 from vllm_hogwild.core.lane_channel import LaneRecord
-from vllm_hogwild.core.options import KV_MODES, RequestSpec, blocks_for_group
+from vllm_hogwild.core.options import KV_MODES, RequestSpec
 from vllm_hogwild.core.stats import HogwildStats
 from vllm_hogwild.core.wire import GroupStep, LaneLengths, StepWire, lengths_array
 from vllm_hogwild.core.replay import StepLog
 
 
-@dataclass(frozen=True)
-class Room:
-    """What the engine has left for a group to be admitted."""
-
-    free_blocks: int
-    watermark_blocks: int
-    num_running: int  # requests running in the engine
-    max_running: int
-
-
-@dataclass
-class Admission:
-    queue: list[Any] = field(default_factory=list)  # requests to put at the head of the waiting queue, in order
-    # finished lanes of resumed groups: (worker, its lane's tokens) for each replay request to make first
-    replays: list[tuple[Worker, list[int]]] = field(default_factory=list)
-    hold_newer_than: float | None = None  # plain requests that arrived after this wait this step
-
-
-class GroupTable(PreemptAndReplay, Drafts):
+class GroupTable(Admit, PreemptAndReplay, Drafts):
     def __init__(self, *, block_size: int, max_plain_wait: float, encode: Callable[[str], list[int]],
                  text_for: Callable[[Any], Callable[[int], str]] | None = None,
                  hidden_for: Callable[[Any], Callable[[int], str] | None] | None = None, slack: int = 0,
@@ -116,6 +100,7 @@ class GroupTable(PreemptAndReplay, Drafts):
         self.promises = Promises(block_size)
         self._with_spares: dict[str, Group] = {}  # admitted groups that keep lanes out of the queues (fork/join)
         self._released: list[Worker] = []  # spare lanes a fork took, for the engine's queue at the next admission
+        self._forked: dict[str, Worker] = {}  # lanes a fork took, handed to the engine's queue (:meth:`forked_lanes`)
         self._unsettled: set[str] = set()  # admitted groups whose kind may hold workers back (:meth:`holds`)
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
@@ -170,114 +155,6 @@ class GroupTable(PreemptAndReplay, Drafts):
         if group.is_complete:
             group.phase = Phase.WAITING
         return worker
-
-    # -- admit ------------------------------------------------------------------------------------------
-
-    def admit(self, now: float, room: Callable[[], Room], oldest_plain: Callable[[], float | None]) -> Admission:
-        """Complete (or preempted) groups to queue now, oldest first, while they fit and fairness allows.
-
-        ``now``: wall-clock seconds; ``room``, ``oldest_plain`` (the arrival time of the oldest
-        waiting plain request, None: none): read only when such a group waits.
-        """
-        admission = Admission()
-        if self._released:
-            for worker in self._released:
-                self._num_held -= 1
-                self.promises.set(worker.request_id, self._first_slots(worker.group))
-                admission.queue.append(worker.request)
-            self._released = []
-        ready = [g for g in self._waiting.values() if g.phase in (Phase.WAITING, Phase.PREEMPTED)]
-        if not ready:
-            return admission
-        here, oldest = room(), oldest_plain()
-        for group in ready:
-            decision = self.fairness.decide(now, group.arrival, self._fits(group, here), oldest)
-            if decision is Decision.WAIT:
-                break  # first come, first served among groups: a later group does not overtake
-            if decision is Decision.HOLD_NEWER:
-                admission.hold_newer_than = group.arrival
-                break
-            self._admit(group, admission)
-        return admission
-
-    def _fits(self, group: Group, room: Room) -> bool:
-        bs, n = self.block_size, group.num_workers
-        if group.phase is Phase.PREEMPTED:  # every lane as it was (at least its prompt), and its next token
-            p = group.prompt_len
-            need = p // bs + sum(-(-(max(k, p) + 1 + self.slack) // bs) - p // bs for k in group.replay.targets)
-        else:
-            need = blocks_for_group(group.prompt_len, 1 if self.on_demand else group.max_tokens, n, bs, self.slack)
-        spare_lanes, spare_blocks = self._spare()
-        return fits(need, self.promises.num_blocks + spare_blocks, room.watermark_blocks, room.free_blocks,
-                    room.num_running + len(self.promises) + spare_lanes, n, room.max_running)
-
-    def _spare(self) -> tuple[int, int]:
-        """Spare lanes (no fork took them yet), and the blocks their first allocations will take: no later
-        admission may take those (a sequence that forks waits for them). O(admitted groups that keep lanes)."""
-        lanes = blocks = 0
-        for group in self._with_spares.values():
-            if group.spare:
-                lanes += len(group.spare)
-                blocks += len(group.spare) * -(-self._first_slots(group) // self.block_size)
-        return lanes, blocks
-
-    def _admit(self, group: Group, admission: Admission) -> None:
-        del self._waiting[group.group_id]
-        self._running[group.group_id] = group
-        if group.driver.observes_text:
-            self._observing[group.group_id] = group
-        resumed = group.phase is Phase.PREEMPTED
-        group.phase = Phase.REPLAYING if resumed else Phase.ADMITTED
-        if resumed:
-            self._replaying[group.group_id] = group
-        group.counters.admitted_time = group.counters.admitted_time or self._clock()
-        group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
-        self._unsettled.add(group.group_id)
-        live = [w for w in group.workers if not w.request.is_finished() and w.index not in group.spare]
-        self._num_held -= len(live)
-        if group.spare:
-            self._with_spares[group.group_id] = group
-        for worker in live:
-            slots = (max(group.replay.targets[worker.index], group.prompt_len) + 1 + self.slack if resumed
-                     else self._first_slots(group))
-            self.promises.set(worker.request_id, slots)
-        admission.queue += [w.request for w in live]
-        if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)
-            admission.replays += [(w, w.request.all_token_ids[: w.lane_len + 1])
-                                  for w in group.workers if w.finished]
-
-    def _first_slots(self, group: Group) -> int:
-        """The slots a lane's first allocation takes: its prompt and first token, or its whole budget."""
-        return group.prompt_len + (1 if self.on_demand else group.max_tokens) + self.slack
-
-    @property
-    def num_queued(self) -> int:
-        """Requests handed to the engine's waiting queue that it has not scheduled yet."""
-        return len(self.promises)
-
-    @property
-    def has_reservations(self) -> bool:
-        """``reserve``: whether a queued worker's first allocation (its whole budget) is still to come."""
-        return bool(self.promises) and not self.on_demand
-
-    def first_allocation(self, request_id: str) -> int | None:
-        """``reserve``: the slots (tokens) the request's first allocation must cover, its whole budget; None:
-        not a first allocation."""
-        if self.on_demand:
-            return None
-        return self.promises.get(request_id)
-
-    def allocated(self, request_id: str) -> None:
-        """The request's first allocation succeeded."""
-        self.promises.set(request_id, None)
-
-    def preempted_alone(self, request_id: str) -> None:
-        """vLLM preempted one worker (the table's rules are there so that it never does): counted, and with
-        ``reserve`` its blocks, freed, are allocated again whole."""
-        worker = self.workers[request_id]
-        self.stats.num_member_preemptions += 1
-        if not self.on_demand:
-            self.promises.set(request_id, worker.group.prompt_len + worker.group.max_tokens + self.slack)
 
     # -- hold -------------------------------------------------------------------------------------------
 

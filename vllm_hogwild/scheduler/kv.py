@@ -137,11 +137,13 @@ class RoomMaker:
         chunked = [*s._inflight_prefills, *(w.lane_request for g in s.table.replaying for w in g.workers)]
         chunks = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
                      for r in chunked)
-        return len(s.running) * per_decode + chunks  # (vLLM preempts for running requests only)
+        forked = sum(-(-slots // bs) for _, slots, _ in s.table.forked_lanes())
+        return len(s.running) * per_decode + chunks + forked  # (vLLM preempts for running requests only)
 
     def needs(self) -> dict[str, int]:
         """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks
-        (its token budget, long-prefill threshold, replay chunk ends and look-ahead), in its order."""
+        (its token budget, long-prefill threshold, replay chunk ends and look-ahead), in its order; and the
+        first allocations of lanes a fork took (:meth:`~vllm_hogwild.core.group_admission.Admit.forked_lanes`)."""
         s = self.scheduler
         budget, threshold = s.max_num_scheduled_tokens, s.scheduler_config.long_prefill_token_threshold
         num_running, num_waiting = s.get_request_counts()
@@ -169,6 +171,14 @@ class RoomMaker:
             blocks = -(-min(computed + n + lookahead, s.max_model_len) // bs) - len(held(request.request_id)[0])
             if blocks > 0:
                 needs[request.request_id] = blocks
+        # Lanes a fork took wait in vLLM's queue for their first blocks (their group's trunk waits for them): they
+        # count as their group's need, so that a step in which every group waits at a fork still makes room.
+        manager = s.kv_cache_manager
+        watermark = manager.watermark_blocks  # (vLLM keeps it free of a waiting request's allocation, once)
+        for request_id, slots, prompt_len in s.table.forked_lanes():
+            # (with prefix caching the prompt's full blocks are the trunk's, shared)
+            needs[request_id] = -(-slots // bs) - (prompt_len // bs if manager.enable_caching else 0) + watermark
+            watermark = 0
         return needs
 
     def units(self, needs: dict[str, int]) -> list[Unit]:

@@ -32,7 +32,8 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
 from vllm.v1.request import Request, RequestStatus
 
 from vllm_hogwild.core.group import Phase
-from vllm_hogwild.core.group_table import GroupTable, Room
+from vllm_hogwild.core.group_admission import Room
+from vllm_hogwild.core.group_table import GroupTable
 from vllm_hogwild.core.lane_channel import LaneRecord, output_types, with_record
 from vllm_hogwild.core.log import get_logger
 from vllm_hogwild.core.options import EngineOptions, runtime_of, spec_of, spec_slack
