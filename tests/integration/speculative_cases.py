@@ -31,6 +31,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.forkjoin_oracle import DenseForkJoin
 from tests.hogwild_checks import collab_errors, max_err
 from tests.hogwild_oracle import DenseHogwild
 from tests.integration.conftest import make_llm, scheduler_of, shutdown
@@ -167,6 +168,74 @@ def test_draft_model_drafts_and_verifies(draft_llm) -> None:
     assert metrics["vllm:spec_decode_num_draft_tokens"].value > 0
 
 
+# -- fork/join requests (isolated branches) ---------------------------------------------------------------
+
+FJ_CASES = [("multiverse", 2, 64), ("multiverse", 3, 64)]  # (protocol, parts of the prompt's goal, max_tokens)
+
+
+@pytest.fixture(scope="module")
+def forkjoin_oracle(peaky_model):
+    from transformers import AutoModelForCausalLM
+
+    return DenseForkJoin(AutoModelForCausalLM.from_pretrained(peaky_model, dtype=torch.float32))
+
+
+def forkjoin_runs(llm, seed: int, branches: str = "isolated") -> list:
+    """(prompt ids, completion) per fork/join request: each prompt ends in a goal (the fork starts at once); a
+    branch ends at a letter of ``[jqyz]`` or at its budget. In ONE generate call."""
+    from vllm import SamplingParams
+
+    from tests.integration.test_forkjoin import GOALS
+
+    prompts = [GOALS[protocol, parts] for protocol, parts, _ in FJ_CASES]
+    params = [SamplingParams(temperature=TEMPERATURE, seed=seed + i, max_tokens=max_tokens, logprobs=0,
+                             skip_special_tokens=False,
+                             extra_args={"hogwild_protocol": protocol, "hogwild_branch_end": "[jqyz]",
+                                         "hogwild_max_branches": parts, "hogwild_branches": branches})
+              for i, (protocol, parts, max_tokens) in enumerate(FJ_CASES)]
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    tokenizer = llm.get_tokenizer()
+    return [(tokenizer.encode(p), o.outputs[0]) for p, o in zip(prompts, outputs)]
+
+
+def check_forkjoin_runs(runs, oracle, what: str) -> None:
+    """Every token of the trunk and of each branch against the dense fork/join oracle (isolated branches read the
+    prompt and themselves, whatever steps their tokens were accepted in); the control shows the branches each
+    other's tokens and must miss. Each token carries its accept step; some lane accepted several in a step."""
+    from tests.integration.test_forkjoin import errors, split
+
+    errs, controls, multis = [], [], []
+    for prompt, c in runs:
+        assert c.hogwild["forked"], c.hogwild
+        steps = c.hogwild["accept_steps"]
+        assert len(steps) == len(c.token_ids)
+        (trunk, trunk_lp), branches, f = split(c)
+        at, lanes = f, []
+        for tokens, _ in branches:  # each lane's steps, cut as split cuts the tokens
+            lanes.append(steps[at:at + len(tokens)])
+            at += len(tokens)
+        lanes.insert(0, steps[:f] + steps[at:])
+        assert all(s == sorted(s) for s in lanes), lanes
+        multis.append([multi(s) for s in lanes])
+        got = [trunk_lp, *[lp for _, lp in branches]]
+        want = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f)
+        errs.append(errors(got, [want[0], *want[1]]))
+        control = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, siblings_visible=True)
+        controls.append(errors(got, [control[0], *control[1]]))
+    print(f"\n{what} fork/join: steps accepting several tokens, per request and lane {multis}; "
+          f"max |logprob - oracle| {max(errs):.2e}; control (siblings visible) {min(controls):.2e}")
+    assert max(errs) <= 1e-4, errs
+    assert min(controls) > 1e-2, controls
+    assert sum(map(sum, multis)) >= 2, "too few steps accepted several tokens in fork/join lanes"
+
+
+def test_draft_model_fork_join_matches_the_oracle(draft_llm, forkjoin_oracle) -> None:
+    """Fork/join requests with isolated branches under the draft model's speculation: the trunk and every branch
+    draft and verify over their own views; a branch's accepted run stops at its end (or one short of its
+    budget), where the engine places its end of sequence, as without speculation."""
+    check_forkjoin_runs(forkjoin_runs(draft_llm, seed=700), forkjoin_oracle, "draft model")
+
+
 def test_draft_model_over_an_fp8_cache_matches_the_oracle_fed_the_cached_values(tiny_model, tmp_path) -> None:
     """Speculative decoding over an FP8 KV cache (the target's and the draft model's): every verified token
     against the oracle that stores K/V as the cache holds them, given the accept steps; the unquantized oracle
@@ -231,6 +300,17 @@ def test_ngram_contiguous_matches_the_oracle_given_accept_steps(ngram_runs, orac
 
 def test_ngram_runs_accepted_drafts(ngram_runs) -> None:
     assert accepted(ngram_runs[0]) >= len(ngram_runs[0]), "too few steps accepted several tokens at temperature 0.7"
+
+
+def test_ngram_fork_join_matches_the_oracle(ngram_llm, forkjoin_oracle) -> None:
+    check_forkjoin_runs(forkjoin_runs(ngram_llm, seed=800), forkjoin_oracle, "n-gram")
+
+
+def test_fork_join_with_hogwild_branches_is_refused_with_speculation(ngram_llm) -> None:
+    """Hogwild branches read each other's tokens as they are accepted: not served with speculation yet, and the
+    refusal names the field."""
+    with pytest.raises(ValueError, match="hogwild_branches"):
+        forkjoin_runs(ngram_llm, seed=900, branches="hogwild")
 
 
 def test_seeded_runs_with_speculation_repeat_with_top_k_and_top_p(ngram_llm) -> None:

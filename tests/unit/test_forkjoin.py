@@ -502,3 +502,25 @@ def test_lanes_no_fork_can_take_go_back_at_once() -> None:
     assert mv.observe(0, "x", 5 + 71) == {} and mv.pool == [3, 4]  # the trunk is past its budget, branches not
     assert mv.observe(1, "y", 5 + 71) == {} and mv.observe(2, "y", 5 + 70) == {} and mv.pool == [3, 4]
     assert mv.observe(2, "y", 5 + 71) == {} and mv.pool == [] and mv.take_released() == [3, 4]
+
+
+def test_a_lane_that_must_end_next_cuts_an_accepted_run_there() -> None:
+    """With speculative decoding a lane may accept several tokens in a step; a branch's run is cut where its end
+    of sequence must come next, as one token per step would reach it: one token short of its budget (so the token
+    before is fed and the join reads it), or right after it wrote its end. The trunk has no budget end here."""
+    from vllm_hogwild.core.driver import ForkJoinDriver
+    from vllm_hogwild.core.options import parse_request
+
+    options = parse_request({"hogwild_protocol": "multiverse", "hogwild_branch_end": "[jqyz]"})
+    driver = ForkJoinDriver(options, 3, 40, 5, lambda text: [ord(c) for c in text], fork_now=("1", "2"))
+    lanes = driver.lanes
+    for queue in driver.queues:  # (the headers placed: nothing queued any more)
+        queue.clear()
+    assert not driver.may_place(1, 38) and driver.may_place(1, 39), "one token short of the budget"
+    assert not driver.may_place(0, 39), "the trunk ends at its budget as any request does"
+    lanes.observe(2, "a", 5 + 10)
+    assert not driver.may_place(2, 10)
+    lanes.observe(2, "z", 5 + 11)  # its end
+    assert driver.may_place(2, 11) and lanes.ends_next(2, 11)
+    driver.end_lanes([0, 0, 0])
+    assert list(driver.queues[2]) == [0], "its end of sequence is placed next"

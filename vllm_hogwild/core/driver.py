@@ -199,7 +199,8 @@ class ForkJoinDriver(PlacedTokens):
             self.place_only(lane, eos_ids[lane])
 
     def may_place(self, worker: int, num_output_tokens: int) -> bool:
-        return bool(self.queues[worker])
+        """Text queued for the lane, or its end of sequence to come (placed after the step's outputs)."""
+        return bool(self.queues[worker]) or self.lanes.ends_next(worker, num_output_tokens)
 
     def maybe_start_finisher(self, num_outputs: Sequence[int | None]) -> int | None:
         return None

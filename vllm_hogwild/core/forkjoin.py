@@ -412,6 +412,16 @@ class ForkJoinLanes:
             strand.wrote_end = True
             self._stop.append(lane)
 
+    def ends_next(self, lane: int, num_output_tokens: int) -> bool:
+        """Whether ``lane``'s next token must be its end of sequence: it wrote its end (or no fork took it and
+        it goes back), or, a branch, it has one token of budget left (:meth:`end_at_budget`). With speculative
+        decoding an accepted run is cut there, so that the end comes exactly where it comes without."""
+        if lane in self._stop:
+            return True
+        strand = self.strands.get(lane)
+        return (strand is not None and strand.parent is not None and strand.end is None and not strand.wrote_end
+                and num_output_tokens == self.max_tokens - 1)
+
     def take_released(self) -> list[int]:
         out, self._release = self._release, []
         return out

@@ -43,19 +43,25 @@ ATTR = "_hogwild_forkjoin"  # on vLLM's ParentRequest: the assembly of its lanes
 
 @dataclass
 class _Delta:
-    """Text, token ids and logprobs (None once any piece came without them), appended piece by piece."""
+    """Text, token ids, logprobs and accept steps (each None once any piece came without them), appended piece
+    by piece."""
 
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list | None = field(default_factory=list)
+    accept_steps: list[int] | None = field(default_factory=list)
 
-    def add(self, text: str, token_ids, logprobs) -> None:
+    def add(self, text: str, token_ids, logprobs, accept_steps=None) -> None:
         self.text += text
         self.token_ids += list(token_ids)
         if self.logprobs is not None and logprobs is not None:
             self.logprobs += list(logprobs)
         else:
             self.logprobs = None
+        if self.accept_steps is not None and accept_steps is not None:
+            self.accept_steps += list(accept_steps)
+        else:
+            self.accept_steps = None
 
 
 @dataclass
@@ -104,7 +110,8 @@ class Assembly:
     def _take(self, output) -> None:
         """One output of a lane in: its text, tokens and logprobs; a lane ≥ 1's record, and with it its fork."""
         lane = self.lanes[output.index]
-        lane.add(output.text, output.token_ids, output.logprobs)
+        lane.add(output.text, output.token_ids, output.logprobs, (getattr(output, "hogwild", None) or {}).get(
+            "accept_steps"))
         lane.finished = lane.finished or output.finished()
         if output.index == 0:
             if output.finished():
@@ -134,6 +141,8 @@ class Assembly:
         merged = _completion(trunk, document.text, document.token_ids, document.logprobs, trunk.finish_reason,
                              trunk.stop_reason)
         merged.hogwild = self.tree()
+        if document.accept_steps is not None:  # each token's engine step, in the document's order
+            merged.hogwild["accept_steps"] = document.accept_steps
         return merged
 
     # -- a stream ------------------------------------------------------------------------------------
@@ -187,7 +196,8 @@ class Assembly:
         if tokens > lane.sent_tokens or chars > lane.sent_chars:
             a = lane.sent_tokens
             out.add(lane.text[lane.sent_chars:chars], lane.token_ids[a:tokens],
-                    None if lane.logprobs is None else lane.logprobs[a:tokens])
+                    None if lane.logprobs is None else lane.logprobs[a:tokens],
+                    None if lane.accept_steps is None else lane.accept_steps[a:tokens])
             lane.sent_tokens, lane.sent_chars = max(a, tokens), max(lane.sent_chars, chars)
 
     # -- the tree ------------------------------------------------------------------------------------

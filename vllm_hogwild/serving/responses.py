@@ -65,10 +65,10 @@ def with_accept_steps(response, outputs, by_index: bool) -> None:
         pairs = list(zip(choices, outputs)) if len(choices) == len(outputs) else []
     for choice, output in pairs:
         meta = getattr(output, "hogwild", None)
-        if meta is not None and "accept_steps" in meta:
+        if meta is not None and "protocol" in meta:  # a fork/join request's tree (serving/forkjoin.py), with its
+            setattr(choice, FIELD, meta)  # tokens' accept steps under speculative decoding
+        elif meta is not None and "accept_steps" in meta:
             setattr(choice, FIELD, {"accept_steps": list(meta["accept_steps"])})
-        elif meta is not None and "protocol" in meta:  # a fork/join request's tree (serving/forkjoin.py)
-            setattr(choice, FIELD, meta)
 
 
 def _choice_text(choice) -> str:
