@@ -3,7 +3,9 @@
 A group decodes with n-gram speculation through the server; asked for them
 (``hogwild_accept_steps``), whole responses carry each choice's accept steps on
 both routes; a stream that asks for them gets a 400 naming the field; plain
-requests run beside. The exactness of what the steps describe is checked
+requests run beside; a fork/join request with isolated branches runs (its tree
+with its accept steps when asked), one with hogwild branches is a 400 naming
+``hogwild_branches``. The exactness of what the steps describe is checked
 offline against the dense oracle (tests/integration/test_speculative.py).
 """
 
@@ -76,14 +78,37 @@ def test_a_stream_asking_for_accept_steps_is_a_400_naming_the_field(client) -> N
     assert out.choices[0].text is not None
 
 
+GOAL = ("Count them.\n<Parallel>\n<Goal>\n<Outline>\n1: even cases</Outline>\n<Outline>\n2: odd cases</Outline>\n"
+        "</Goal>")  # the fork starts at once (the random model writes no goal)
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_fork_join_request_is_refused_with_speculation_naming_the_protocol(client, stream) -> None:
+def test_fork_join_with_hogwild_branches_is_refused_with_speculation_naming_the_field(client, stream) -> None:
     import openai
 
     with pytest.raises(openai.BadRequestError) as info:
-        client.completions.create(model=NAME, prompt="hi", max_tokens=40, stream=stream,
-                                  extra_body={"vllm_xargs": {"hogwild_protocol": "multiverse"}})
-    assert info.value.body["param"] == "hogwild_protocol" and "speculative" in info.value.body["message"]
+        client.completions.create(model=NAME, prompt=GOAL, max_tokens=40, stream=stream,
+                                  extra_body={"vllm_xargs": {"hogwild_protocol": "multiverse",
+                                                             "hogwild_branches": "hogwild"}})
+    assert info.value.body["param"] == "hogwild_branches" and "speculative" in info.value.body["message"]
+
+
+def test_fork_join_with_isolated_branches_runs_with_speculation(client) -> None:
+    """Whole: the tree, with each token's accept step when asked (one per token of the document, each lane's
+    non-decreasing); streamed: the request ends."""
+    xargs = {"hogwild_protocol": "multiverse", "hogwild_branch_end": "[jqyz]"}
+    resp = client.completions.create(model=NAME, prompt=GOAL, max_tokens=40, temperature=0.7, seed=4,
+                                     extra_body={"vllm_xargs": {**xargs, "hogwild_accept_steps": True}})
+    tree = resp.choices[0].model_extra["hogwild"]
+    assert tree["forked"] and len(tree["branches"]) == 2
+    assert len(tree["accept_steps"]) == tree["num_tokens"]
+    not_asked = client.completions.create(model=NAME, prompt=GOAL, max_tokens=40, temperature=0.7, seed=4,
+                                          extra_body={"vllm_xargs": xargs})
+    assert "accept_steps" not in not_asked.choices[0].model_extra["hogwild"]
+    finish = [c.finish_reason for chunk in client.completions.create(
+        model=NAME, prompt=GOAL, max_tokens=40, temperature=0.7, seed=4, stream=True,
+        extra_body={"vllm_xargs": xargs}) for c in chunk.choices if c.finish_reason]
+    assert finish in (["length"], ["stop"]), finish
 
 
 def test_plain_and_streamed_groups_run_beside_speculation(client) -> None:

@@ -306,11 +306,10 @@ def parse_request(extra_args: Mapping[str, Any], client_patterns: bool = True) -
 
 def _forkjoin_options(opts: RequestOptions, values: Mapping[str, tuple[str, Any]]) -> RequestOptions:
     """A fork/join request: its views are the protocol's (no layout), and no option of the Hogwild protocols."""
-    for name in ("layout", "step_end", "answer_pattern", "redundancy_every", "task", "person", "finisher",
-                 "accept_steps"):
+    for name in ("layout", "step_end", "answer_pattern", "redundancy_every", "task", "person", "finisher"):
         if name in values:
             raise HogwildOptionError(values[name][0], f"not an option of the fork/join protocol {opts.protocol!r} "
-                                                      f"(its options: {list(FORKJOIN_OPTIONS)})")
+                                                      f"(its options: {list(FORKJOIN_OPTIONS)}, and accept_steps)")
     return replace(opts, layout=FORKJOIN_LAYOUT)
 
 

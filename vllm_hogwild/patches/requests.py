@@ -91,7 +91,8 @@ def completion_response(original, serving, final_res_batch, request, *args, **kw
 
     response = original(serving, final_res_batch, request, *args, **kwargs)
     if _asked_accept_steps(request):
-        with_accept_steps(response, [o for res in final_res_batch for o in res.outputs], by_index=False)
+        with_accept_steps(response, [o for res in final_res_batch for o in res.outputs], by_index=False,
+                          steps=_asked_steps(request))
     return response
 
 
@@ -110,8 +111,14 @@ async def chat_full_response(original, serving, request, result_generator, *args
 
     response = await original(serving, request, recorded(), *args, **kwargs)
     if last:
-        with_accept_steps(response, list(last[0].outputs), by_index=True)
+        with_accept_steps(response, list(last[0].outputs), by_index=True, steps=_asked_steps(request))
     return response
+
+
+def _asked_steps(request) -> bool:
+    """Whether the request asked for its tokens' accept steps (``hogwild_accept_steps``)."""
+    found = (getattr(request, "vllm_xargs", None) or {}).get(PARSED_KEY)
+    return isinstance(found, Parsed) and found.options.accept_steps
 
 
 def _asked_accept_steps(request) -> bool:

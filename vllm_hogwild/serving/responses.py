@@ -52,9 +52,11 @@ def with_answer(options: RequestOptions | None, result):
     return result  # an error response
 
 
-def with_accept_steps(response, outputs, by_index: bool) -> None:
+def with_accept_steps(response, outputs, by_index: bool, steps: bool = True) -> None:
     """Each choice of a whole response gets ``hogwild: {"accept_steps": [...]}`` from its completion output
-    (:mod:`vllm_hogwild.patches.outputs`), or a fork/join request's tree (:mod:`vllm_hogwild.serving.forkjoin`). ``outputs``: in choice order, or matched by ``index``."""
+    (:mod:`vllm_hogwild.patches.outputs`), or a fork/join request's tree (:mod:`vllm_hogwild.serving.forkjoin`),
+    with its tokens' accept steps when ``steps`` (the request asked for them). ``outputs``: in choice order, or
+    matched by ``index``."""
     choices = getattr(response, "choices", None)
     if choices is None:
         return  # an error response
@@ -65,8 +67,8 @@ def with_accept_steps(response, outputs, by_index: bool) -> None:
         pairs = list(zip(choices, outputs)) if len(choices) == len(outputs) else []
     for choice, output in pairs:
         meta = getattr(output, "hogwild", None)
-        if meta is not None and "protocol" in meta:  # a fork/join request's tree (serving/forkjoin.py), with its
-            setattr(choice, FIELD, meta)  # tokens' accept steps under speculative decoding
+        if meta is not None and "protocol" in meta:  # a fork/join request's tree (serving/forkjoin.py)
+            setattr(choice, FIELD, meta if steps else {k: v for k, v in meta.items() if k != "accept_steps"})
         elif meta is not None and "accept_steps" in meta:
             setattr(choice, FIELD, {"accept_steps": list(meta["accept_steps"])})
 
