@@ -33,7 +33,16 @@ def _spec_counts(llm) -> tuple[float, float]:
             values.get("vllm:spec_decode_num_accepted_tokens", 0) or 0)
 
 
-SPEC_KINDS = ("stock", "hogwild")
+SPEC_KINDS = ("stock", "hogwild", "fork/join")
+
+
+def goal_of(prompt: str, parts: int, items: int) -> str:
+    """``prompt`` (a list to copy) ending in a Multiverse goal of ``parts`` outlines, each a share of the items: a
+    fork/join request forks at once, one branch per outline (each ends at its budget)."""
+    cuts = [round(k * items / parts) for k in range(parts + 1)]
+    outlines = "".join(f"<Outline>\n{k + 1}: copy items {cuts[k] + 1} to {cuts[k + 1]}</Outline>\n"
+                       for k in range(parts))
+    return f"{prompt.rsplit(chr(10), 1)[0]}\n<Parallel>\n<Goal>\n{outlines}</Goal>"
 SPEC_METHODS = {"ngram": "n-gram", "draft": "draft model"}
 
 
@@ -49,7 +58,8 @@ def _speculative_config(method: str | None, args, model: str) -> dict | None:
 
 
 def speculative(llm, args) -> dict:
-    """Stock ``n=N`` and a Hogwild group of N, each without and with speculation, for every N and temperature.
+    """Stock ``n=N``, a Hogwild group of N and a fork/join request of N branches (Multiverse, isolated; the list
+    split among them by its goal), each without and with speculation, for every N and temperature.
 
     Engines in order: none, the draft model, n-gram (once the n-gram proposer has loaded numba, vLLM 0.32 cannot
     start another engine in the same process: its CPU kernel-override scan trips on llvmlite objects)."""
@@ -76,11 +86,19 @@ def speculative(llm, args) -> dict:
             walls, counts, tokens = [], [], []
             drafted0, accepted0 = _spec_counts(llm)
             for r in range(args.rounds):
-                params = SamplingParams(n=n, temperature=temperature, seed=r, max_tokens=args.max_tokens,
-                                        ignore_eos=True,
-                                        extra_args={"hogwild": {"layout": "contiguous"}} if kind == "hogwild" else None)
+                prompt = list_prompt(args.items, salt=r)
+                if kind == "fork/join":  # n branches (n + 1 lanes), the same budget per lane
+                    prompt = goal_of(prompt, n, args.items)
+                    params = SamplingParams(temperature=temperature, seed=r, max_tokens=args.max_tokens,
+                                            extra_args={"hogwild_protocol": "multiverse", "hogwild_max_branches": n})
+                else:
+                    params = SamplingParams(n=n, temperature=temperature, seed=r, max_tokens=args.max_tokens,
+                                            ignore_eos=True, extra_args={"hogwild": {"layout": "contiguous"}}
+                                            if kind == "hogwild" else None)
                 before = steps[0]
-                wall, (out,) = c.timed(llm, [list_prompt(args.items, salt=r)], params)
+                wall, (out,) = c.timed(llm, [prompt], params)
+                if kind == "fork/join" and not out.outputs[0].hogwild["forked"]:
+                    raise RuntimeError(f"the fork/join request did not fork: {out.outputs[0].hogwild}")
                 walls.append(wall)
                 counts.append(steps[0] - before)
                 tokens.append(sum(len(c.token_ids) for c in out.outputs))

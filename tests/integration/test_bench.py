@@ -52,7 +52,7 @@ def test_overhead_times_both_engines_at_each_point(llm, tiny_model, tmp_path) ->
     assert all(r["steps"] >= 4 for r in rows) and set(report["ratio"]) == {2, 3}
 
 
-def test_speculative_compares_four_configurations_per_point_in_one_run(tmp_path) -> None:
+def test_speculative_compares_every_configuration_per_point_in_one_run(tmp_path) -> None:
     """In a process of its own: once the n-gram proposer ran, vLLM 0.32 cannot start another engine there."""
     import json
     import os
@@ -61,15 +61,17 @@ def test_speculative_compares_four_configurations_per_point_in_one_run(tmp_path)
 
     out = tmp_path / "spec.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.bench", "speculative", "--model", "tiny",
-                           "--workers", "2", "--temperatures", "0.7", "--items", "6", "--max-tokens", "16",
+                           "--workers", "2", "--temperatures", "0.7", "--items", "6", "--max-tokens", "32",
                            "--rounds", "1", "--json", str(out)],
                           env=dict(os.environ), capture_output=True, text=True, timeout=900, cwd=bench.ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert [r["config"] for r in report["results"]] == [
-        f"{kind}{spec}" for spec in ("", " + draft model", " + n-gram") for kind in ("stock", "hogwild", "stock n=1 greedy")]
+        f"{kind}{spec}" for spec in ("", " + draft model", " + n-gram")
+        for kind in ("stock", "hogwild", "fork/join", "stock n=1 greedy")]
     for row in report["results"]:
-        assert row["tokens_per_step"] >= row["workers"] - 1e-9  # at least one token per sequence and step
+        if row["kind"] != "fork/join":  # (its trunk waits while the branches write, and its branches may end early)
+            assert row["tokens_per_step"] >= row["workers"] - 1e-9  # at least one token per sequence and step
         if row["speculation"] is None:  # with speculation: None only when nothing was drafted
             assert row["acceptance"] is None
     # the model as its own draft: the greedy reference accepts its drafts
