@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("answer", help="the trained collaborator: accuracy vs sequential steps for N workers, "
                                       "with the isolated and interleaved controls")
     answer_bench.add_arguments(a)
-    s = sub.add_parser("speculative", help="stock and Hogwild, each without and with speculation (n-gram, draft model)")
+    s = sub.add_parser("speculative", help="stock, Hogwild and fork/join, each without and with speculation (n-gram, draft model)")
     s.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     s.add_argument("--temperatures", type=float, nargs="+", default=[0.1, 0.7])
     s.add_argument("--methods", nargs="+", choices=list(SPEC_METHODS), default=list(SPEC_METHODS))
