@@ -7,27 +7,14 @@ with no Python loop per segment: a step at scale has thousands of decoding rows.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, PagedKV
-from vllm_hogwild.attention.segment_attention import PlanKind, SegmentAttentionPlan
+from vllm_hogwild.attention.plan_types import DecodeCSR, PlanKind, SegmentAttentionPlan
 from vllm_hogwild.core.rope import RopeSpec
 from vllm_hogwild.core.views import SegmentColumns
-
-
-@dataclass
-class DecodeCSR:
-    """Single-token rows as compressed lists, for the compiled CPU op: rows -> pairs -> pieces."""
-
-    row_token: torch.Tensor  # [R]
-    row_pair_ptr: torch.Tensor  # [R + 1] each row's pairs (one per segment)
-    pair_piece_ptr: torch.Tensor  # [P + 1] each pair's pieces (one per block it touches)
-    piece_block: torch.Tensor  # [Q] physical block
-    piece_lo: torch.Tensor  # [Q] first offset read in the block
-    piece_hi: torch.Tensor  # [Q] one past the last
 
 
 def plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None,

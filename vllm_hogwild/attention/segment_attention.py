@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Sequence
 
 import torch
 
+from vllm_hogwild.attention import cpu_plan
 from vllm_hogwild.attention.kv_layout import PagedKV
+from vllm_hogwild.attention.plan_types import Bucket, DecodeBatch, PlanKind, SegmentAttentionPlan
 from vllm_hogwild.core.views import Segment, SegmentColumns
 from vllm_hogwild.core.rope import RopeSpec, rotate
 
@@ -53,42 +54,6 @@ class QueryRow:
     query_start: int
     num_query_tokens: int
     segments: tuple[Segment, ...]
-
-
-@dataclass
-class _Bucket:
-    block_ids: torch.Tensor  # [U] physical block ids, each once
-    reader_pair: torch.Tensor  # [U, R] index into the rotated-query pairs (P = padding)
-    reader_token: torch.Tensor  # [U, R] query token of each reader (T = padding)
-    key_lo: torch.Tensor  # [U, R] first visible offset within the block
-    key_hi: torch.Tensor  # [U, R] one past the last visible offset
-
-
-@dataclass
-class _DecodeBatch:
-    """Single-token rows, batched by the lanes they read (G batches, padded).
-
-    Every row of a batch scores all of the batch's gathered keys once per
-    segment (K pairs), with an additive mask keeping each pair to its
-    segment; one softmax per row over all its pairs and keys. Few large ops
-    instead of many small ones: decode rows of one Hogwild group read the same
-    few lanes, so the extra masked scores are cheap.
-    """
-
-    block_ids: torch.Tensor  # [G, U] physical blocks (padding: block 0, masked)
-    pair_index: torch.Tensor  # [G, R, K] into the rotated pairs (P = padding)
-    bias: torch.Tensor  # [G, R, K, U * block_size] 0 where the pair sees the key, -inf elsewhere
-    row_select: torch.Tensor  # [T_out] flat (g * R + r) of the real rows
-    row_token: torch.Tensor  # [T_out] their query tokens
-
-
-class PlanKind(Enum):
-    """Which path runs a plan; each names the payload it carries."""
-
-    BUCKETS = "buckets"  # PyTorch block buckets (any rows, any cache)
-    DENSE_DECODE = "dense-decode"  # PyTorch batched decode (single-token rows, small views)
-    CPU_OP = "cpu-op"  # the compiled CPU op (single-token rows, vLLM's CPU cache)
-    TRITON = "triton"  # the Triton kernel over block buckets (any rows, any cache)
 
 
 # The compiled op takes a multi-token row as one row per token (each reads the
@@ -113,27 +78,6 @@ def kind_for(path: str, rows: Sequence[QueryRow], block_size: int) -> PlanKind:
     if path == "torch" and single and _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES:
         return PlanKind.DENSE_DECODE
     return PlanKind.BUCKETS
-
-
-@dataclass
-class SegmentAttentionPlan:
-    """Per-step tensors shared by every layer. P: (token, segment) pairs.
-
-    ``kind`` says which payload is set: ``buckets`` (``BUCKETS``, ``TRITON``),
-    ``decode`` (``DENSE_DECODE``) or ``csr`` (``CPU_OP``).
-    """
-
-    kind: PlanKind
-
-    num_tokens: int  # T: rows of the query tensor this plan may touch
-    out_tokens: torch.Tensor  # [T_out] query tokens that get an output
-    pair_token: torch.Tensor  # [P] query token of each pair
-    pair_cos: torch.Tensor  # [P, rotary_dim / 2]
-    pair_sin: torch.Tensor  # [P, rotary_dim / 2]
-    buckets: list[_Bucket]
-    rope: RopeSpec
-    decode: _DecodeBatch | None = None  # DENSE_DECODE
-    csr: cpu_plan.DecodeCSR | None = None  # CPU_OP
 
 
 def plan(
@@ -183,7 +127,7 @@ def plan(
         pair_token=to(pair_token),
         pair_cos=to(cos),
         pair_sin=to(sin),
-        buckets=[_Bucket(*(to(getattr(b, f)) for f in _Bucket.__dataclass_fields__)) for b in buckets],
+        buckets=[Bucket(*(to(getattr(b, f)) for f in Bucket.__dataclass_fields__)) for b in buckets],
         rope=rope,
     )
 
@@ -240,7 +184,7 @@ def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) 
         row_token += [row.query_start for row in batch]
     cos, sin = rope.cos_sin(torch.tensor(pair_delta, dtype=torch.long))
     to = lambda t: t.to(device)  # noqa: E731
-    decode = _DecodeBatch(to(block_ids), to(pair_index), to(bias),
+    decode = DecodeBatch(to(block_ids), to(pair_index), to(bias),
                           to(torch.tensor(row_select)), to(torch.tensor(row_token)))
     return SegmentAttentionPlan(
         kind=PlanKind.DENSE_DECODE, num_tokens=num_tokens, out_tokens=decode.row_token,
@@ -263,10 +207,6 @@ def single_token_rows(rows: Sequence[QueryRow], block_size: int) -> list[QueryRo
         split += [QueryRow(row.query_start + t, 1, (*others, replace(own, end=own.end - (last - t))))
                   for t in range(row.num_query_tokens)]
     return split
-
-
-# The compiled path's plan and run, after the types they build on (it imports this module).
-from vllm_hogwild.attention import cpu_plan  # noqa: E402
 
 
 def plan_rows(path: str, rows: Sequence[QueryRow], block_size: int, rope: RopeSpec, num_tokens: int | None = None,
@@ -424,7 +364,7 @@ def _check_row(row: QueryRow, bs: int) -> None:
             raise ValueError(f"segment ends at {seg.end} past its {len(seg.block_ids)} blocks")
 
 
-def _bucket(blk, pair, token, lo, hi, num_pairs: int, num_tokens: int) -> list[_Bucket]:
+def _bucket(blk, pair, token, lo, hi, num_pairs: int, num_tokens: int) -> list[Bucket]:
     """Group entries by physical block; blocks with similar reader counts share a padded batch."""
     if blk.numel() == 0:
         return []
@@ -450,7 +390,7 @@ def _bucket(blk, pair, token, lo, hi, num_pairs: int, num_tokens: int) -> list[_
         key_hi = torch.zeros(shape, dtype=torch.long)  # padding sees nothing
         reader_pair[u, s], reader_token[u, s] = pair[sel], token[sel]
         key_lo[u, s], key_hi[u, s] = lo[sel], hi[sel]
-        buckets.append(_Bucket(uniq[members], reader_pair, reader_token, key_lo, key_hi))
+        buckets.append(Bucket(uniq[members], reader_pair, reader_token, key_lo, key_hi))
     return buckets
 
 
