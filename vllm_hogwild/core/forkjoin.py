@@ -407,8 +407,8 @@ class ForkJoinLanes:
     def end_at_budget(self, lane: int) -> None:
         """Branch ``lane`` has one token of budget left: it ends there (its end of sequence), so that the token
         before it is fed and the join reads it; an unfed last token would be in the document, not in the view."""
-        strand = self.strands.get(lane)
-        if strand is not None and strand.parent is not None and strand.end is None and not strand.wrote_end:
+        strand = self._open_branch(lane)
+        if strand is not None:
             strand.wrote_end = True
             self._stop.append(lane)
 
@@ -416,11 +416,15 @@ class ForkJoinLanes:
         """Whether ``lane``'s next token must be its end of sequence: it wrote its end (or no fork took it and
         it goes back), or, a branch, it has one token of budget left (:meth:`end_at_budget`). With speculative
         decoding an accepted run is cut there, so that the end comes exactly where it comes without."""
-        if lane in self._stop:
-            return True
+        return lane in self._stop or (num_output_tokens == self.max_tokens - 1
+                                      and self._open_branch(lane) is not None)
+
+    def _open_branch(self, lane: int) -> Strand | None:
+        """Lane ``lane``'s strand if it is a branch still writing (not stopped, its end not written)."""
         strand = self.strands.get(lane)
-        return (strand is not None and strand.parent is not None and strand.end is None and not strand.wrote_end
-                and num_output_tokens == self.max_tokens - 1)
+        if strand is None or strand.parent is None or strand.end is not None or strand.wrote_end:
+            return None
+        return strand
 
     def take_released(self) -> list[int]:
         out, self._release = self._release, []

@@ -108,9 +108,10 @@ class RoomMaker:
         True when something was preempted. O(1) when the pool has room for any step."""
         s = self.scheduler
         pool = s.kv_cache_manager.block_pool
-        if pool.get_num_free_blocks() >= self.bound():
+        forked = s.table.forked_lanes()
+        if pool.get_num_free_blocks() >= self.bound(forked):
             return False  # no allocation of this step can fail
-        needs = self.needs()
+        needs = self.needs(forked)
         total = sum(needs.values())
         if total <= pool.get_num_free_blocks():
             return False
@@ -128,19 +129,20 @@ class RoomMaker:
             preempted = True
         return preempted
 
-    def bound(self) -> int:
+    def bound(self, forked: list[tuple[str, int, int]]) -> int:
         """At most the blocks this step's allocations take: a decoding request feeds its last token and drafts
-        (and asks for look-ahead slots), one block's worth at most; a prefilling one its chunk. O(prefills)."""
+        (and asks for look-ahead slots), one block's worth at most; a prefilling one its chunk; a lane a fork
+        took (``forked``, as :meth:`needs` takes it) its first allocation. O(prefills + forked lanes)."""
         s = self.scheduler
         bs = s.block_size
         per_decode = -(-(1 + s.num_spec_tokens + s.num_lookahead_tokens) // bs)
         chunked = [*s._inflight_prefills, *(w.lane_request for g in s.table.replaying for w in g.workers)]
         chunks = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
                      for r in chunked)
-        forked = sum(-(-slots // bs) for _, slots, _ in s.table.forked_lanes())
-        return len(s.running) * per_decode + chunks + forked  # (vLLM preempts for running requests only)
+        first = sum(-(-slots // bs) for _, slots, _ in forked)
+        return len(s.running) * per_decode + chunks + first  # (vLLM preempts for running requests only)
 
-    def needs(self) -> dict[str, int]:
+    def needs(self, forked: list[tuple[str, int, int]]) -> dict[str, int]:
         """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks
         (its token budget, long-prefill threshold, replay chunk ends and look-ahead), in its order; and the
         first allocations of lanes a fork took (:meth:`~vllm_hogwild.core.group_admission.Admit.forked_lanes`)."""
@@ -175,7 +177,7 @@ class RoomMaker:
         # count as their group's need, so that a step in which every group waits at a fork still makes room.
         manager = s.kv_cache_manager
         watermark = manager.watermark_blocks  # (vLLM keeps it free of a waiting request's allocation, once)
-        for request_id, slots, prompt_len in s.table.forked_lanes():
+        for request_id, slots, prompt_len in forked:
             # (with prefix caching the prompt's full blocks are the trunk's, shared)
             needs[request_id] = -(-slots // bs) - (prompt_len // bs if manager.enable_caching else 0) + watermark
             watermark = 0
