@@ -52,7 +52,8 @@ class Admit:
             for worker in self._released:
                 self._num_held -= 1
                 self.promises.set(worker.request_id, self._first_slots(worker.group))
-                self._forked[worker.request_id] = worker
+                if self.on_demand:  # (the room-making pass, which reads them, runs with on-demand only)
+                    self._forked[worker.request_id] = worker
                 admission.queue.append(worker.request)
             self._released = []
         ready = [g for g in self._waiting.values() if g.phase in (Phase.WAITING, Phase.PREEMPTED)]

@@ -340,6 +340,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         parked = []
         for w in arrived:
             del self.workers[w.request_id]
+            self._forked.pop(w.request_id, None)
             if w.lane_request is not w.request:  # a replay request holds the lane
                 if w.lane_request.is_finished():
                     parked.append(w.lane_request)  # parked: its blocks go now
