@@ -43,7 +43,7 @@ class PreemptAndReplay:
         preempted again while it replays keeps what it had to re-feed).
         """
         group = self._running.pop(group_id)
-        self._steady.pop(group_id, None)
+        self._steady.drop(group_id)  # (its log catches up: the replay reads it)
         self._observing.pop(group_id, None)
         self._replaying.pop(group_id, None)
         self._with_spares.pop(group_id, None)

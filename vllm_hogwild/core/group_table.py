@@ -56,8 +56,8 @@ from vllm_hogwild.core.group_replay import PreemptAndReplay
 from vllm_hogwild.core.lane_channel import LaneRecord
 from vllm_hogwild.core.options import KV_MODES, RequestSpec
 from vllm_hogwild.core.stats import HogwildStats
-from vllm_hogwild.core.wire import GroupStep, LaneLengths, StepWire, lengths_array
-from vllm_hogwild.core.replay import StepLog
+from vllm_hogwild.core.wire import GroupStep, LaneLengths, StepWire
+from vllm_hogwild.core.steady import SteadyGroups
 
 
 class GroupTable(Admit, PreemptAndReplay, Drafts):
@@ -106,7 +106,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
         self._lengths = LaneLengths()  # the step being built: the groups that decode and their lanes' lengths
         self._sitting_out: set[str] = set()  # groups with a worker held out of the step being scheduled
-        self._steady: dict[str, StepLog] = {}  # groups in steady lock-step, by id, with their logs (:meth:`lock_step`)
+        self._steady = SteadyGroups()  # groups in steady lock-step, advanced together (:meth:`lock_step`)
 
     def __contains__(self, request_id: str) -> bool:
         """A worker's request, or a replay request: a lane of some group."""
@@ -187,7 +187,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
 
     def _sit_out(self, group_id: str) -> None:
         """A worker of the group sits this step out: the group is not in lock-step in it."""
-        self._steady.pop(group_id, None)
+        self._steady.drop(group_id)
         self._sitting_out.add(group_id)
 
     def sits_out(self, group: Group) -> bool:
@@ -217,11 +217,13 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         steady = self._steady
         if steady and (not all_scheduled or self.speculative):
             steady.clear()  # a step that may break lock-step: every group's kind decides again
-        for group_id, log in steady.items():  # the same workers, one token more each: a counter, and the lengths
-            lengths.add(group_id, log.advance())
-        for group_id, group in self._running.items():
+        if steady:  # the same workers, one token more each: every steady group's lengths in one operation
+            lengths.add_block(*steady.advance())
+        # Every other running group (none when all are steady); one that becomes steady below is from the next step on.
+        others = self._running.items() if len(steady) < len(self._running) else ()
+        for group_id, group in others:
             if group_id in steady:
-                continue  # advanced above (a group that becomes steady below is from the next step on)
+                continue  # advanced above
             workers = group.workers
             if not group.shape_sent:
                 if not any(w.lane_request_id in scheduled for w in workers):
@@ -249,8 +251,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []
-        return StepWire(tuple(shapes), tuple(steps), tuple(lengths.groups), lengths_array(lengths.lens), ended, forced,
-                        tuple(replays), tuple(forks))
+        return StepWire(tuple(shapes), tuple(steps), *lengths.columns(), ended, forced, tuple(replays), tuple(forks))
 
     def decode_step(self, group: Group, scheduled: Mapping[str, int],
                     drafts: Mapping[str, Sequence[int]]) -> GroupStep | None:
@@ -272,13 +273,14 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
 
         ``steady``: its kind needs nothing else of it while it stays so (no text placed or read). From the next
         step on, while vLLM schedules every running request and verifies no drafts, :meth:`step` advances it
-        with the other steady groups without asking its kind, its lanes' lengths read off its log's last run
-        (at hundreds of groups, touching each worker costs most). It leaves when a worker of it finishes or is
+        with the other steady groups without asking its kind, all their lanes' lengths in one array operation
+        (:class:`~vllm_hogwild.core.steady.SteadyGroups`: at hundreds of groups, a call per group cost most of
+        the step), its log caught up when it leaves. It leaves when a worker of it finishes or is
         held back, when it is preempted, and at any other step (its kind decides again then)."""
         group.log.advance()
         self._lengths.add(group.group_id, group.lane_lens())
         if steady:
-            self._steady[group.group_id] = group.log
+            self._steady.add(group.group_id, group.log)
 
     # -- observe ----------------------------------------------------------------------------------------
 
@@ -318,7 +320,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         if group.replay is not None:  # stopped (aborted) while preempted or replaying: its lane as it was
             worker.lane_len = group.replay.targets[worker.index]
         group.num_live -= 1
-        self._steady.pop(group.group_id, None)  # its lanes no longer all grow
+        self._steady.drop(group.group_id)  # its lanes no longer all grow (its log catches up)
         self.promises.set(request_id, None)
         if group.phase not in (Phase.ADMITTED, Phase.REPLAYING):
             self._num_held -= 1  # aborted while its group waited

@@ -99,15 +99,28 @@ def lengths_array(values: Sequence[int] = ()) -> array:
 
 @dataclass
 class LaneLengths:
-    """The step's lane lengths as the scheduler gathers them, group after group: :class:`StepWire`'s two columns
-    (plain lists while it gathers: the cheapest to grow; one array on the wire)."""
+    """The step's lane lengths as the scheduler gathers them: :class:`StepWire`'s two columns. The steady groups'
+    come first, as one block (:meth:`add_block`); then group after group (plain lists while it gathers: the
+    cheapest to grow; one array on the wire)."""
 
     groups: list[str] = field(default_factory=list)
     lens: list[int] = field(default_factory=list)
+    block: array = field(default_factory=lengths_array)  # the lengths of the groups added by add_block
+
+    def add_block(self, group_ids: Sequence[str], lens: Any) -> None:
+        """Many groups' lengths at once, before any :meth:`add` (``lens``: a C-contiguous int32 buffer)."""
+        self.groups += group_ids
+        self.block.frombytes(memoryview(lens).cast("B"))
 
     def add(self, group_id: str, lens: list[int]) -> None:
         self.groups.append(group_id)
         self.lens += lens
+
+    def columns(self) -> tuple[tuple[str, ...], array]:
+        """:attr:`StepWire.length_groups` and :attr:`StepWire.lane_lens`."""
+        flat = self.block
+        flat.extend(self.lens)
+        return tuple(self.groups), flat
 
 
 @dataclass(frozen=True)
