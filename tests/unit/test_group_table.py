@@ -225,3 +225,22 @@ def test_a_group_whose_workers_await_their_outputs_is_not_in_lock_step() -> None
     engine.awaiting = set()
     wire = engine.step(lambda r, k: 7)
     assert tuple(wire.lane_lens) == (P + 4,) * 3 and [(r.decoding, r.length) for r in log.runs] == [((0, 1, 2), 4)]
+
+
+def test_steady_lengths_stay_exact_past_32_bits_of_engine_steps() -> None:
+    """The steady groups' tick grows for the engine's life: past 2**31 steps a group's lengths are still its
+    log's (against StepLog.advance, the one-group rule), and its log catches up exactly when it leaves."""
+    from vllm_hogwild.core.replay import StepLog
+    from vllm_hogwild.core.steady import SteadyGroups
+
+    steady, log, twin = SteadyGroups(), StepLog(3, P), StepLog(3, P)
+    steady._tick = 2**31 - 2
+    for each in (log, twin):
+        each.record([P + 1, P + 1, P], [0, 1])  # lane 2 sits the run out: it does not grow
+    steady.add("g", log)
+    for _ in range(4):
+        ids, lens = steady.advance()
+        assert ids == ("g",) and lens.tolist() == twin.advance()
+    steady.drop("g")
+    assert [(r.lens, r.length) for r in log.runs] == [(r.lens, r.length) for r in twin.runs]
+    assert log.num_steps == twin.num_steps == 5

@@ -20,7 +20,7 @@ import numpy as np
 
 from vllm_hogwild.core.replay import StepLog
 
-_NONE = np.zeros(0, np.int32)
+_NONE = np.zeros(0, np.int64)
 
 
 class SteadyGroups:
@@ -29,7 +29,9 @@ class SteadyGroups:
     def __init__(self) -> None:
         self._logs: dict[str, StepLog] = {}
         self._since: dict[str, int] = {}  # the tick at which each group's log was last caught up
-        self._columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per group: its lanes' offsets, growth
+        # per group: its lanes' offsets, growth. 64-bit: the tick grows for the engine's life (at 1,000 steps a
+        # second, 32 bits would wrap within a month); a length itself fits the wire's 32 bits.
+        self._columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._tick = 0  # engine steps advanced so far
         self._ids: tuple[str, ...] | None = ()  # None: the flat columns are rebuilt at the next advance
         self._offsets, self._growth = _NONE, _NONE
@@ -43,10 +45,10 @@ class SteadyGroups:
     def add(self, group_id: str, log: StepLog) -> None:
         """The group is steady from the next engine step on; ``log``'s last run is the one it goes on with."""
         run = log.runs[-1]
-        growth = np.zeros(len(run.lens), np.int32)
+        growth = np.zeros(len(run.lens), np.int64)
         growth[list(run.decoding)] = 1
         # StepLog.advance at tick t > now returns lens + (run.length + t - 1 - now) for the decoding lanes.
-        offsets = np.asarray(run.lens, np.int32) + growth * (run.length - 1 - self._tick)
+        offsets = np.asarray(run.lens, np.int64) + growth * (run.length - 1 - self._tick)
         self._logs[group_id], self._since[group_id] = log, self._tick
         self._columns[group_id] = (offsets, growth)
         self._ids = None
@@ -79,7 +81,7 @@ class SteadyGroups:
             columns = list(self._columns.values())
             self._offsets = np.concatenate([o for o, _ in columns]) if columns else _NONE
             self._growth = np.concatenate([g for _, g in columns]) if columns else _NONE
-        return self._ids, self._offsets + self._growth * np.int32(self._tick)
+        return self._ids, (self._offsets + self._growth * self._tick).astype(np.int32)
 
     def _catch_up(self, log: StepLog, since: int) -> None:
         steps = self._tick - since

@@ -117,7 +117,7 @@ class LaneLengths:
         self.lens += lens
 
     def columns(self) -> tuple[tuple[str, ...], array]:
-        """:attr:`StepWire.length_groups` and :attr:`StepWire.lane_lens`."""
+        """:attr:`StepWire.length_groups` and :attr:`StepWire.lane_lens`, once: the block is extended in place."""
         flat = self.block
         flat.extend(self.lens)
         return tuple(self.groups), flat
