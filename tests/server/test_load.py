@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -67,6 +68,18 @@ def free_blocks_when_idle(server: Server) -> float:
     return server.metric("hogwild:kv_cache_free_blocks")
 
 
+def requests_queued_over(server: Server, seconds: float = 0.3) -> float:
+    """Requests (plain ones and group workers) that spent more than ``seconds`` in WAITING before their first
+    step, from vLLM's own ``vllm:request_queue_time_seconds`` histogram: the engine records every finished
+    request's queue time, so nothing depends on a scrape landing while a request waits."""
+    text = server.metrics()
+    name = "vllm:request_queue_time_seconds"
+    total = server.metric(name + "_count", text)
+    within = re.findall(rf'^{re.escape(name)}_bucket\{{[^}}]*le="{seconds}"[^}}]*\}} (\S+)$', text, re.M)
+    assert len(within) == 1, f"{name}: no single bucket at le={seconds}"
+    return total - float(within[0])
+
+
 class Sampler(threading.Thread):
     """Polls /metrics while the load runs: the most requests waiting and the highest KV use seen."""
 
@@ -90,6 +103,7 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
     free_at_start = free_blocks_when_idle(server)
     assert KV_BLOCKS - 2 <= free_at_start <= KV_BLOCKS
     specs = make_mix(300, max_tokens=24, seed=0)
+    queued_before = requests_queued_over(server)
     sampler = Sampler(server)
     sampler.start()
     start = time.perf_counter()
@@ -98,14 +112,17 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
     sampler.stop_event.set()
     sampler.join()
     rows = summarize(outcomes)
-    print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; most waiting {sampler.max_waiting:.0f}, "
+    queued = requests_queued_over(server) - queued_before
+    print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; most waiting seen {sampler.max_waiting:.0f}, "
+          f"requests queued over 0.3 s {queued:.0f}, "
           f"highest KV use {sampler.max_kv_use:.2f}; preemptions {server.metric('vllm:num_preemptions_total'):.0f} "
           f"(group preemptions {server.metric('hogwild:group_preemptions_total'):.0f}); "
           f"plain p95 / group p95 = {fairness(rows):.2f}")
     (tmp_path / "load.json").write_text(json.dumps(rows))
 
-    # The load saturated the cache: requests queued for room.
-    assert sampler.max_waiting > 0 and sampler.max_kv_use > 0.8
+    # The load saturated the cache: requests queued for room (vLLM's own queue-time record of every request; a
+    # scrape every 0.2 s may miss the queue between scrapes), and the cache was nearly full.
+    assert queued > 0 and sampler.max_kv_use > 0.8
     # Under pressure groups are preempted whole, never one worker alone.
     exposed = server.metrics()
     assert all(f"hogwild:{name}_total{{" in exposed for name in ("member_preemptions", "group_preemptions", "replayed_tokens"))
