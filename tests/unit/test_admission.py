@@ -28,3 +28,34 @@ def test_zero_bound_is_strict_arrival_order() -> None:
     assert strict.decide(10.0, 9.0, True, 8.999) is Decision.WAIT
     assert strict.decide(10.0, 9.0, True, 9.001) is Decision.ADMIT
     assert strict.decide(10.0, 10.0, False, None) is Decision.HOLD_NEWER
+
+
+def test_lane_hashes_keep_the_prompts_blocks_and_salt_the_rest_per_lane() -> None:
+    """The prompt's full blocks keep vLLM's hashes (shared with co-workers and plain requests); every block past
+    them is salted with the lane, so two lanes with the same tokens never share one; the lane's hasher gives
+    vLLM's own back (a replay request salts with its own id over the same base)."""
+    from types import SimpleNamespace
+
+    from vllm_hogwild.scheduler.kv import base_hasher, lane_private_hasher
+
+    bs = 4
+
+    def vllm_hasher(request):  # as vLLM's: a hash for each block filled since the last call
+        full = request.num_tokens // bs
+        return [bytes([b]) * 32 for b in range(len(request.block_hashes), full)]
+
+    def grow(hasher, num_tokens):
+        request = SimpleNamespace(block_hashes=[], num_tokens=0)
+        for n in range(1, num_tokens + 1):
+            request.num_tokens = n
+            request.block_hashes += hasher(request)
+        return request.block_hashes
+
+    a, b = (lane_private_hasher(vllm_hasher, bs, 2, lane) for lane in ("0_g", "1_g"))
+    plain, lane_a, lane_b = grow(vllm_hasher, 18), grow(a, 18), grow(b, 18)
+    assert len(plain) == len(lane_a) == len(lane_b) == 4
+    assert lane_a[:2] == lane_b[:2] == plain[:2]  # the prompt's full blocks: vLLM's own hashes
+    assert all(x != y and x != p and y != p for x, y, p in zip(lane_a[2:], lane_b[2:], plain[2:]))
+    assert grow(lane_private_hasher(vllm_hasher, bs, 2, "0_g"), 18) == lane_a  # deterministic per lane
+    assert base_hasher(a) is vllm_hasher and base_hasher(vllm_hasher) is vllm_hasher
+    assert grow(lane_private_hasher(base_hasher(a), bs, 2, "0_g@replay1"), 18)[2:] != lane_a[2:]

@@ -60,7 +60,7 @@ def _setattr_names(path: Path) -> set[str]:
 
 # Names a module sets on vLLM objects that are state, not wraps: no behaviour of vLLM's is replaced by them.
 STATE = {
-    "vllm_hogwild.scheduler.kv": {"base"},  # the lane hasher's own record of the hasher it salts
+    "vllm_hogwild.scheduler.kv": set(),
     "vllm_hogwild.runner.runner_hook": {"_hogwild_hook"},  # the mark that a runner is already wrapped
     "vllm_hogwild.scheduler.scheduler": {"spec_token_ids", "num_computed_tokens"},  # request fields
     "vllm_hogwild.runner.forcing": set(),

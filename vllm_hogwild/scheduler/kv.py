@@ -26,6 +26,7 @@ module applies them to vLLM's KV-cache manager:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import time
@@ -83,18 +84,27 @@ def lane_private_hasher(hasher: Callable[[Any], list[bytes]], hash_block_size: i
     block past the group's prompt) salted with ``lane``: those blocks hold K/V computed under the lane's
     views, so only the lane itself could ever find them in the prefix cache. The prompt's full blocks keep
     vLLM's own hashes (co-workers and other requests with the same prompt share them). vLLM calls it for
-    every token a request gains: until a block is full it costs what vLLM's own hasher costs."""
+    every token a request gains: until a block is full it costs what vLLM's own hasher costs.
+
+    A ``functools.partial`` over a module function: two small objects per lane (a closure, its cells and an
+    attribute for the base hasher took seven), and :func:`base_hasher` reads vLLM's hasher back from it."""
+    return functools.partial(_lane_hashes, hasher, hash_block_size, shared_blocks, lane)
+
+
+def base_hasher(hasher: Callable[[Any], list[bytes]]) -> Callable[[Any], list[bytes]]:
+    """vLLM's own hasher under a lane's (``hasher`` itself when it is not a lane's)."""
+    if isinstance(hasher, functools.partial) and hasher.func is _lane_hashes:
+        return hasher.args[0]
+    return hasher
+
+
+def _lane_hashes(hasher, hash_block_size: int, shared_blocks: int, lane: str, request) -> list[bytes]:
+    first = len(request.block_hashes)
+    if (first + 1) * hash_block_size > request.num_tokens:
+        return []  # no block filled since the last call
     salt = b"hogwild-lane:" + lane.encode()
-
-    def hash_blocks(request) -> list[bytes]:
-        first = len(request.block_hashes)
-        if (first + 1) * hash_block_size > request.num_tokens:
-            return []  # no block filled since the last call
-        return [h if first + i < shared_blocks else hashlib.sha256(salt + h).digest()
-                for i, h in enumerate(hasher(request))]
-
-    hash_blocks.base = hasher  # type: ignore[attr-defined]
-    return hash_blocks
+    return [h if first + i < shared_blocks else hashlib.sha256(salt + h).digest()
+            for i, h in enumerate(hasher(request))]
 
 
 class RoomMaker:

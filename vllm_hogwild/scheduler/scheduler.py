@@ -40,7 +40,7 @@ from vllm_hogwild.core.options import EngineOptions, runtime_of, spec_of, spec_s
 from vllm_hogwild.core.stats_channel import StatsSender
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.scheduler.detok import TextStream
-from vllm_hogwild.scheduler.kv import BudgetedAllocation, RoomMaker, lane_private_hasher
+from vllm_hogwild.scheduler.kv import BudgetedAllocation, RoomMaker, base_hasher, lane_private_hasher
 
 logger = get_logger(__name__)
 
@@ -98,7 +98,7 @@ class HogwildScheduler(Scheduler):
         ``hasher``: vLLM's block hasher, or a lane's (its own is taken back); None: prefix caching is off."""
         if hasher is None:
             return None
-        return lane_private_hasher(getattr(hasher, "base", hasher), self.hash_block_size,
+        return lane_private_hasher(base_hasher(hasher), self.hash_block_size,
                                    prompt_len // self.hash_block_size, request_id)
 
     def get_request_counts(self) -> tuple[int, int]:
