@@ -32,30 +32,36 @@ def test_zero_bound_is_strict_arrival_order() -> None:
 
 def test_lane_hashes_keep_the_prompts_blocks_and_salt_the_rest_per_lane() -> None:
     """The prompt's full blocks keep vLLM's hashes (shared with co-workers and plain requests); every block past
-    them is salted with the lane, so two lanes with the same tokens never share one; the lane's hasher gives
-    vLLM's own back (a replay request salts with its own id over the same base)."""
+    them is salted with the lane, so two lanes with the same tokens never share one. Every worker shares one
+    hasher function (vLLM's call site stays on one callee); a replay request salts with its own id and keeps
+    its group's prompt blocks shared although its own prompt is the whole lane."""
     from types import SimpleNamespace
 
-    from vllm_hogwild.scheduler.kv import base_hasher, lane_private_hasher
+    from vllm_hogwild.scheduler.kv import LaneHashers
 
     bs = 4
 
-    def vllm_hasher(request):  # as vLLM's: a hash for each block filled since the last call
+    def vllm_hasher(request):  # as vLLM's: a hash of each block filled since the last call, chained
         full = request.num_tokens // bs
         return [bytes([b]) * 32 for b in range(len(request.block_hashes), full)]
 
-    def grow(hasher, num_tokens):
-        request = SimpleNamespace(block_hashes=[], num_tokens=0)
+    def grow(hasher, request_id, prompt_len, num_tokens):
+        request = SimpleNamespace(block_hashes=[], num_tokens=0, num_prompt_tokens=prompt_len, request_id=request_id)
         for n in range(1, num_tokens + 1):
             request.num_tokens = n
             request.block_hashes += hasher(request)
         return request.block_hashes
 
-    a, b = (lane_private_hasher(vllm_hasher, bs, 2, lane) for lane in ("0_g", "1_g"))
-    plain, lane_a, lane_b = grow(vllm_hasher, 18), grow(a, 18), grow(b, 18)
+    lanes = LaneHashers(bs)
+    worker = lanes.for_worker(vllm_hasher)
+    assert lanes.for_worker(vllm_hasher) is worker and lanes.for_worker(worker) is worker  # one for all workers
+    assert lanes.base(worker) is vllm_hasher and lanes.base(vllm_hasher) is vllm_hasher
+    plain = grow(vllm_hasher, "p", 9, 18)
+    lane_a, lane_b = grow(worker, "0_g", 9, 18), grow(worker, "1_g", 9, 18)
     assert len(plain) == len(lane_a) == len(lane_b) == 4
-    assert lane_a[:2] == lane_b[:2] == plain[:2]  # the prompt's full blocks: vLLM's own hashes
+    assert lane_a[:2] == lane_b[:2] == plain[:2]  # the prompt's full blocks (9 tokens: 2): vLLM's own hashes
     assert all(x != y and x != p and y != p for x, y, p in zip(lane_a[2:], lane_b[2:], plain[2:]))
-    assert grow(lane_private_hasher(vllm_hasher, bs, 2, "0_g"), 18) == lane_a  # deterministic per lane
-    assert base_hasher(a) is vllm_hasher and base_hasher(vllm_hasher) is vllm_hasher
-    assert grow(lane_private_hasher(base_hasher(a), bs, 2, "0_g@replay1"), 18)[2:] != lane_a[2:]
+    assert grow(worker, "0_g", 9, 18) == lane_a  # deterministic per lane
+    replay = lanes.for_replay(worker, 9, "0_g@replay1")
+    again = grow(replay, "0_g@replay1", 17, 18)  # its prompt: the lane's 17 tokens, of which the group's 9
+    assert again[:2] == plain[:2] and all(x != y for x, y in zip(again[2:], lane_a[2:]))

@@ -167,7 +167,7 @@ def preemption_and_replay() -> list[TouchPoint]:
                    ("client_index", "cache_salt", "priority", "lora_request", "num_output_placeholders",
                     "block_hashes", "all_token_ids"), replay),
         *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("_block_hasher",),
-                   "scheduler/kv.lane_private_hasher (a lane's blocks past its prompt hashed privately)", writes=True),
+                   "scheduler/kv.LaneHashers (a lane's blocks past its prompt hashed privately)", writes=True),
         *same_kind(REQUEST, "Request", ATTRIBUTE, ("num_tokens_with_spec",), room),
         TouchPoint(REQUEST, "Request.update_block_hashes", METHOD, replay, params=("self",)),
         TouchPoint(REQUEST, "RequestStatus.FINISHED_STOPPED", CONSTANT, replay),

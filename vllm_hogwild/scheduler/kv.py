@@ -19,7 +19,7 @@ module applies them to vLLM's KV-cache manager:
   instance meanwhile by anyone else (vLLM's own scheduler tests patch it) is
   lost. ``vllm_hogwild/patches/04-*`` is the upstream change (a lookahead per request) that
   would retire the wrap;
-- :func:`lane_private_hasher`: a lane's prefix-cache hashes past its group's
+- :class:`LaneHashers`: a lane's prefix-cache hashes past its group's
   prompt are the lane's own, so K/V computed under Hogwild views is never
   served to another request.
 """
@@ -79,32 +79,65 @@ class BudgetedAllocation:
         return blocks
 
 
-def lane_private_hasher(hasher: Callable[[Any], list[bytes]], hash_block_size: int, shared_blocks: int, lane: str):
-    """``hasher`` (vLLM's request block hasher), with the hashes of blocks from ``shared_blocks`` on (the first
-    block past the group's prompt) salted with ``lane``: those blocks hold K/V computed under the lane's
-    views, so only the lane itself could ever find them in the prefix cache. The prompt's full blocks keep
-    vLLM's own hashes (co-workers and other requests with the same prompt share them). vLLM calls it for
-    every token a request gains: until a block is full it costs what vLLM's own hasher costs.
+class LaneHashers:
+    """The prefix-cache hashers of lanes (one per scheduler): a lane's hashes past its group's prompt are its own.
 
-    A ``functools.partial`` over a module function: two small objects per lane (a closure, its cells and an
-    attribute for the base hasher took seven), and :func:`base_hasher` reads vLLM's hasher back from it."""
-    return functools.partial(_lane_hashes, hasher, hash_block_size, shared_blocks, lane)
+    A lane's blocks past the prompt's full blocks hold K/V computed under the lane's views, so their hashes are
+    vLLM's salted with the lane (the request id): no other request (a plain one with the same tokens, a
+    sibling lane) ever finds them in the prefix cache. The prompt's full blocks keep vLLM's hashes
+    (co-workers and other requests with the same prompt share them).
+
+    vLLM calls a request's hasher for every token it gains, and the call site in ``Request`` stays fast only
+    while it sees one function: every worker of the engine shares one (:meth:`for_worker`, its salt and
+    prompt read from the request), which returns early exactly as vLLM's own does. A function per lane cost
+    about 0.3 ms per engine step at 1,024 workers (``docs/benchmarks.md``, "Scheduler overhead"). A replay
+    request (rare: a preempted group resuming) has a prompt longer than its group's, so it gets a function of
+    its own (:meth:`for_replay`)."""
+
+    def __init__(self, hash_block_size: int) -> None:
+        self.hash_block_size = hash_block_size
+        self._workers: dict[Callable, Callable] = {}  # vLLM's hasher -> the one its workers share
+        self._bases: dict[Callable, Callable] = {}  # a workers' hasher -> vLLM's under it
+
+    def base(self, hasher: Callable) -> Callable:
+        """vLLM's own hasher under ``hasher`` (``hasher`` itself when it is not a lane's)."""
+        return self._bases.get(hasher, hasher)
+
+    def for_worker(self, hasher: Callable) -> Callable:
+        """The hasher of every worker whose request is its lane from position 0 (``hasher``: vLLM's or a lane's)."""
+        base = self.base(hasher)
+        shared = self._workers.get(base)
+        if shared is None:
+            size = self.hash_block_size
+
+            def hash_worker_lane(request) -> list[bytes]:
+                start = len(request.block_hashes) * size
+                if start + size > request.num_tokens:
+                    return []  # no block filled since the last call (vLLM's own test)
+                return _salted(base(request), start // size, request.num_prompt_tokens // size, request.request_id)
+
+            shared = self._workers[base] = hash_worker_lane
+            self._bases[shared] = base
+        return shared
+
+    def for_replay(self, hasher: Callable, prompt_len: int, request_id: str) -> Callable:
+        """The hasher of a replay request (``hasher``: its worker's; ``prompt_len``: its group's prompt, shorter
+        than its own, which is the whole lane; ``request_id``: its own, the salt)."""
+        return functools.partial(_replay_hashes, self.base(hasher), self.hash_block_size,
+                                 prompt_len // self.hash_block_size, request_id)
 
 
-def base_hasher(hasher: Callable[[Any], list[bytes]]) -> Callable[[Any], list[bytes]]:
-    """vLLM's own hasher under a lane's (``hasher`` itself when it is not a lane's)."""
-    if isinstance(hasher, functools.partial) and hasher.func is _lane_hashes:
-        return hasher.args[0]
-    return hasher
+def _replay_hashes(base, size: int, shared_blocks: int, lane: str, request) -> list[bytes]:
+    start = len(request.block_hashes) * size
+    if start + size > request.num_tokens:
+        return []
+    return _salted(base(request), start // size, shared_blocks, lane)
 
 
-def _lane_hashes(hasher, hash_block_size: int, shared_blocks: int, lane: str, request) -> list[bytes]:
-    first = len(request.block_hashes)
-    if (first + 1) * hash_block_size > request.num_tokens:
-        return []  # no block filled since the last call
+def _salted(hashes: list[bytes], first: int, shared_blocks: int, lane: str) -> list[bytes]:
+    """vLLM's hashes of blocks ``first``, ``first + 1``, ...: those from ``shared_blocks`` on salted with ``lane``."""
     salt = b"hogwild-lane:" + lane.encode()
-    return [h if first + i < shared_blocks else hashlib.sha256(salt + h).digest()
-            for i, h in enumerate(hasher(request))]
+    return [h if first + i < shared_blocks else hashlib.sha256(salt + h).digest() for i, h in enumerate(hashes)]
 
 
 class RoomMaker:

@@ -40,7 +40,7 @@ from vllm_hogwild.core.options import EngineOptions, runtime_of, spec_of, spec_s
 from vllm_hogwild.core.stats_channel import StatsSender
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.scheduler.detok import TextStream
-from vllm_hogwild.scheduler.kv import BudgetedAllocation, RoomMaker, base_hasher, lane_private_hasher
+from vllm_hogwild.scheduler.kv import BudgetedAllocation, LaneHashers, RoomMaker
 
 logger = get_logger(__name__)
 
@@ -66,6 +66,7 @@ class HogwildScheduler(Scheduler):
                                 max_positions=self.max_model_len)
         if self.num_spec_tokens:  # lock-step counts steps, not tokens: each worker's accepted runs go through the table
             self._update_request_with_output = self._update_worker_with_output
+        self._lane_hashers = LaneHashers(self.hash_block_size)  # a lane's blocks past its prompt hashed privately
         self.parked: dict[str, Request] = {}  # finished lanes' requests whose blocks co-workers still read
         self._resort = False  # workers were queued: vLLM appended those it admitted to `running`
         self._budget = BudgetedAllocation(self.kv_cache_manager, self.table)
@@ -84,22 +85,13 @@ class HogwildScheduler(Scheduler):
         spec = spec_of(request.sampling_params.extra_args if request.sampling_params else None)
         if spec is None:
             return super().add_request(request)
-        request._block_hasher = self._lane_hasher(request._block_hasher, request.num_prompt_tokens,
-                                                  request.request_id)
+        if request._block_hasher is not None:  # (None: prefix caching is off)
+            request._block_hasher = self._lane_hashers.for_worker(request._block_hasher)
         super().add_request(request)
         self.waiting.remove_request(request)  # held out of the waiting queue until its group is admitted
         self.table.arrive(request.request_id, spec, request, prompt_len=request.num_prompt_tokens,
                           max_tokens=request.max_tokens, eos_token_id=request.sampling_params.eos_token_id,
                           arrival=request.arrival_time)
-
-    def _lane_hasher(self, hasher, prompt_len: int, request_id: str):
-        """A lane's blocks past its prompt hold K/V computed under Hogwild views: their prefix-cache hashes are
-        its own, so no other request (a plain one with the same tokens, a sibling lane) ever reads them.
-        ``hasher``: vLLM's block hasher, or a lane's (its own is taken back); None: prefix caching is off."""
-        if hasher is None:
-            return None
-        return lane_private_hasher(base_hasher(hasher), self.hash_block_size,
-                                   prompt_len // self.hash_block_size, request_id)
 
     def get_request_counts(self) -> tuple[int, int]:
         # Held workers wait too: the engine must keep stepping for them.
@@ -197,7 +189,8 @@ class HogwildScheduler(Scheduler):
         which it never feeds). It is internal: it never samples, and nothing of it reaches the client."""
         original = worker.request
         request_id = f"{worker.request_id}@replay{worker.group.counters.num_preemptions}"
-        hasher = self._lane_hasher(original._block_hasher, worker.group.prompt_len, request_id)
+        hasher = None if original._block_hasher is None else \
+            self._lane_hashers.for_replay(original._block_hasher, worker.group.prompt_len, request_id)
         request = Request(request_id, list(tokens), SamplingParams(max_tokens=1, temperature=0.0), None,
                           client_index=original.client_index, arrival_time=original.arrival_time,
                           cache_salt=original.cache_salt, priority=original.priority, lora_request=original.lora_request,
