@@ -70,8 +70,7 @@ def free_blocks_when_idle(server: Server) -> float:
 
 def requests_queued_over(server: Server, seconds: float = 0.3) -> float:
     """Requests (plain ones and group workers) that spent more than ``seconds`` in WAITING before their first
-    step, from vLLM's own ``vllm:request_queue_time_seconds`` histogram: the engine records every finished
-    request's queue time, so nothing depends on a scrape landing while a request waits."""
+    step, from vLLM's own ``vllm:request_queue_time_seconds`` histogram (printed: how the load queued)."""
     text = server.metrics()
     name = "vllm:request_queue_time_seconds"
     total = server.metric(name + "_count", text)
@@ -80,49 +79,28 @@ def requests_queued_over(server: Server, seconds: float = 0.3) -> float:
     return total - float(within[0])
 
 
-class Sampler(threading.Thread):
-    """Polls /metrics while the load runs: the most requests waiting and the highest KV use seen."""
-
-    def __init__(self, server: Server) -> None:
-        super().__init__(daemon=True)
-        self.server, self.stop_event = server, threading.Event()
-        self.max_waiting = self.max_kv_use = 0.0
-
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            try:  # one scrape for both: under load a scrape can take seconds, and one may time out
-                exposition = self.server.metrics()
-            except Exception:
-                continue
-            self.max_waiting = max(self.max_waiting, self.server.metric("vllm:num_requests_waiting", exposition))
-            self.max_kv_use = max(self.max_kv_use, self.server.metric("vllm:kv_cache_usage_perc", exposition))
-            time.sleep(0.2)
-
-
 def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tmp_path) -> None:
     free_at_start = free_blocks_when_idle(server)
     assert KV_BLOCKS - 2 <= free_at_start <= KV_BLOCKS
     specs = make_mix(300, max_tokens=24, seed=0)
     queued_before = requests_queued_over(server)
-    sampler = Sampler(server)
-    sampler.start()
+    preempted_before = server.metric("vllm:num_preemptions_total")
     start = time.perf_counter()
     outcomes = asyncio.run(run_load(server.base_url + "/v1", NAME, specs, concurrency=48, deadline_s=240))
     wall = time.perf_counter() - start
-    sampler.stop_event.set()
-    sampler.join()
     rows = summarize(outcomes)
     queued = requests_queued_over(server) - queued_before
-    print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; most waiting seen {sampler.max_waiting:.0f}, "
-          f"requests queued over 0.3 s {queued:.0f}, "
-          f"highest KV use {sampler.max_kv_use:.2f}; preemptions {server.metric('vllm:num_preemptions_total'):.0f} "
-          f"(group preemptions {server.metric('hogwild:group_preemptions_total'):.0f}); "
+    preempted = server.metric("vllm:num_preemptions_total") - preempted_before
+    print(f"\n{markdown(rows)}\n300 requests in {wall:.1f} s; requests queued over 0.3 s {queued:.0f}; "
+          f"preemptions {preempted:.0f} (group preemptions {server.metric('hogwild:group_preemptions_total'):.0f}); "
           f"plain p95 / group p95 = {fairness(rows):.2f}")
     (tmp_path / "load.json").write_text(json.dumps(rows))
 
-    # The load saturated the cache: requests queued for room (vLLM's own queue-time record of every request; a
-    # scrape every 0.2 s may miss the queue between scrapes), and the cache was nearly full.
-    assert queued > 0 and sampler.max_kv_use > 0.8
+    # The load saturated the cache: the engine preempted (it does only when a step's blocks do not fit: the
+    # cache was full, and the preempted requests queued again for room). Counted by the engine itself: a
+    # /metrics poll during the load missed it on a loaded 2-core machine, and how long new requests queue
+    # depends on how fast the engine runs (0 requests over 0.3 s in one clean-clone run, 380 in another).
+    assert preempted > 0
     # Under pressure groups are preempted whole, never one worker alone.
     exposed = server.metrics()
     assert all(f"hogwild:{name}_total{{" in exposed for name in ("member_preemptions", "group_preemptions", "replayed_tokens"))
