@@ -164,7 +164,10 @@ class HogwildScheduler(Scheduler):
         return next((r.arrival_time for r in self.waiting if r.request_id not in self.table), None)
 
     def _block_ids(self, request_id: str) -> list[int]:
-        return self.kv_cache_manager.get_block_ids(request_id)[0]
+        """A lane's block ids (its first KV-cache group), read off the coordinator's own list: vLLM's
+        ``get_block_ids`` builds a ``KVCacheBlocks`` on every call, and a step where 256 groups start or end
+        asks for 1,024 lanes' blocks."""
+        return [block.block_id for block in self.kv_cache_manager.coordinator.get_blocks(request_id)[0]]
 
     # -- preemption and replay -----------------------------------------------------------------------
 
@@ -310,7 +313,7 @@ class HogwildScheduler(Scheduler):
         record = self.table.lane_record(request_id, finished=True)
         if record is not None:  # a fork/join lane: how it took part, with its last output (built after this)
             self._lane_records[request_id] = record
-        parked = self.table.finish(request_id, self._lane_blocks)
+        parked = self.table.finish(request_id, self._block_ids)
         if parked is None:  # co-workers still read this lane: keep its blocks, drop the request
             self.parked[request_id] = request
             del self.requests[request_id]
@@ -319,9 +322,6 @@ class HogwildScheduler(Scheduler):
             if self.parked.pop(other.request_id, None) is not None:
                 self._free_request_blocks(other)
         super()._free_blocks(request)
-
-    def _lane_blocks(self, request_id: str) -> list[int]:
-        return self.kv_cache_manager.get_block_ids(request_id)[0]
 
     # -- text and stats ------------------------------------------------------------------------------
 
