@@ -56,6 +56,7 @@ def test_lane_hashes_keep_the_prompts_blocks_and_salt_the_rest_per_lane() -> Non
     worker = lanes.for_worker(vllm_hasher)
     assert lanes.for_worker(vllm_hasher) is worker and lanes.for_worker(worker) is worker  # one for all workers
     assert lanes.base(worker) is vllm_hasher and lanes.base(vllm_hasher) is vllm_hasher
+    assert lanes.for_worker(None) is None and lanes.for_replay(None, 9, "0_g@replay1") is None  # caching off
     plain = grow(vllm_hasher, "p", 9, 18)
     lane_a, lane_b = grow(worker, "0_g", 9, 18), grow(worker, "1_g", 9, 18)
     assert len(plain) == len(lane_a) == len(lane_b) == 4

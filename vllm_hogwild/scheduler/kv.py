@@ -103,8 +103,11 @@ class LaneHashers:
         """vLLM's own hasher under ``hasher`` (``hasher`` itself when it is not a lane's)."""
         return self._bases.get(hasher, hasher)
 
-    def for_worker(self, hasher: Callable) -> Callable:
-        """The hasher of every worker whose request is its lane from position 0 (``hasher``: vLLM's or a lane's)."""
+    def for_worker(self, hasher: Callable | None) -> Callable | None:
+        """The hasher of every worker whose request is its lane from position 0 (``hasher``: vLLM's or a lane's;
+        None, prefix caching off: None)."""
+        if hasher is None:
+            return None
         base = self.base(hasher)
         shared = self._workers.get(base)
         if shared is None:
@@ -120,9 +123,11 @@ class LaneHashers:
             self._bases[shared] = base
         return shared
 
-    def for_replay(self, hasher: Callable, prompt_len: int, request_id: str) -> Callable:
-        """The hasher of a replay request (``hasher``: its worker's; ``prompt_len``: its group's prompt, shorter
-        than its own, which is the whole lane; ``request_id``: its own, the salt)."""
+    def for_replay(self, hasher: Callable | None, prompt_len: int, request_id: str) -> Callable | None:
+        """The hasher of a replay request (``hasher``: its worker's, None with prefix caching off; ``prompt_len``:
+        its group's prompt, shorter than its own, which is the whole lane; ``request_id``: its own, the salt)."""
+        if hasher is None:
+            return None
         return functools.partial(_replay_hashes, self.base(hasher), self.hash_block_size,
                                  prompt_len // self.hash_block_size, request_id)
 

@@ -85,8 +85,7 @@ class HogwildScheduler(Scheduler):
         spec = spec_of(request.sampling_params.extra_args if request.sampling_params else None)
         if spec is None:
             return super().add_request(request)
-        if request._block_hasher is not None:  # (None: prefix caching is off)
-            request._block_hasher = self._lane_hashers.for_worker(request._block_hasher)
+        request._block_hasher = self._lane_hashers.for_worker(request._block_hasher)
         super().add_request(request)
         self.waiting.remove_request(request)  # held out of the waiting queue until its group is admitted
         self.table.arrive(request.request_id, spec, request, prompt_len=request.num_prompt_tokens,
@@ -192,8 +191,7 @@ class HogwildScheduler(Scheduler):
         which it never feeds). It is internal: it never samples, and nothing of it reaches the client."""
         original = worker.request
         request_id = f"{worker.request_id}@replay{worker.group.counters.num_preemptions}"
-        hasher = None if original._block_hasher is None else \
-            self._lane_hashers.for_replay(original._block_hasher, worker.group.prompt_len, request_id)
+        hasher = self._lane_hashers.for_replay(original._block_hasher, worker.group.prompt_len, request_id)
         request = Request(request_id, list(tokens), SamplingParams(max_tokens=1, temperature=0.0), None,
                           client_index=original.client_index, arrival_time=original.arrival_time,
                           cache_salt=original.cache_salt, priority=original.priority, lora_request=original.lora_request,
