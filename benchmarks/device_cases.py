@@ -37,7 +37,7 @@ from typing import Sequence
 
 import torch
 
-from vllm_hogwild.attention.kv_layout import PlainPagedKV
+from vllm_hogwild.attention.kv_layout import KVQuant, PlainPagedKV
 from vllm_hogwild.attention.segment_attention import QueryRow, Segment
 from vllm_hogwild.core.views import View
 
@@ -56,19 +56,25 @@ def flash_attn_cache(layout: str, num_blocks: int, num_kv_heads: int, block_size
                      dtype: torch.dtype, device, num_layers: int = 2, layer: int = 1,
                      generator: torch.Generator | None = None) -> torch.Tensor:
     """Layer ``layer`` of an ``num_layers``-layer cache as vLLM allocates it: ``[B, H, N, 2D]`` with the
-    layout's strides; the whole buffer (every layer) is filled with noise, so a wrong read shows."""
+    layout's strides; the whole buffer (every layer) is filled with noise, so a wrong read shows. An FP8
+    cache is ``torch.uint8`` elements, as vLLM allocates it; its noise is finite bytes of either encoding
+    (0x00-0x77: no infinity or NaN in e4m3fn or e5m2)."""
     order = FA_LAYOUTS[layout]
     logical = (num_layers, num_blocks, num_kv_heads, block_size, 2 * head_dim)
     physical = torch.empty([logical[i] for i in order], dtype=dtype, device=device)
-    physical.normal_(generator=generator)
+    if dtype == torch.uint8:
+        physical.random_(0, 0x78, generator=generator)
+    else:
+        physical.normal_(generator=generator)
     per_layer = physical.permute(*[order.index(i) for i in range(5)])  # logical axis order
     return per_layer[layer]
 
 
-def flash_attn_split(cache: torch.Tensor, head_dim: int) -> PlainPagedKV:
-    """Exactly ``FlashAttentionImpl.forward``'s split (vllm/v1/attention/backends/flash_attn.py)."""
+def flash_attn_split(cache: torch.Tensor, head_dim: int, quant: KVQuant | None = None) -> PlainPagedKV:
+    """Exactly ``FlashAttentionImpl.forward``'s split (vllm/v1/attention/backends/flash_attn.py); ``quant``:
+    an FP8 cache's encoding and per-layer scales."""
     key_cache, value_cache = cache.transpose(1, 2).split(head_dim, dim=-1)
-    return PlainPagedKV(key_cache, value_cache)
+    return PlainPagedKV(key_cache, value_cache, quant)
 
 
 def max_element_offset(kv: PlainPagedKV, block_ids: Sequence[int]) -> int:
@@ -123,7 +129,8 @@ def blocks_needed(prompt_len: int, gen_lens: Sequence[int], block_size: int) -> 
 
 def build_group(kv: PlainPagedKV, prompt_len: int, gen_lens: Sequence[int], first_block: int,
                 generator: torch.Generator) -> Group:
-    """Write random K/V of every lane into ``kv`` at shuffled physical blocks from ``first_block`` on."""
+    """Write random K/V of every lane into ``kv`` at shuffled physical blocks from ``first_block`` on (an
+    FP8 cache: quantized with its scales; the float64 copies then hold the dequantized values)."""
     bs, heads, d = kv.block_size, kv.num_kv_heads, kv.head_dim
     device, dtype = kv.key_cache.device, kv.key_cache.dtype
     lane_lens = [prompt_len + n for n in gen_lens]
@@ -139,19 +146,25 @@ def build_group(kv: PlainPagedKV, prompt_len: int, gen_lens: Sequence[int], firs
         tables.append(shared_ids + rest[:p])
         rest = rest[p:]
 
-    def rand(n: int) -> torch.Tensor:  # rounded to the cache dtype, kept in float64
-        x = torch.randn(n, heads, d, generator=generator, device=generator.device)
-        return x.to(device).to(dtype).to(torch.float64)
+    quant = kv.quant
 
-    prompt_k, prompt_v = rand(prompt_len), rand(prompt_len)
+    def stored(x: torch.Tensor, scale: float) -> torch.Tensor:  # what the cache holds for x
+        return x.to(dtype) if quant is None else quant.quantize(x, scale)
+
+    def rand(n: int, scale: float) -> torch.Tensor:  # rounded as the cache stores it, kept in float64
+        x = stored(torch.randn(n, heads, d, generator=generator, device=generator.device).to(device), scale)
+        return (x if quant is None else quant.dequantize(x, scale)).to(torch.float64)
+
+    k_scale, v_scale = (1.0, 1.0) if quant is None else (quant.k_scale, quant.v_scale)
+    prompt_k, prompt_v = rand(prompt_len, k_scale), rand(prompt_len, v_scale)
     keys, values = [], []
     for w, n in enumerate(gen_lens):
-        k, v = torch.cat([prompt_k, rand(n)]), torch.cat([prompt_v, rand(n)])
+        k, v = torch.cat([prompt_k, rand(n, k_scale)]), torch.cat([prompt_v, rand(n, v_scale)])
         pos = torch.arange(lane_lens[w], device=device)
         table = torch.tensor(tables[w], dtype=torch.long, device=device)
         blocks, offsets = table[pos // bs], pos % bs
-        kv.key_cache[blocks, offsets] = k.to(dtype)
-        kv.value_cache[blocks, offsets] = v.to(dtype)
+        kv.key_cache[blocks, offsets] = stored(k, k_scale)  # exact: k holds representable values
+        kv.value_cache[blocks, offsets] = stored(v, v_scale)
         keys.append(k)
         values.append(v)
     return Group(prompt_len, lane_lens, tables, keys, values)

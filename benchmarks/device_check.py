@@ -20,7 +20,9 @@ and the RoPE frequencies are computed here from their definitions
    plan, and everything outside the planned rows must keep the sentinel.
    Shapes: 32 query / 8 KV heads with head dim 128 and 64, 28 / 4 (GQA 7) with
    head dim 128, bf16, block 16; plus fp16 with GPT-J pairing and partial
-   rotary, fp32 (exact), and prefill-like multi-token rows. N = 2, 4, 8 workers,
+   rotary, fp32 (exact), prefill-like multi-token rows, and FP8 caches (vLLM's
+   ``fp8_e4m3`` and ``fp8_e5m2``: uint8 elements, per-layer K and V scales unlike
+   1) under a bf16 model, the oracle fed the dequantized values. N = 2, 4, 8 workers,
    views of 1k to 32k tokens (``contiguous``: ``[prompt][co-workers][own]``).
 2. **Compiles**: the first-call time of each kernel specialization (Triton's
    cache pointed at an empty directory, so it is a real compile), and a check
@@ -67,6 +69,9 @@ class Model:
     block_size: int = 16
     neox: bool = True
     rotary: float = 1.0
+    kv_cache: str = "auto"  # vLLM's kv_cache_dtype: "auto" (the model dtype) or an FP8 encoding
+    k_scale: float = 1.0  # an FP8 cache's per-layer scales
+    v_scale: float = 1.0
 
     @property
     def gqa(self) -> int:
@@ -82,11 +87,19 @@ GPU_EXTRA = [  # correctness only
     Model("16q/4kv d128 fp16 GPT-J pairs, rotary 1/2", 16, 4, 128, dtype="float16", neox=False, rotary=0.5),
     Model("8q/2kv d128 fp32", 8, 2, 128, dtype="float32", theta=1e4),
 ]
+# FP8 caches (vLLM's kv_cache_dtype fp8_e4m3 / fp8_e5m2; uint8 elements) under a bf16 model, scales unlike 1.
+GPU_FP8 = [
+    Model("32q/8kv d128 bf16, fp8_e4m3 cache", 32, 8, 128, kv_cache="fp8_e4m3", k_scale=0.37, v_scale=1.9),
+    Model("28q/4kv d128 bf16, fp8_e5m2 cache", 28, 4, 128, theta=1e6, kv_cache="fp8_e5m2", k_scale=0.37,
+          v_scale=1.9),
+]
 SMOKE_MODELS = [
     Model("tiny 8q/2kv d32", 8, 2, 32),
     Model("tiny 7q/1kv d16 (GQA 7)", 7, 1, 16),
 ]
 SMOKE_EXTRA = [Model("tiny 4q/2kv d32 fp32 GPT-J, rotary 1/2", 4, 2, 32, dtype="float32", neox=False, rotary=0.5)]
+SMOKE_FP8 = [Model("tiny 8q/2kv d32, fp8_e4m3 cache", 8, 2, 32, kv_cache="fp8_e4m3", k_scale=0.37, v_scale=1.9),
+             Model("tiny 7q/1kv d16, fp8_e5m2 cache", 7, 1, 16, kv_cache="fp8_e5m2", k_scale=0.37, v_scale=1.9)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,16 +121,23 @@ def plan_rows(smoke: bool) -> list[Row]:
                 for i, x in enumerate(fa)]
         rows += [Row(g7, "LBNHC", 2, 80), Row(SMOKE_EXTRA[0], "BHLNC", 2, 64),
                  Row(a, "LBNHC", 2, 64, query_tokens=5)]
+        rows += [Row(SMOKE_FP8[0], "LBHNC", 3, 96, layout="combined"), Row(SMOKE_FP8[1], "BLNHC", 2, 64)]
         rows += [Row(a, "LBNHC", n, v, timed=True) for n in (2, 4) for v in (64, 128)]
-        rows += [Row(g7, "LBNHC", 2, 96, timed=True)]
+        rows += [Row(g7, "LBNHC", 2, 96, timed=True), Row(SMOKE_FP8[0], "LBNHC", 2, 64, timed=True)]
         return rows
     a = GPU_MODELS[0]
     rows = [Row(a, x, (2, 4, 8)[i % 3], (1024, 4096, 2048)[i % 3], layout=("contiguous", "combined")[i % 2])
             for i, x in enumerate(fa)]
     rows += [Row(a, "LBNHC", 4, 2048, query_tokens=48), Row(GPU_MODELS[1], "BHLNC", 3, 1024, query_tokens=24)]
     rows += [Row(m, "LBNHC", 4, 2048, layout="combined") for m in GPU_EXTRA]
-    rows += [Row(m, "LBNHC", n, v, timed=True) for m in GPU_MODELS for n in (2, 4, 8)
-             for v in (1024, 4096, 16384, 32768)]
+    e4, e5 = GPU_FP8
+    rows += [Row(e4, "LBNHC", 4, 2048, layout="combined"), Row(e4, "BHLNC", 2, 4096),
+             Row(e4, "LBNHC", 4, 2048, query_tokens=48), Row(e5, "LBHNC", 3, 1024, layout="combined")]
+    a, *others = GPU_MODELS
+    timed = lambda m, ns, vs: [Row(m, "LBNHC", n, v, timed=True) for n in ns for v in vs]  # noqa: E731
+    rows += timed(a, (2, 4, 8), (1024, 4096, 16384, 32768)) + timed(e4, (4, 8), (4096, 32768))
+    for m in others:
+        rows += timed(m, (2, 4, 8), (1024, 4096, 16384, 32768))
     return rows
 
 
@@ -150,6 +170,7 @@ def main() -> int:  # noqa: C901 - one linear script
                                          view_oracle)
     from vllm_hogwild.attention import segment_attention as sa
     from vllm_hogwild.attention import triton_attention as ta
+    from vllm_hogwild.attention.kv_layout import KVQuant
     from vllm_hogwild.core.rope import RopeSpec
     from vllm_hogwild.core.views import build_views, Span
 
@@ -213,9 +234,11 @@ def main() -> int:  # noqa: C901 - one linear script
             if not smoke:
                 torch.cuda.empty_cache()
             gen = torch.Generator(device=device).manual_seed(1)
+            quant = KVQuant.of(m.kv_cache, m.k_scale, m.v_scale)
             cache = flash_attn_cache(layout, first_block + max_blocks + 16, m.num_kv_heads, m.block_size,
-                                     m.head_dim, getattr(torch, m.dtype), device, generator=gen)
-            caches[key] = flash_attn_split(cache, m.head_dim)
+                                     m.head_dim, getattr(torch, m.dtype) if quant is None else torch.uint8,
+                                     device, generator=gen)
+            caches[key] = flash_attn_split(cache, m.head_dim, quant)
         return caches[key]
 
     rows = plan_rows(smoke)
@@ -436,10 +459,10 @@ def time_row(torch, sa, state, r: Row, plan, q, out, kv, group, plan_ms, args, s
     n_fn, how_n = sdpa_call(torch, dqn, dkn, m.gqa)
     one_us, n_us = timed(one_fn), timed(n_fn)
     state.setdefault("sdpa", set()).update({how_one, how_n})
-    esize = torch.empty(0, dtype=dtype).element_size()
+    esize = kv.key_cache.element_size()  # 1 for an FP8 cache; SDPA's copies are in the model dtype
     blocks = len(group.used_blocks)
     kv_bytes = blocks * m.num_kv_heads * m.block_size * m.head_dim * 2 * esize
-    copies_bytes = n * lv * m.num_kv_heads * m.head_dim * 2 * esize
+    copies_bytes = n * lv * m.num_kv_heads * m.head_dim * 2 * torch.empty(0, dtype=dtype).element_size()
     entries = sum(int((b.reader_pair < plan.pair_token.shape[0]).sum()) for b in plan.buckets)
     partial_bytes = 2 * entries * m.num_q_heads * (m.head_dim + 2) * 4
     floor_us = kv_bytes / (args.hbm_tbps * 1e12) * 1e6

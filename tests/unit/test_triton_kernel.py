@@ -66,7 +66,7 @@ def test_kernels_compile_for_an_h100_h200_with_tensor_cores(tmp_path: Path) -> N
 
 def test_device_check_script_runs_end_to_end_on_the_cpu() -> None:
     """``benchmarks/device_check.py --cpu-smoke``: the GPU script's code paths (FlashAttention cache
-    layouts, block ids past 65,536, strided query, sentinel, torch-only oracle, timings, the table) on
+    layouts, FP8 caches, block ids past 65,536, strided query, sentinel, torch-only oracle, timings, the table) on
     tiny shapes under the interpreter, so a broken script is caught here and not on a scarce GPU run."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, "benchmarks/device_check.py", "--cpu-smoke"], cwd=ROOT,
@@ -76,3 +76,5 @@ def test_device_check_script_runs_end_to_end_on_the_cpu() -> None:
     assert "0 failures" in out and "| model | N | view tokens |" in out
     for layout in FA_LAYOUTS:
         assert f" {layout} N=" in out
+    for encoding in ("fp8_e4m3", "fp8_e5m2"):  # FP8 caches (uint8 bytes, scales unlike 1) against the oracle
+        assert any(line.startswith("ok ") and f"{encoding} cache" in line for line in out.splitlines()), encoding
