@@ -175,6 +175,8 @@ def main() -> int:  # noqa: C901 - one linear script
     from vllm_hogwild.core.views import build_views, Span
 
     smoke = args.cpu_smoke
+    if smoke:  # tiny views would plan chunks of one block: force chunks of several, as long views make them
+        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = 4, 1
     if not smoke and not torch.cuda.is_available():
         print("FAIL: no CUDA device (use --cpu-smoke on a machine without one)")
         return 2
@@ -303,18 +305,27 @@ def main() -> int:  # noqa: C901 - one linear script
                                                                     == SENTINEL).all())
         offset = max_element_offset(kv, group.used_blocks)
         readers = sorted({b.reader_pair.shape[1] for b in plan.buckets})
+        chunk = max(int(b.chunk_starts.diff().max()) for b in plan.buckets)
         ok = err <= tol and untouched
         line = (f"{'ok  ' if ok else 'FAIL'} {m.name:44s} {r.fa_layout} N={r.num_workers} view={r.view_len:>5} "
                 f"{r.layout:10s} q/worker={r.query_tokens:<3} rel err {err:.1e} (tol {tol:.0e}) "
                 f"untouched={untouched} blocks {min(group.used_blocks):,}-{max(group.used_blocks):,} "
-                f"max offset {offset:,}{' >2^31' if offset >= 2**31 else ''} R={readers} plan {plan_ms:.1f} ms")
+                f"max offset {offset:,}{' >2^31' if offset >= 2**31 else ''} R={readers} chunk<={chunk} "
+                f"plan {plan_ms:.1f} ms")
         print(line, flush=True)
         results.append(line)
         if not ok:
             failures.append(line)
         if r.timed:
-            table.append(time_row(torch, sa, state, r, plan, q, out, kv, group, plan_ms, args, smoke,
-                                  device, dtype))
+            saved = sa.TRITON_CHUNK_MAX_BLOCKS
+            sa.TRITON_CHUNK_MAX_BLOCKS = 1  # the same step read one block a program: the kernel before chunks
+            try:
+                plan1 = sa.plan(rows_q, m.block_size, spec, sa.PlanKind.TRITON, num_tokens=t + EXTRA_ROWS,
+                                device=device)
+            finally:
+                sa.TRITON_CHUNK_MAX_BLOCKS = saved
+            table.append(time_row(torch, sa, state, r, plan, plan1, q, out, kv, group, plan_ms, chunk, args,
+                                  smoke, device, dtype))
             print("    " + table[-1], flush=True)
 
     for i, r in enumerate(rows):
@@ -351,12 +362,14 @@ def main() -> int:  # noqa: C901 - one linear script
           + ("CPU smoke (interpreter: timings meaningless)" if smoke else torch.cuda.get_device_name()) + "\n")
     print(f"Floor: the group's unique K/V blocks read once at {args.hbm_tbps} TB/s (assumed HBM bandwidth). "
           "SDPA 1 view: torch SDPA over one materialized view (what one worker's dense attention reads); "
-          "SDPA N copies: over N materialized views (N independent sequences). Partials: fp32 split-KV partial "
+          "SDPA N copies: over N materialized views (N independent sequences); both replayed from a CUDA graph "
+          "where capture works, K and V distinct tensors. Partials: fp32 split-KV partial "
           "results written by the kernel and read by the merge. Plan: per step (all layers share it).\n")
-    print("| model | N | view tokens | kernel µs (eager) | kernel µs (CUDA graph) | of which merge µs | "
+    print("| model | N | view tokens | blocks a chunk | kernel µs (eager) | kernel µs (CUDA graph) | "
+          "of which merge µs | kernel µs, 1 block a chunk | "
           "SDPA 1 view µs | SDPA N copies µs | N copies / kernel | floor µs | K/V read once MB | N copies MB | "
           "partials MB | plan ms/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
     print(f"\nSDPA ran as: {', '.join(sorted(state.get('sdpa', ())))}. Kernel (eager): one `segment_attention.run` "
           "per layer from Python, launch overhead included; (CUDA graph): the same launches replayed from a graph, "
@@ -372,8 +385,8 @@ def main() -> int:  # noqa: C901 - one linear script
     return 0 if not failures else 1
 
 
-def sdpa_call(torch, q, k, gqa: int):
-    """torch SDPA on q, k (= v), restricted to the fused GPU kernels (never the math fallback, which
+def sdpa_call(torch, q, k, v, gqa: int):
+    """torch SDPA on q, k, v (distinct tensors: the same one twice would let V's reads hit L2), restricted to the fused GPU kernels (never the math fallback, which
     would expand the KV heads), with GQA in the kernel when it supports it, else K/V heads repeated
     up front (outside the timing). Returns the call and how it runs."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -388,12 +401,12 @@ def sdpa_call(torch, q, k, gqa: int):
         return call
 
     def repeated():
-        k_rep = k.repeat_interleave(gqa, 1)
-        return restricted(lambda: sdpa(q, k_rep, k_rep))
+        k_rep, v_rep = k.repeat_interleave(gqa, 1), v.repeat_interleave(gqa, 1)
+        return restricted(lambda: sdpa(q, k_rep, v_rep))
 
-    attempts = [("fused kernel, enable_gqa", lambda: restricted(lambda: sdpa(q, k, k, enable_gqa=True))),
+    attempts = [("fused kernel, enable_gqa", lambda: restricted(lambda: sdpa(q, k, v, enable_gqa=True))),
                 ("fused kernel, K/V heads repeated before timing", repeated),
-                ("default backend, enable_gqa", lambda: lambda: sdpa(q, k, k, enable_gqa=True))]
+                ("default backend, enable_gqa", lambda: lambda: sdpa(q, k, v, enable_gqa=True))]
     for how, make in attempts:
         try:
             fn = make()
@@ -404,7 +417,8 @@ def sdpa_call(torch, q, k, gqa: int):
     raise RuntimeError("no SDPA call works here")
 
 
-def time_row(torch, sa, state, r: Row, plan, q, out, kv, group, plan_ms, args, smoke, device, dtype) -> str:
+def time_row(torch, sa, state, r: Row, plan, plan1, q, out, kv, group, plan_ms, chunk, args, smoke, device,
+             dtype) -> str:
     m = r.model
     n, lv = r.num_workers, r.view_len
     reps = 2 if smoke else 30
@@ -451,24 +465,30 @@ def time_row(torch, sa, state, r: Row, plan, q, out, kv, group, plan_ms, args, s
     state["skip_merge"] = state["timing"] = False
     graph_us = timed(full) if full else None
     merge_us = graph_us - timed(partials) if full and partials else None
-    dq1 = torch.randn(1, m.num_q_heads, 1, m.head_dim, device=device).to(dtype)
-    dk1 = torch.randn(1, m.num_kv_heads, lv, m.head_dim, device=device).to(dtype)
-    dqn = torch.randn(n, m.num_q_heads, 1, m.head_dim, device=device).to(dtype)
-    dkn = torch.randn(n, m.num_kv_heads, lv, m.head_dim, device=device).to(dtype)
-    one_fn, how_one = sdpa_call(torch, dq1, dk1, m.gqa)
-    n_fn, how_n = sdpa_call(torch, dqn, dkn, m.gqa)
-    one_us, n_us = timed(one_fn), timed(n_fn)
+    one_block = lambda: sa.run(plan1, q, kv, out=out)  # noqa: E731
+    state["timing"] = True
+    one_block_us = timed(graphed(one_block) or one_block)
+    state["timing"] = False
+    def sdpa_inputs(b: int):
+        return (torch.randn(b, m.num_q_heads, 1, m.head_dim, device=device).to(dtype),
+                *(torch.randn(b, m.num_kv_heads, lv, m.head_dim, device=device).to(dtype) for _ in range(2)))
+
+    one_fn, how_one = sdpa_call(torch, *sdpa_inputs(1), m.gqa)
+    n_fn, how_n = sdpa_call(torch, *sdpa_inputs(n), m.gqa)
+    one_us, n_us = (timed(graphed(f) or f) for f in (one_fn, n_fn))
     state.setdefault("sdpa", set()).update({how_one, how_n})
     esize = kv.key_cache.element_size()  # 1 for an FP8 cache; SDPA's copies are in the model dtype
     blocks = len(group.used_blocks)
     kv_bytes = blocks * m.num_kv_heads * m.block_size * m.head_dim * 2 * esize
     copies_bytes = n * lv * m.num_kv_heads * m.head_dim * 2 * torch.empty(0, dtype=dtype).element_size()
-    entries = sum(int((b.reader_pair < plan.pair_token.shape[0]).sum()) for b in plan.buckets)
+    entries = sum(int((b.reader_pair[b.chunk_starts[:-1]] < plan.pair_token.shape[0]).sum())  # (chunk, reader)
+                  for b in plan.buckets)
     partial_bytes = 2 * entries * m.num_q_heads * (m.head_dim + 2) * 4
     floor_us = kv_bytes / (args.hbm_tbps * 1e12) * 1e6
     kernel_us = graph_us if graph_us is not None else eager_us
     fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-    return (f"| {m.name} | {n} | {lv:,} | {eager_us:.1f} | {fmt(graph_us)} | {fmt(merge_us)} | {one_us:.1f} | "
+    return (f"| {m.name} | {n} | {lv:,} | {chunk} | {eager_us:.1f} | {fmt(graph_us)} | {fmt(merge_us)} | "
+            f"{one_block_us:.1f} | {one_us:.1f} | "
             f"{n_us:.1f} | {n_us / kernel_us:.2f}x | {floor_us:.1f} | {kv_bytes / 1e6:.2f} | "
             f"{copies_bytes / 1e6:.2f} | {partial_bytes / 1e6:.2f} | {plan_ms:.1f} |")
 

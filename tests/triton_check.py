@@ -19,6 +19,14 @@ for it, split into K and V exactly as the backend does
 strided slice of a qkv tensor and write into a slice of a wider output filled
 with a sentinel, with query rows outside the plan.
 
+Chunks: the kernel reads the blocks that share their readers in chunks, one
+program per chunk (``segment_attention.chunk_length``). These small shapes would
+make chunks of one block, so every other plain case and every layout case runs
+with chunks of up to 3 blocks forced (``"chunk_blocks"``: the longest chunk of the
+plan), and a prompt of 101 tokens and lanes of up to 45 where the case keeps the
+default lengths: the running softmax across a chunk's blocks, chunk boundaries inside a
+reader set, and masks on a chunk's first and last blocks.
+
 Then one ``{"specialization": ...}`` line: two plans with different reader
 counts and pair counts (the per-step arguments) give the kernels the same
 specialization key, computed with Triton's own binder from the arguments of
@@ -31,6 +39,7 @@ launches would have needed several compiles. The last line is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -102,7 +111,20 @@ def cache_for(c: Case, cache: str, device: str):
     return group, views, rows, query, kv
 
 
-def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False) -> dict:
+@contextlib.contextmanager
+def chunks_of(max_blocks: int | None):
+    """Chunks of up to ``max_blocks`` blocks whatever the step's size (None: the module's own rule)."""
+    saved = sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT
+    if max_blocks is not None:
+        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = max_blocks, 1
+    try:
+        yield
+    finally:
+        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = saved
+
+
+def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
+          chunk_blocks: int | None = None) -> dict:
     group, views, rows, query, kv = cache_for(c, cache, device)
     ref = oracle(c, group, views, rows, query)
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
@@ -117,7 +139,8 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False)
         out = wide[:, : hq * d].view(t, hq, d)
     else:
         out = None
-    plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.TRITON, num_tokens=q.shape[0], device=device)
+    with chunks_of(chunk_blocks):
+        plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.TRITON, num_tokens=q.shape[0], device=device)
     got = sa.run(plan, q, kv, out=out).cpu()
     rows_out = plan.out_tokens.cpu()
     if layout_case:
@@ -140,6 +163,7 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False)
         "rel_err_torch": ((got[rows_out].double() - reference[rows_out].double()).abs().max()
                           / reference[rows_out].double().abs().max()).item(),
         "tolerance": tol, "block_loads": loads, "block_readers": readers * c.num_kv_heads,
+        "chunk_blocks": max(int(b.chunk_starts.diff().max()) for b in plan.buckets),
         "ok": err <= tol and untouched is not False,
     }
 
@@ -285,8 +309,12 @@ def main() -> int:
             print(json.dumps(result), flush=True)
         print(json.dumps({"ok": ok}))
         return 0 if ok else 1
-    for (c, cache), layout_case in [*((x, False) for x in CASES), *((x, True) for x in LAYOUT_CASES)]:
-        result = check(c, args.device, cache, layout_case)
+    for i, ((c, cache), layout_case) in enumerate([*((x, False) for x in CASES),
+                                                    *((x, True) for x in LAYOUT_CASES)]):
+        chunked = layout_case or i % 2
+        if chunked and c.prompt_len == Case.prompt_len:  # a longer prompt and lanes: several blocks a reader set
+            c = dataclasses.replace(c, prompt_len=101, max_gen=45)
+        result = check(c, args.device, cache, layout_case, chunk_blocks=3 if chunked else None)
         ok &= result["ok"]
         print(json.dumps(result), flush=True)
     result = specialization_check(args.device)

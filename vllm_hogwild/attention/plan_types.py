@@ -29,6 +29,9 @@ class Bucket:
     reader_token: torch.Tensor  # [U, R] query token of each reader (T = padding)
     key_lo: torch.Tensor  # [U, R] first visible offset within the block
     key_hi: torch.Tensor  # [U, R] one past the last visible offset
+    # TRITON: blocks [chunk_starts[c], chunk_starts[c + 1]) form chunk c, blocks with the same readers (the
+    # same row of reader_pair), which one program reads in turn for them (None: the PyTorch paths)
+    chunk_starts: torch.Tensor | None = None  # [C + 1]
 
 
 @dataclass

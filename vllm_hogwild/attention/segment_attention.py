@@ -119,7 +119,10 @@ def plan(
     out_tokens = torch.unique(pair_token)
     buckets = _bucket(blk, pair, pair_token[pair] if len(pair) else pair, lo, hi,
                       len(pair_token), num_tokens)
-    to = lambda t: t.to(device)  # noqa: E731
+    if kind is PlanKind.TRITON:
+        max_blocks = chunk_length(sum(len(b.block_ids) for b in buckets))
+        buckets = [_chunk(b, max_blocks) for b in buckets]
+    to = lambda t: t if t is None else t.to(device)  # noqa: E731
     return SegmentAttentionPlan(
         kind=kind,
         num_tokens=num_tokens,
@@ -392,6 +395,37 @@ def _bucket(blk, pair, token, lo, hi, num_pairs: int, num_tokens: int) -> list[B
         key_lo[u, s], key_hi[u, s] = lo[sel], hi[sel]
         buckets.append(Bucket(uniq[members], reader_pair, reader_token, key_lo, key_hi))
     return buckets
+
+
+# The Triton kernel reads a chunk of blocks that share their readers in one program, keeping each reader's
+# softmax running across them: one partial result per (chunk, reader) instead of one per (block, reader), and
+# the query rotated once per chunk. Chunks of at most TRITON_CHUNK_MAX_BLOCKS blocks, and short enough that a
+# step has about TRITON_CHUNK_MIN_COUNT of them per KV head (programs for every SM of a GPU while views are
+# short).
+TRITON_CHUNK_MAX_BLOCKS = 16
+TRITON_CHUNK_MIN_COUNT = 128
+
+
+def chunk_length(num_blocks: int) -> int:
+    """Blocks per chunk for a step reading ``num_blocks`` distinct blocks."""
+    return max(1, min(TRITON_CHUNK_MAX_BLOCKS, num_blocks // TRITON_CHUNK_MIN_COUNT))
+
+
+def _chunk(b: Bucket, max_blocks: int) -> Bucket:
+    """The bucket's blocks reordered so that blocks with the same readers are adjacent (in block order
+    within a reader set), cut into chunks of at most ``max_blocks``."""
+    if max_blocks == 1 or len(b.block_ids) <= 1:
+        return replace(b, chunk_starts=torch.arange(len(b.block_ids) + 1))
+    _, group = torch.unique(b.reader_pair, dim=0, return_inverse=True)
+    order = torch.argsort(group, stable=True)
+    counts = torch.bincount(group)
+    sizes = []
+    for n in counts.tolist():
+        full, rest = divmod(n, max_blocks)
+        sizes += [max_blocks] * full + ([rest] if rest else [])
+    starts = torch.tensor([0, *sizes]).cumsum(0)
+    return Bucket(b.block_ids[order], b.reader_pair[order], b.reader_token[order], b.key_lo[order],
+                  b.key_hi[order], starts)
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -92,10 +92,11 @@ if triton is not None:
         q_ptr, q_st, q_sh, q_sd,  # query [T, Hq, D] (rotated at stored positions), any strides
         k_ptr, k_sb, k_ss, k_sh, k_sd,  # K: element strides over (block, slot, KV head, dim)
         v_ptr, v_sb, v_ss, v_sh, v_sd,  # V: the same
-        blocks_ptr,  # [U] physical blocks of this bucket
+        blocks_ptr,  # [U] physical blocks of this bucket, each chunk's blocks adjacent
+        chunk_ptr,  # [C + 1] chunk c reads blocks [chunk[c], chunk[c + 1]), all with the same readers
         pair_ptr, lo_ptr, hi_ptr,  # [U, R] each reader's pair (num_pairs: padding) and visible offsets [lo, hi)
         pair_token_ptr, cos_ptr, sin_ptr,  # [P] query token of each pair; [P, ROT // 2] its rotation (fp32)
-        slot_ptr,  # [entries of all buckets] where each real reader's partial goes (token-major order)
+        slot_ptr,  # [entries of all buckets] where each (chunk, real reader)'s partial goes (token-major)
         m_ptr, l_ptr, acc_ptr,  # out: [S, Hq], [S, Hq], [S, Hq, D] partial softmax (base 2) per slot
         R, num_pairs, entry_base,  # per step (do_not_specialize); entry_base: this bucket's first entry
         qk_scale,  # softmax scale times log2(e) (times an FP8 cache's K scale)
@@ -105,30 +106,13 @@ if triton is not None:
         OP_DTYPE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
         KV_FP8: tl.constexpr,  # 0: a float cache; 1: FP8 e4m3fn bytes; 2: FP8 e5m2 bytes
     ):
-        u = tl.program_id(0).to(tl.int64)
+        c = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1).to(tl.int64)
-        block = tl.load(blocks_ptr + u).to(tl.int64)
+        u0 = tl.load(chunk_ptr + c).to(tl.int64)
+        u1 = tl.load(chunk_ptr + c + 1).to(tl.int64)
         offs_s = tl.arange(0, BS)
         offs_d = tl.arange(0, DP)
         dmask = offs_d < D
-        # The block of this KV head, loaded once: K as [DP, BS] (ready for q @ k^T), V as [BS, DP].
-        kt = tl.load(k_ptr + block * k_sb + h * k_sh + offs_d[:, None] * k_sd + offs_s[None, :] * k_ss,
-                     mask=dmask[:, None], other=0)
-        v = tl.load(v_ptr + block * v_sb + h * v_sh + offs_s[:, None] * v_ss + offs_d[None, :] * v_sd,
-                    mask=dmask[None, :], other=0)
-        # An FP8 cache: its bytes as float8 (exact in every operand dtype); the K scale is in qk_scale,
-        # the V scale multiplies V here.
-        if KV_FP8 == 1:
-            kt = kt.to(tl.float8e4nv, bitcast=True)
-            v = (v.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale)
-        elif KV_FP8 == 2:
-            kt = kt.to(tl.float8e5, bitcast=True)
-            v = (v.to(tl.float8e5, bitcast=True).to(tl.float32) * v_scale)
-        kt = kt.to(OP_DTYPE)
-        v = v.to(OP_DTYPE)
-        if UPCAST:
-            kt = kt.to(tl.float32)
-            v = v.to(tl.float32)
         # Rows of a tile: reader (row // G) of the tile, query head h * G + row % G.
         READERS: tl.constexpr = BLOCK_M // G
         rows = tl.arange(0, BLOCK_M)
@@ -149,10 +133,8 @@ if triton is not None:
         for t in range(0, tl.cdiv(R, READERS)):
             r = t * READERS + row_reader
             in_range = row_in_tile & (r < R)
-            entry = u * R + r  # [BLOCK_M] int64, into the bucket's [U, R] tables
-            pair = tl.load(pair_ptr + entry, mask=in_range, other=num_pairs)
-            lo = tl.load(lo_ptr + entry, mask=in_range, other=0)
-            hi = tl.load(hi_ptr + entry, mask=in_range, other=0)
+            # The chunk's readers are its first block's (every block of the chunk has the same).
+            pair = tl.load(pair_ptr + u0 * R + r, mask=in_range, other=num_pairs)
             real = pair < num_pairs  # padding readers: no load, no store, never merged
             pair = tl.where(real, pair, 0).to(tl.int64)
             token = tl.load(pair_token_ptr + pair, mask=real, other=0).to(tl.int64)
@@ -164,24 +146,52 @@ if triton is not None:
             cs = pair[:, None] * HALF + freq[None, :]
             cos = tl.load(cos_ptr + cs, mask=rot, other=1.0)
             sin = tl.load(sin_ptr + cs, mask=rot, other=0.0)
-            q = tl.where(rmask[None, :], q * cos + sign[None, :] * qp * sin, q)  # fp32 rotation
+            q = tl.where(rmask[None, :], q * cos + sign[None, :] * qp * sin, q)  # fp32 rotation, once a chunk
             q = q.to(OP_DTYPE)
             if UPCAST:
                 q = q.to(tl.float32)
-            s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale  # [BLOCK_M, BS], log2 units
-            visible = (offs_s[None, :] >= lo[:, None]) & (offs_s[None, :] < hi[:, None])
-            s = tl.where(visible, s, float("-inf"))
-            m = tl.max(s, axis=1)  # -inf for a reader that sees nothing here
-            p = tl.exp2(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
-            l = tl.sum(p, axis=1)
-            p = p.to(OP_DTYPE)
-            if UPCAST:
-                p = p.to(tl.float32)
-            acc = tl.dot(p, v, input_precision=PRECISION)  # [BLOCK_M, DP], fp32 accumulation
-            slot = tl.load(slot_ptr + entry_base + entry, mask=real, other=0)
+            run_m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            run_l = tl.zeros([BLOCK_M], tl.float32)
+            acc = tl.zeros([BLOCK_M, DP], tl.float32)
+            for u in range(u0, u1):
+                block = tl.load(blocks_ptr + u).to(tl.int64)
+                # The block of this KV head: K as [DP, BS] (ready for q @ k^T), V as [BS, DP].
+                kt = tl.load(k_ptr + block * k_sb + h * k_sh + offs_d[:, None] * k_sd + offs_s[None, :] * k_ss,
+                             mask=dmask[:, None], other=0)
+                v = tl.load(v_ptr + block * v_sb + h * v_sh + offs_s[:, None] * v_ss + offs_d[None, :] * v_sd,
+                            mask=dmask[None, :], other=0)
+                # An FP8 cache: its bytes as float8 (exact in every operand dtype); the K scale is in
+                # qk_scale, the V scale multiplies V here.
+                if KV_FP8 == 1:
+                    kt = kt.to(tl.float8e4nv, bitcast=True)
+                    v = (v.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale)
+                elif KV_FP8 == 2:
+                    kt = kt.to(tl.float8e5, bitcast=True)
+                    v = (v.to(tl.float8e5, bitcast=True).to(tl.float32) * v_scale)
+                kt = kt.to(OP_DTYPE)
+                v = v.to(OP_DTYPE)
+                if UPCAST:
+                    kt = kt.to(tl.float32)
+                    v = v.to(tl.float32)
+                s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale  # [BLOCK_M, BS], log2 units
+                lo = tl.load(lo_ptr + u * R + r, mask=in_range, other=0)
+                hi = tl.load(hi_ptr + u * R + r, mask=in_range, other=0)
+                visible = (offs_s[None, :] >= lo[:, None]) & (offs_s[None, :] < hi[:, None])
+                s = tl.where(visible, s, float("-inf"))
+                new_m = tl.maximum(run_m, tl.max(s, axis=1))  # -inf while a reader has seen nothing
+                base = tl.where(new_m == float("-inf"), 0.0, new_m)
+                alpha = tl.exp2(run_m - base)
+                p = tl.exp2(s - base[:, None])
+                run_l = run_l * alpha + tl.sum(p, axis=1)
+                p = p.to(OP_DTYPE)
+                if UPCAST:
+                    p = p.to(tl.float32)
+                acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)  # fp32 accumulation
+                run_m = new_m
+            slot = tl.load(slot_ptr + entry_base + c * R + r, mask=real, other=0)
             out = slot * HQ + head  # int64
-            tl.store(m_ptr + out, m, mask=real)
-            tl.store(l_ptr + out, l, mask=real)
+            tl.store(m_ptr + out, run_m, mask=real)
+            tl.store(l_ptr + out, run_l, mask=real)
             tl.store(acc_ptr + out[:, None] * D + offs_d[None, :], acc, mask=qmask)
 
     def _merge_partials(
@@ -250,14 +260,17 @@ class _Prepared:
         self.sin = p.pair_sin.to(device=device, dtype=torch.float32).contiguous()
         self.pair_token = p.pair_token.to(device).contiguous()
         self.num_pairs = int(self.pair_token.shape[0])
-        self.buckets = []  # (block_ids, reader_pair, key_lo, key_hi, U, R, entry_base)
+        self.buckets = []  # (block_ids, chunk_starts, reader_pair, key_lo, key_hi, C, R, entry_base)
         tokens, base = [], 0
         for b in p.buckets:
             u, r = b.reader_pair.shape
-            self.buckets.append((b.block_ids.to(device).contiguous(), b.reader_pair.to(device).contiguous(),
-                                 b.key_lo.to(device).contiguous(), b.key_hi.to(device).contiguous(), u, r, base))
-            tokens.append(b.reader_token.to(device).reshape(-1))
-            base += u * r
+            starts = b.chunk_starts if b.chunk_starts is not None else torch.arange(u + 1)
+            starts = starts.to(device).contiguous()
+            chunks = int(starts.shape[0]) - 1
+            self.buckets.append((b.block_ids.to(device).contiguous(), starts, b.reader_pair.to(device).contiguous(),
+                                 b.key_lo.to(device).contiguous(), b.key_hi.to(device).contiguous(), chunks, r, base))
+            tokens.append(b.reader_token.to(device)[starts[:-1]].reshape(-1))  # a partial per (chunk, reader)
+            base += chunks * r
         self.num_entries = base
         # Token-major slots: entries sorted by query token (padding, token T, sorts last and is never
         # written); output row i merges slots [start[i], end[i]). No host sync: sizes are known.
@@ -347,10 +360,10 @@ def run(p, query: torch.Tensor, kv, scale: float | None = None, out: torch.Tenso
     meta, merge_meta = meta_for(num_q_heads, s, p.rope, op_dtype, bool(triton.knobs.runtime.interpret))
     meta["KV_FP8"] = 0 if quant is None else quant.code
     k_scale, v_scale = (1.0, 1.0) if quant is None else (quant.k_scale, quant.v_scale)
-    for blocks, pair, lo, hi, u, r, base in prep.buckets:
-        _launch(_partials_kernel, (u, s.num_kv_heads),
+    for blocks, starts, pair, lo, hi, chunks, r, base in prep.buckets:
+        _launch(_partials_kernel, (chunks, s.num_kv_heads),
                 query, *query.stride(), s.key, *s.key_strides, s.value, *s.value_strides,
-                blocks, pair, lo, hi, prep.pair_token, prep.cos, prep.sin, prep.slot, m, l, acc,
+                blocks, starts, pair, lo, hi, prep.pair_token, prep.cos, prep.sin, prep.slot, m, l, acc,
                 r, prep.num_pairs, base, scale * k_scale * LOG2E, v_scale, **meta)
     rows = prep.out_tokens.shape[0]
     if rows:
