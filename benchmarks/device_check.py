@@ -176,7 +176,7 @@ def main() -> int:  # noqa: C901 - one linear script
 
     smoke = args.cpu_smoke
     if smoke:  # tiny views would plan chunks of one block: force chunks of several, as long views make them
-        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = 6, 1
+        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = 4, 1
     if not smoke and not torch.cuda.is_available():
         print("FAIL: no CUDA device (use --cpu-smoke on a machine without one)")
         return 2

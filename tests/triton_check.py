@@ -22,9 +22,8 @@ with a sentinel, with query rows outside the plan.
 Chunks: the kernel reads the blocks that share their readers in chunks, one
 program per chunk (``segment_attention.chunk_length``). These small shapes would
 make chunks of one block, so every other plain case and every layout case runs
-with chunks of up to 5 blocks forced (``"chunk_blocks"``: the longest chunk of the
-plan), about half of them read 2 blocks a step of the kernel's loop instead of 4
-(``"blocks_per_step"``: several steps a chunk, the last one part masked), and a prompt of 101 tokens and lanes of up to 45 where the case keeps the
+with chunks of up to 3 blocks forced (``"chunk_blocks"``: the longest chunk of the
+plan), and a prompt of 101 tokens and lanes of up to 45 where the case keeps the
 default lengths: the running softmax across a chunk's blocks, chunk boundaries inside a
 reader set, and masks on a chunk's first and last blocks.
 
@@ -113,22 +112,19 @@ def cache_for(c: Case, cache: str, device: str):
 
 
 @contextlib.contextmanager
-def chunks_of(max_blocks: int | None, blocks_per_step: int | None = None):
-    """Chunks of up to ``max_blocks`` blocks whatever the step's size (None: the module's own rule), read
-    ``blocks_per_step`` blocks a step of the kernel's loop (None: the module's own)."""
-    saved = sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT, ta.KEY_BLOCKS_PER_STEP
+def chunks_of(max_blocks: int | None):
+    """Chunks of up to ``max_blocks`` blocks whatever the step's size (None: the module's own rule)."""
+    saved = sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT
     if max_blocks is not None:
         sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = max_blocks, 1
-    if blocks_per_step is not None:
-        ta.KEY_BLOCKS_PER_STEP = blocks_per_step
     try:
         yield
     finally:
-        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT, ta.KEY_BLOCKS_PER_STEP = saved
+        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = saved
 
 
 def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
-          chunk_blocks: int | None = None, blocks_per_step: int | None = None) -> dict:
+          chunk_blocks: int | None = None) -> dict:
     group, views, rows, query, kv = cache_for(c, cache, device)
     ref = oracle(c, group, views, rows, query)
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
@@ -143,9 +139,9 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
         out = wide[:, : hq * d].view(t, hq, d)
     else:
         out = None
-    with chunks_of(chunk_blocks, blocks_per_step):
+    with chunks_of(chunk_blocks):
         plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.TRITON, num_tokens=q.shape[0], device=device)
-        got = sa.run(plan, q, kv, out=out).cpu()
+    got = sa.run(plan, q, kv, out=out).cpu()
     rows_out = plan.out_tokens.cpu()
     if layout_case:
         keep = torch.ones(q.shape[0], dtype=torch.bool)
@@ -168,7 +164,6 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
                           / reference[rows_out].double().abs().max()).item(),
         "tolerance": tol, "block_loads": loads, "block_readers": readers * c.num_kv_heads,
         "chunk_blocks": max(int(b.chunk_starts.diff().max()) for b in plan.buckets),
-        "blocks_per_step": blocks_per_step or ta.KEY_BLOCKS_PER_STEP,
         "ok": err <= tol and untouched is not False,
     }
 
@@ -319,8 +314,7 @@ def main() -> int:
         chunked = layout_case or i % 2
         if chunked and c.prompt_len == Case.prompt_len:  # a longer prompt and lanes: several blocks a reader set
             c = dataclasses.replace(c, prompt_len=101, max_gen=45)
-        result = check(c, args.device, cache, layout_case, chunk_blocks=5 if chunked else None,
-                       blocks_per_step=2 if chunked and i % 4 in (1, 2) else None)
+        result = check(c, args.device, cache, layout_case, chunk_blocks=3 if chunked else None)
         ok &= result["ok"]
         print(json.dumps(result), flush=True)
     result = specialization_check(args.device)

@@ -88,10 +88,6 @@ LOG2E = 1.4426950408889634
 # kernel takes no per-step ints.
 PARTIALS_DYNAMIC = ("R", "num_pairs", "entry_base")
 
-# Blocks a program reads per step of its loop over a chunk: one [KB * block_size]-key product instead of
-# KB small ones (a chunk's tail masked).
-KEY_BLOCKS_PER_STEP = 4
-
 
 def available() -> bool:
     return triton is not None
@@ -116,15 +112,12 @@ if triton is not None:
         ROT: tl.constexpr, NEOX: tl.constexpr, BLOCK_M: tl.constexpr,
         OP_DTYPE: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
         KV_FP8: tl.constexpr,  # 0: a float cache; 1: FP8 e4m3fn bytes; 2: FP8 e5m2 bytes
-        KB: tl.constexpr,  # blocks read per step of the chunk loop (KB * BS keys a product)
     ):
         c = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1).to(tl.int64)
         u0 = tl.load(chunk_ptr + c).to(tl.int64)
         u1 = tl.load(chunk_ptr + c + 1).to(tl.int64)
-        offs_c = tl.arange(0, KB * BS)  # the keys of KB blocks: block offs_c // BS, slot offs_c % BS
-        col_block = offs_c // BS
-        col_slot = offs_c % BS
+        offs_s = tl.arange(0, BS)
         offs_d = tl.arange(0, DP)
         dmask = offs_d < D
         # Rows of a tile: reader (row // G) of the tile, query head h * G + row % G.
@@ -167,15 +160,13 @@ if triton is not None:
             run_m = tl.full([BLOCK_M], float("-inf"), tl.float32)
             run_l = tl.zeros([BLOCK_M], tl.float32)
             acc = tl.zeros([BLOCK_M, DP], tl.float32)
-            for u in range(u0, u1, KB):
-                ub = u + col_block  # [KB * BS] the block of each key column
-                cmask = ub < u1
-                block = tl.load(blocks_ptr + ub, mask=cmask, other=0).to(tl.int64)
-                # KB blocks of this KV head: K as [DP, KB * BS] (ready for q @ k^T), V as [KB * BS, DP].
-                kt = tl.load(k_ptr + block[None, :] * k_sb + h * k_sh + offs_d[:, None] * k_sd
-                             + col_slot[None, :] * k_ss, mask=dmask[:, None] & cmask[None, :], other=0)
-                v = tl.load(v_ptr + block[:, None] * v_sb + h * v_sh + col_slot[:, None] * v_ss
-                            + offs_d[None, :] * v_sd, mask=cmask[:, None] & dmask[None, :], other=0)
+            for u in range(u0, u1):
+                block = tl.load(blocks_ptr + u).to(tl.int64)
+                # The block of this KV head: K as [DP, BS] (ready for q @ k^T), V as [BS, DP].
+                kt = tl.load(k_ptr + block * k_sb + h * k_sh + offs_d[:, None] * k_sd + offs_s[None, :] * k_ss,
+                             mask=dmask[:, None], other=0)
+                v = tl.load(v_ptr + block * v_sb + h * v_sh + offs_s[:, None] * v_ss + offs_d[None, :] * v_sd,
+                            mask=dmask[None, :], other=0)
                 # An FP8 cache: its bytes as float8 (exact in every operand dtype); the K scale is in
                 # qk_scale, the V scale multiplies V here.
                 if KV_FP8 == 1:
@@ -189,12 +180,10 @@ if triton is not None:
                 if UPCAST:
                     kt = kt.to(tl.float32)
                     v = v.to(tl.float32)
-                s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale  # [BLOCK_M, KB * BS], log2 units
-                entry = ub[None, :] * R + r[:, None]  # [BLOCK_M, KB * BS]: each key's block, each row's reader
-                emask = in_range[:, None] & cmask[None, :]
-                lo = tl.load(lo_ptr + entry, mask=emask, other=0)
-                hi = tl.load(hi_ptr + entry, mask=emask, other=0)
-                visible = (col_slot[None, :] >= lo) & (col_slot[None, :] < hi)
+                s = tl.dot(q, kt, input_precision=PRECISION) * qk_scale  # [BLOCK_M, BS], log2 units
+                lo = tl.load(lo_ptr + u * R + r, mask=in_range, other=0)
+                hi = tl.load(hi_ptr + u * R + r, mask=in_range, other=0)
+                visible = (offs_s[None, :] >= lo[:, None]) & (offs_s[None, :] < hi[:, None])
                 s = tl.where(visible, s, float("-inf"))
                 new_m = tl.maximum(run_m, tl.max(s, axis=1))  # -inf while a reader has seen nothing
                 base = tl.where(new_m == float("-inf"), 0.0, new_m)
@@ -333,7 +322,6 @@ def meta_for(num_q_heads: int, kv, rope, dtype: torch.dtype, interpret: bool) ->
         # The interpreter multiplies bf16 tl.dot operands as raw bits: widen them (exactly) first.
         UPCAST=bool(interpret and dtype != torch.float32),
         PRECISION="ieee" if dtype == torch.float32 or interpret else "tf32",
-        KB=KEY_BLOCKS_PER_STEP,
         num_warps=4,
     )
     # Merge: a program per (output row, query head, 32 dims), 128 slots per step of its loop.
