@@ -39,6 +39,9 @@ def test_kernel_matches_the_oracle_and_loads_each_block_once() -> None:
             assert c["block_readers"] >= 2 * c["block_loads"], c
         if c["cache"] != "plain":  # strided qkv slice as the query; rows outside the plan keep the sentinel
             assert c["strided_query"] and c["untouched"] is True, c
+    # Chunks of several blocks (one program reads them in turn, its softmax running across them) in most cases,
+    # and chunks of one block (what these small shapes plan by default) in the others.
+    assert sum(c["chunk_blocks"] > 1 for c in cases) >= 15 and any(c["chunk_blocks"] == 1 for c in cases)
     # Per-step counts (readers per block, pairs) never change the kernels' specialization key.
     spec = next(line["specialization"] for line in lines if "specialization" in line)
     assert spec["ok"] and spec["partials_keys"] == 1 and spec["merge_keys"] == 1, spec
