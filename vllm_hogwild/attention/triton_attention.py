@@ -322,7 +322,9 @@ def meta_for(num_q_heads: int, kv, rope, dtype: torch.dtype, interpret: bool) ->
         # The interpreter multiplies bf16 tl.dot operands as raw bits: widen them (exactly) first.
         UPCAST=bool(interpret and dtype != torch.float32),
         PRECISION="ieee" if dtype == torch.float32 or interpret else "tf32",
-        num_warps=4,
+        # 2 warps for a 16-row tile: measured on an H200 faster than 4 at 4k-32k-token views, and 8 slower
+        # still (docs/benchmarks.md, "On an H200").
+        num_warps=2,
     )
     # Merge: a program per (output row, query head, 32 dims), 128 slots per step of its loop.
     merge = dict(HQ=num_q_heads, D=d, DB=32, EB=128, num_warps=4)
