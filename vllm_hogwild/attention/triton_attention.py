@@ -15,7 +15,7 @@ Same plan and contract as the PyTorch block-bucket path of
   program); a program rotates each reader's query once, walks the chunk's
   blocks keeping the reader's softmax running, and writes one partial per
   (chunk, reader), not one per (block, reader). On an H200 this made 32k-token
-  views 2.3x-2.9x faster (``docs/benchmarks.md``);
+  views 2.2x-3.6x faster (``docs/benchmarks.md``);
 - **tensor cores**: the readers of a block are taken in tiles of
   ``BLOCK_M = max(16, G)`` rows (``BLOCK_M // G`` readers times the ``G`` query
   heads of the KV head), so both products are ``tl.dot``: scores
@@ -322,9 +322,9 @@ def meta_for(num_q_heads: int, kv, rope, dtype: torch.dtype, interpret: bool) ->
         # The interpreter multiplies bf16 tl.dot operands as raw bits: widen them (exactly) first.
         UPCAST=bool(interpret and dtype != torch.float32),
         PRECISION="ieee" if dtype == torch.float32 or interpret else "tf32",
-        # 2 warps for a 16-row tile: measured on an H200 faster than 4 at 4k-32k-token views, and 8 slower
-        # still (docs/benchmarks.md, "On an H200").
-        num_warps=2,
+        # One warp for a 16-row tile: on an H200, 4k-32k-token views ran 1.4x-2x faster than with 4 warps
+        # (8 KV heads), about as fast with GQA 7; 8 warps were 2x slower (docs/benchmarks.md, "On an H200").
+        num_warps=1,
     )
     # Merge: a program per (output row, query head, 32 dims), 128 slots per step of its loop.
     merge = dict(HQ=num_q_heads, D=d, DB=32, EB=128, num_warps=4)
