@@ -379,3 +379,37 @@ def test_the_op_has_the_vector_paths_this_cpu_reports(monkeypatch) -> None:
     monkeypatch.setenv(cpu_ops.ISA_ENV, "sse9")
     with pytest.raises(HogwildOptionError, match=cpu_ops.ISA_ENV):
         cpu_ops.choose()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_triton_chunks_group_the_blocks_that_share_their_readers(seed: int) -> None:
+    """``TRITON`` plans cut each bucket into chunks for the kernel: every block once; a chunk's blocks all
+    have the chunk's readers (the kernel reads them from its first block) and at most the chunk length; the
+    blocks of one reader set keep their order and take as few chunks as the length allows."""
+    from vllm_hogwild.attention.plan_types import Bucket
+
+    g = torch.Generator().manual_seed(seed)
+    u, r, sets, max_blocks = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 80), (1, 6), (1, 7),
+                                                                                             (1, 7)))
+    pairs = torch.randint(0, 9, (sets, r), generator=g)[torch.randint(0, sets, (u,), generator=g)]
+    block_ids = torch.randperm(u, generator=g) + 65_536
+    lo = torch.randint(0, 8, (u, r), generator=g)
+    bucket = Bucket(block_ids, pairs, pairs + 1000, lo, lo + 1 + torch.randint(0, 8, (u, r), generator=g))
+    chunked = sa._chunk(bucket, max_blocks)
+    starts = chunked.chunk_starts.tolist()
+    assert starts[0] == 0 and starts[-1] == u and sorted(chunked.block_ids.tolist()) == sorted(block_ids.tolist())
+    row_of = {int(b): i for i, b in enumerate(block_ids)}
+    seen: dict[tuple, list[int]] = {}
+    for a, b in zip(starts, starts[1:]):
+        assert 0 < b - a <= max_blocks
+        readers = tuple(chunked.reader_pair[a].tolist())
+        for k in range(a, b):  # every block of the chunk: the chunk's readers, its own masks and tokens
+            i = row_of[int(chunked.block_ids[k])]
+            assert tuple(pairs[i].tolist()) == readers
+            assert torch.equal(chunked.key_lo[k], bucket.key_lo[i]) and torch.equal(chunked.key_hi[k], bucket.key_hi[i])
+            assert torch.equal(chunked.reader_token[k], bucket.reader_token[i])
+        seen.setdefault(readers, []).append(b - a)
+        assert [row_of[int(x)] for x in chunked.block_ids[a:b]] == sorted(row_of[int(x)] for x in chunked.block_ids[a:b])
+    for readers, sizes in seen.items():
+        count = sum(tuple(p) == readers for p in pairs.tolist())
+        assert sum(sizes) == count and len(sizes) == -(-count // max_blocks)

@@ -413,19 +413,21 @@ def chunk_length(num_blocks: int) -> int:
 
 def _chunk(b: Bucket, max_blocks: int) -> Bucket:
     """The bucket's blocks reordered so that blocks with the same readers are adjacent (in block order
-    within a reader set), cut into chunks of at most ``max_blocks``."""
-    if max_blocks == 1 or len(b.block_ids) <= 1:
-        return replace(b, chunk_starts=torch.arange(len(b.block_ids) + 1))
-    _, group = torch.unique(b.reader_pair, dim=0, return_inverse=True)
-    order = torch.argsort(group, stable=True)
-    counts = torch.bincount(group)
-    sizes = []
-    for n in counts.tolist():
-        full, rest = divmod(n, max_blocks)
-        sizes += [max_blocks] * full + ([rest] if rest else [])
-    starts = torch.tensor([0, *sizes]).cumsum(0)
-    return Bucket(b.block_ids[order], b.reader_pair[order], b.reader_token[order], b.key_lo[order],
-                  b.key_hi[order], starts)
+    within a reader set), cut into chunks of at most ``max_blocks``. Without a Python loop over blocks or
+    reader sets: a stable sort on each reader column, last column first, orders the rows."""
+    u, r = b.reader_pair.shape
+    if max_blocks == 1 or u <= 1:
+        return replace(b, chunk_starts=torch.arange(u + 1))
+    order = torch.arange(u)
+    for j in reversed(range(r)):
+        order = order[torch.argsort(b.reader_pair[order, j], stable=True)]
+    rows = b.reader_pair[order]
+    new_set = torch.ones(u, dtype=torch.bool)
+    new_set[1:] = (rows[1:] != rows[:-1]).any(1)
+    set_start = torch.cummax(torch.where(new_set, torch.arange(u), 0), 0).values  # first row of each row's set
+    cut = (torch.arange(u) - set_start) % max_blocks == 0  # a set's first row, and every max_blocks-th after
+    starts = torch.cat([cut.nonzero().flatten(), torch.tensor([u])])
+    return Bucket(b.block_ids[order], rows, b.reader_token[order], b.key_lo[order], b.key_hi[order], starts)
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
