@@ -105,7 +105,8 @@ def plan(
         return cpu_plan.plan_csr(single_token_rows(rows, block_size), block_size, rope, num_tokens)
     if kind is PlanKind.DENSE_DECODE:
         return _plan_decode(rows, block_size, rope, num_tokens, device)
-    entries = [_row_entries(row, block_size) for row in rows]
+    tables: dict[tuple[int, ...], torch.Tensor] = {}  # each lane's block table as a tensor, once a step
+    entries = [_row_entries(row, block_size, tables) for row in rows]
     pair_token = _cat([e[0] for e in entries])
     pair_delta = _cat([e[1] for e in entries])
     # Offsets of each row's pairs in the flat pair list.
@@ -316,11 +317,12 @@ def run(
     return out
 
 
-def _row_entries(row: QueryRow, bs: int):
+def _row_entries(row: QueryRow, bs: int, tables: dict[tuple[int, ...], torch.Tensor]):
     """Pairs and (block, reader) entries of one row, vectorized over its tokens.
 
     Returns ``pair_token [P_r]``, ``pair_delta [P_r]`` and four ``[E_r]`` tensors:
-    physical block, pair (row-local), first and one-past-last visible offset.
+    physical block, pair (row-local), first and one-past-last visible offset. ``tables``: block tables
+    already made tensors this step (the rows of a group read the same lanes), filled as it goes.
     """
     _check_row(row, bs)
     n = row.num_query_tokens
@@ -340,10 +342,16 @@ def _row_entries(row: QueryRow, bs: int):
         hi = (seg.end - base).clamp(max=bs)[:, None].expand(-1, n)
         if j == len(row.segments) - 1:  # own text: causal
             hi = torch.minimum(hi, q_pos[None, :] - base[:, None] + 1)
-        phys = torch.tensor(seg.block_ids[first : last + 1])[:, None].expand(-1, n)
+        table = tables.get(seg.block_ids)
+        if table is None:
+            table = tables[seg.block_ids] = torch.tensor(seg.block_ids, dtype=torch.long)
+        phys = table[first : last + 1][:, None].expand(-1, n)
         pair = (j * n + torch.arange(n))[None, :].expand(len(k), -1)
         keep = hi > lo
-        ents.append([t[keep] for t in (phys, pair, lo, hi)])
+        if bool(keep.all()):  # the usual case (a decode row sees every key of its segments' blocks)
+            ents.append([t.reshape(-1) for t in (phys, pair, lo, hi)])
+        else:
+            ents.append([t[keep] for t in (phys, pair, lo, hi)])
     cols = [_cat([e[i] for e in ents]) for i in range(4)]
     return torch.cat(pair_token), torch.cat(pair_delta), cols
 
