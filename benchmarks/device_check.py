@@ -386,9 +386,10 @@ def main() -> int:  # noqa: C901 - one linear script
 
 
 def sdpa_call(torch, q, k, v, gqa: int):
-    """torch SDPA on q, k, v (distinct tensors: the same one twice would let V's reads hit L2), restricted to the fused GPU kernels (never the math fallback, which
-    would expand the KV heads), with GQA in the kernel when it supports it, else K/V heads repeated
-    up front (outside the timing). Returns the call and how it runs."""
+    """torch SDPA on q, k, v (distinct tensors: the same one twice would let V's reads hit L2), restricted
+    to the fused GPU kernels (never the math fallback, which would expand the KV heads), with GQA in the
+    kernel when it supports it, else K/V heads repeated up front (outside the timing). Returns the call
+    and how it runs."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sdpa = torch.nn.functional.scaled_dot_product_attention

@@ -406,10 +406,12 @@ def test_triton_chunks_group_the_blocks_that_share_their_readers(seed: int) -> N
         for k in range(a, b):  # every block of the chunk: the chunk's readers, its own masks and tokens
             i = row_of[int(chunked.block_ids[k])]
             assert tuple(pairs[i].tolist()) == readers
-            assert torch.equal(chunked.key_lo[k], bucket.key_lo[i]) and torch.equal(chunked.key_hi[k], bucket.key_hi[i])
+            assert torch.equal(chunked.key_lo[k], bucket.key_lo[i])
+            assert torch.equal(chunked.key_hi[k], bucket.key_hi[i])
             assert torch.equal(chunked.reader_token[k], bucket.reader_token[i])
         seen.setdefault(readers, []).append(b - a)
-        assert [row_of[int(x)] for x in chunked.block_ids[a:b]] == sorted(row_of[int(x)] for x in chunked.block_ids[a:b])
+        rows_in_chunk = [row_of[int(x)] for x in chunked.block_ids[a:b]]
+        assert rows_in_chunk == sorted(rows_in_chunk)  # a reader set's blocks keep their order
     for readers, sizes in seen.items():
         count = sum(tuple(p) == readers for p in pairs.tolist())
         assert sum(sizes) == count and len(sizes) == -(-count // max_blocks)
