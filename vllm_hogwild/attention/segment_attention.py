@@ -414,6 +414,9 @@ TRITON_CHUNK_MAX_BLOCKS = 16
 TRITON_CHUNK_MIN_COUNT = 128
 
 
+_CHUNK_SORT_MAX_READERS = 16  # one sort a reader column up to this many readers a block
+
+
 def chunk_length(num_blocks: int) -> int:
     """Blocks per chunk for a step reading ``num_blocks`` distinct blocks."""
     return max(1, min(TRITON_CHUNK_MAX_BLOCKS, num_blocks // TRITON_CHUNK_MIN_COUNT))
@@ -422,13 +425,18 @@ def chunk_length(num_blocks: int) -> int:
 def _chunk(b: Bucket, max_blocks: int) -> Bucket:
     """The bucket's blocks reordered so that blocks with the same readers are adjacent (in block order
     within a reader set), cut into chunks of at most ``max_blocks``. Without a Python loop over blocks or
-    reader sets: a stable sort on each reader column, last column first, orders the rows."""
+    reader sets: a stable sort on each reader column, last column first, orders the rows (a few readers a
+    block, decode); with many (long prefill or replay rows), ``torch.unique`` over the rows does."""
     u, r = b.reader_pair.shape
     if max_blocks == 1 or u <= 1:
         return replace(b, chunk_starts=torch.arange(u + 1))
-    order = torch.arange(u)
-    for j in reversed(range(r)):
-        order = order[torch.argsort(b.reader_pair[order, j], stable=True)]
+    if r <= _CHUNK_SORT_MAX_READERS:
+        order = torch.arange(u)
+        for j in reversed(range(r)):
+            order = order[torch.argsort(b.reader_pair[order, j], stable=True)]
+    else:
+        _, same = torch.unique(b.reader_pair, dim=0, return_inverse=True)
+        order = torch.argsort(same, stable=True)
     rows = b.reader_pair[order]
     new_set = torch.ones(u, dtype=torch.bool)
     new_set[1:] = (rows[1:] != rows[:-1]).any(1)
