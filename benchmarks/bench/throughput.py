@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 
@@ -22,13 +23,22 @@ def decode(llm, args) -> dict:
             for _ in range(args.rounds):
                 for kind in ("stock", "hogwild"):
                     hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
-                    salt += 1
-                    full, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, args.max_tokens, salt, hogwild))
-                    if kind == "hogwild":
-                        group = scheduler.table.stats.ended[-1]
-                    salt += 1
-                    first, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, 1, salt, hogwild))
-                    times[kind].append(full - first)
+                    # Decode time: a whole run less a run of its first token alone. With few tokens the two
+                    # differ by milliseconds, and a hiccup of the machine in the short run can make the
+                    # difference negative: such a pair is measured again (up to 3 times), else it counts as
+                    # unknown (nan), never as a negative rate.
+                    for _attempt in range(3):
+                        salt += 1
+                        full, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, args.max_tokens, salt, hogwild))
+                        if kind == "hogwild":
+                            group = scheduler.table.stats.ended[-1]
+                        salt += 1
+                        first, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, 1, salt, hogwild))
+                        if full > first:
+                            break
+                        print(f"decode: {kind} N={n} prompt {p}: the whole run ({full:.4f} s) took no longer than "
+                              f"its first token alone ({first:.4f} s); measuring again", flush=True)
+                    times[kind].append(full - first if full > first else math.nan)
             tps = {k: n * (args.max_tokens - 1) / statistics.median(v) for k, v in times.items()}
             view = p + sum(length - p for length in group.lane_lens)  # every worker's final view
             copies = n * -(-view // bs)
