@@ -31,6 +31,7 @@ dim=-1)``: ``[B, N, H, D]`` views with the layout's strides.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -38,6 +39,7 @@ from typing import Sequence
 import torch
 
 from vllm_hogwild.attention.kv_layout import KVQuant, PlainPagedKV
+from vllm_hogwild.attention import segment_attention
 from vllm_hogwild.attention.segment_attention import QueryRow, Segment
 from vllm_hogwild.core.views import View
 
@@ -75,6 +77,20 @@ def flash_attn_split(cache: torch.Tensor, head_dim: int, quant: KVQuant | None =
     an FP8 cache's encoding and per-layer scales."""
     key_cache, value_cache = cache.transpose(1, 2).split(head_dim, dim=-1)
     return PlainPagedKV(key_cache, value_cache, quant)
+
+
+@contextlib.contextmanager
+def chunks_of(max_blocks: int | None):
+    """Triton plans made inside cut chunks of up to ``max_blocks`` blocks whatever the step's size (None: the
+    planner's own rule): small test shapes get chunks of several blocks, a benchmark the kernel before chunks."""
+    sa = segment_attention
+    saved = sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT
+    if max_blocks is not None:
+        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = max_blocks, 1
+    try:
+        yield
+    finally:
+        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = saved
 
 
 def max_element_offset(kv: PlainPagedKV, block_ids: Sequence[int]) -> int:

@@ -165,7 +165,7 @@ def main() -> int:  # noqa: C901 - one linear script
         print(f"FAIL: needs torch and triton ({e})")
         return 2
     sys.path.insert(0, str(ROOT))
-    from benchmarks.device_cases import (blocks_needed, build_group, default_inv_freq, flash_attn_cache,
+    from benchmarks.device_cases import (blocks_needed, build_group, chunks_of, default_inv_freq, flash_attn_cache,
                                          flash_attn_split, max_element_offset, qkv_query, rel_err, rope_config,
                                          view_oracle)
     from vllm_hogwild.attention import segment_attention as sa
@@ -317,13 +317,9 @@ def main() -> int:  # noqa: C901 - one linear script
         if not ok:
             failures.append(line)
         if r.timed:
-            saved = sa.TRITON_CHUNK_MAX_BLOCKS
-            sa.TRITON_CHUNK_MAX_BLOCKS = 1  # the same step read one block a program: the kernel before chunks
-            try:
+            with chunks_of(1):  # the same step read one block a program: the kernel before chunks
                 plan1 = sa.plan(rows_q, m.block_size, spec, sa.PlanKind.TRITON, num_tokens=t + EXTRA_ROWS,
                                 device=device)
-            finally:
-                sa.TRITON_CHUNK_MAX_BLOCKS = saved
             table.append(time_row(torch, sa, state, r, plan, plan1, q, out, kv, group, plan_ms, chunk, args,
                                   smoke, device, dtype))
             print("    " + table[-1], flush=True)

@@ -39,14 +39,13 @@ launches would have needed several compiles. The last line is
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
 
 import torch
 
-from benchmarks.device_cases import FA_LAYOUTS, flash_attn_cache, flash_attn_split, qkv_query
+from benchmarks.device_cases import FA_LAYOUTS, chunks_of, flash_attn_cache, flash_attn_split, qkv_query
 from tests.unit.test_segment_attention import Case, config_of, oracle, rel_err, setup
 from vllm_hogwild.attention import segment_attention as sa
 from vllm_hogwild.attention import triton_attention as ta
@@ -109,18 +108,6 @@ def cache_for(c: Case, cache: str, device: str):
         fa[..., c.head_dim :] = v.transpose(1, 2).to(device)
         kv = flash_attn_split(fa, c.head_dim)
     return group, views, rows, query, kv
-
-
-@contextlib.contextmanager
-def chunks_of(max_blocks: int | None):
-    """Chunks of up to ``max_blocks`` blocks whatever the step's size (None: the module's own rule)."""
-    saved = sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT
-    if max_blocks is not None:
-        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = max_blocks, 1
-    try:
-        yield
-    finally:
-        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = saved
 
 
 def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
