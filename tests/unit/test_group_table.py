@@ -244,3 +244,29 @@ def test_steady_lengths_stay_exact_past_32_bits_of_engine_steps() -> None:
     steady.drop("g")
     assert [(r.lens, r.length) for r in log.runs] == [(r.lens, r.length) for r in twin.runs]
     assert log.num_steps == twin.num_steps == 5
+
+
+def test_an_end_record_counts_coworker_reads_when_first_read_from_what_the_group_left() -> None:
+    engine = FakeEngine(prompt_len=P)
+    a, b = engine.add_group("g", 2, 6, layout="contiguous")
+    group = engine.table.groups["g"]
+    engine.run({a.request_id: "x", b.request_id: "yy\0"}, 10)
+    assert not engine.table.groups
+    stats = engine.table.stats
+    (pending,) = stats._unsettled
+    assert pending.coworker_reads is None  # not counted in the step the group ended in
+    expected = group.coworker_reads()  # the group object as it ended (the table no longer holds it)
+    assert expected and all(expected)
+    snap = stats.snapshot(0, 0, 0)
+    assert [e["coworker_reads"] for e in snap["ended"]] == [expected] and not stats._unsettled
+    assert stats.ended[-1].coworker_reads == expected
+
+
+def test_only_kinds_that_send_lane_records_are_asked_for_them() -> None:
+    engine = FakeEngine(prompt_len=P)
+    engine.add_group("g", 2, 4)
+    assert not engine.table.records_lanes  # a Hogwild group: vLLM's outputs carry all its clients need
+    engine.add_group("f", 3, 4, protocol="multiverse", max_branches=2)
+    assert engine.table.records_lanes
+    engine.run({r: "x" for r in engine.requests}, 12)
+    assert not engine.table and not engine.table.records_lanes  # both ended

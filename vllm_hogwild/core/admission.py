@@ -125,6 +125,7 @@ class Promises:
 
     def drop_scheduled(self, scheduled) -> None:
         """vLLM scheduled these requests (a mapping or set of request ids): their first allocations are made."""
-        for request_id in [r for r in self._slots if r in scheduled]:
-            self.set(request_id, None)
+        slots, bs = self._slots, self.block_size
+        for request_id in [r for r in slots if r in scheduled]:
+            self.num_blocks -= -(-slots.pop(request_id) // bs)
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 class ForkJoinKind:
     name = "fork/join"
+    records = True  # each lane's part (trunk, branch) goes to the front end
 
     def takes(self, options: "RequestOptions") -> bool:
         return options.forks

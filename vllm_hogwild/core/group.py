@@ -12,6 +12,7 @@ life (arrival, admission, lock-step, the end) is :mod:`vllm_hogwild.core.group_t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from enum import Enum
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -223,68 +224,75 @@ class Group:
         for blocks, n in zip(block_ids, lanes):
             used.update(blocks[: -(-n // block_size)])
         c = self.counters
-        return GroupEnd(
+        history = self.tracker.history if self.tracker is not None else []
+        end = GroupEnd(
             self.num_workers, self.prompt_len, lanes, len(used), c.num_prefill_tokens,
-            c.prefill_saved(self.prompt_len), [w.request.num_output_tokens for w in self.workers],
-            self.coworker_reads(),
+            c.prefill_saved(self.prompt_len), [w.request.num_output_tokens for w in self.workers], None,
             admission_wait_s=(c.admitted_time - self.arrival_time) if c.admitted_time else None,
             latency_s=now - self.arrival_time,
-            history=[(s.lane, s.start, s.end) for s in (self.tracker.history if self.tracker else ())],
+            history=[(s.lane, s.start, s.end) for s in history],
             finisher=self.driver.finisher, num_preemptions=c.num_preemptions,
             num_replayed_tokens=c.num_replayed_tokens, group_id=self.group_id,
         )
+        # Co-worker reads when the record is first read (HogwildStats settles it): from the log and the history
+        # alone, which nothing changes once the group ended (the group itself, and its requests, are not kept).
+        end.settle_with(partial(coworker_reads, self.log, history, self.num_workers, self.prompt_len,
+                                self.spec.options.layout))
+        return end
 
     def coworker_reads(self) -> list[int]:
         """Co-worker tokens each worker attended over its life, summed over its steps (the prompt is nobody's).
 
-        From the step log, in closed form over its runs: O(runs + joins), not O(steps).
-        """
-        n, p, layout = self.num_workers, self.prompt_len, self.spec.options.layout
-        reads = [0] * n
-        if layout not in ("contiguous", "combined", "interleaved"):  # isolated; fork/join: not counted
-            return reads
+        From the step log, in closed form over its runs: O(runs + joins), not O(steps)."""
         history = self.tracker.history if self.tracker is not None else []
-        joins = self.log.joins
-        for run in self.log.runs:
-            # Pieces of the run between joins: the history is constant inside one.
-            cuts = [run.first] + [j for j, _, _ in joins if run.first < j < run.first + run.length] + [
-                run.first + run.length]
-            for a, b in zip(cuts, cuts[1:]):
-                self._add_reads(reads, run, a, b, history, p, layout)
+        return coworker_reads(self.log, history, self.num_workers, self.prompt_len, self.spec.options.layout)
+
+
+def coworker_reads(log: StepLog, history: Sequence[Any], num_workers: int, prompt_len: int,
+                   layout: str) -> list[int]:
+    """:meth:`Group.coworker_reads` from what a group leaves behind: its step log, its history's spans (each
+    with ``lane`` and ``num_tokens``), its size, prompt and layout. Isolated and fork/join: not counted (0)."""
+    reads = [0] * num_workers
+    if layout not in ("contiguous", "combined", "interleaved"):
         return reads
+    joins = log.joins
+    for run in log.runs:
+        # Pieces of the run between joins: the history is constant inside one.
+        cuts = [run.first] + [j for j, _, _ in joins if run.first < j < run.first + run.length] + [
+            run.first + run.length]
+        for a, b in zip(cuts, cuts[1:]):
+            _add_reads(reads, run, a, b, history, prompt_len, layout, joins)
+    return reads
 
-    def _add_reads(self, reads, run, a, b, history, p, layout) -> None:
-        base, decoding, m = run.lens_at(a), run.decoding, b - a
-        grows = [1 if w in decoding else 0 for w in range(len(base))]
-        if layout == "contiguous":
-            for w in decoding:
-                others = sum(base[o] - p for o in range(len(base)) if o != w)
-                reads[w] += m * others + (sum(grows) - 1) * m * (m - 1) // 2
-            return
-        num_history, starts = self._history_at(a)
-        by_lane = [0] * len(base)
-        for span in history[:num_history]:
-            by_lane[span.lane] += span.num_tokens
-        total = sum(by_lane)
+
+def _add_reads(reads: list[int], run: Any, a: int, b: int, history: Sequence[Any], p: int, layout: str,
+               joins: Sequence[tuple[int, int, tuple[int, ...]]]) -> None:
+    base, decoding, m = run.lens_at(a), run.decoding, b - a
+    num_growing = len(decoding)
+    if layout == "contiguous":
+        total = sum(base) - p * len(base)  # every lane's tokens past the prompt
         for w in decoding:
-            k0 = max(0, starts[w] - base[w] + 1)  # from then on the worker reads more than its own lane
-            count = max(0, m - k0)
-            if not count:
-                continue
-            reads[w] += count * (total - by_lane[w])
-            if layout == "combined":
-                ks = (m * (m - 1) - k0 * (k0 - 1)) // 2  # sum of k over [k0, m)
-                reads[w] += count * sum(base[o] - starts[o] for o in range(len(base)) if o != w)
-                reads[w] += ks * (sum(grows) - 1)
-
-    def _history_at(self, step: int) -> tuple[int, tuple[int, ...]]:
-        """(spans in the history, each lane's paragraph start) after ``step``'s joins."""
-        out = (0, (self.prompt_len,) * self.num_workers)
-        for j, num_history, starts in self.log.joins:
-            if j > step:
-                break
-            out = (num_history, starts)
-        return out
+            reads[w] += m * (total - (base[w] - p)) + (num_growing - 1) * m * (m - 1) // 2
+        return
+    num_history, starts = 0, (p,) * len(base)  # after the joins up to step ``a``
+    for j, n, s in joins:
+        if j > a:
+            break
+        num_history, starts = n, s
+    by_lane = [0] * len(base)
+    for span in history[:num_history]:
+        by_lane[span.lane] += span.num_tokens
+    total = sum(by_lane)
+    for w in decoding:
+        k0 = max(0, starts[w] - base[w] + 1)  # from then on the worker reads more than its own lane
+        count = max(0, m - k0)
+        if not count:
+            continue
+        reads[w] += count * (total - by_lane[w])
+        if layout == "combined":
+            ks = (m * (m - 1) - k0 * (k0 - 1)) // 2  # sum of k over [k0, m)
+            reads[w] += count * sum(base[o] - starts[o] for o in range(len(base)) if o != w)
+            reads[w] += ks * (num_growing - 1)
 
 
 def parse_request_id(request_id: str, num_workers: int) -> tuple[str, int]:

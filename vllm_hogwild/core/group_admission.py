@@ -123,13 +123,15 @@ class Admit:
         group.counters.admitted_time = group.counters.admitted_time or self._clock()
         group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
         self._unsettled.add(group.group_id)
-        live = [w for w in group.workers if not w.request.is_finished() and w.index not in group.spare]
+        spare = group.spare
+        live = [w for w in group.workers if not w.finished and w.index not in spare]
         self._num_held -= len(live)
-        if group.spare:
+        if spare:
             self._with_spares[group.group_id] = group
+        first = self._first_slots(group)
         for worker in live:
             slots = (max(group.replay.targets[worker.index], group.prompt_len) + 1 + self.slack if resumed
-                     else self._first_slots(group))
+                     else first)
             self.promises.set(worker.request_id, slots)
         admission.queue += [w.request for w in live]
         if resumed:  # finished lanes re-feed through requests of their own (made by the scheduler)

@@ -48,6 +48,8 @@ class KindTable(Protocol):
 
 
 class GroupKind(Protocol):
+    records: bool  # whether :meth:`record` may return a record (the table asks only kinds that do)
+
     def takes(self, options: "RequestOptions") -> bool:
         """Whether requests with these options are groups of this kind."""
 

@@ -107,6 +107,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         self._lengths = LaneLengths()  # the step being built: the groups that decode and their lanes' lengths
         self._sitting_out: set[str] = set()  # groups with a worker held out of the step being scheduled
         self._steady = SteadyGroups()  # groups in steady lock-step, advanced together (:meth:`lock_step`)
+        self._num_recording = 0  # groups whose kind sends lane records (:meth:`lane_record`)
 
     def __contains__(self, request_id: str) -> bool:
         """A worker's request, or a replay request: a lane of some group."""
@@ -144,6 +145,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
                               arrival_time=self._clock(), encode=self._encode, max_positions=self.max_positions)
             self.groups[group_id] = group
             self._waiting[group_id] = group
+            self._num_recording += group.kind.records
         worker = Worker(group, index, request_id, request, eos_token_id)
         if group.driver.observes_text and self._text_for is not None:
             worker.text = self._text_for(request)
@@ -321,17 +323,23 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             worker.lane_len = group.replay.targets[worker.index]
         group.num_live -= 1
         self._steady.drop(group.group_id)  # its lanes no longer all grow (its log catches up)
-        self.promises.set(request_id, None)
-        if group.phase not in (Phase.ADMITTED, Phase.REPLAYING):
+        if self.promises:
+            self.promises.set(request_id, None)
+        phase = group.phase
+        if phase is not Phase.ADMITTED and phase is not Phase.REPLAYING:
             self._num_held -= 1  # aborted while its group waited
-        elif worker.index in group.spare or any(w is worker for w in self._released):  # a spare lane
+        elif (group.spare or self._released) and (
+                worker.index in group.spare or any(w is worker for w in self._released)):  # a spare lane
             group.spare.discard(worker.index)  # not handed to the engine's queue yet (aborted)
             self._released = [w for w in self._released if w is not worker]
             self._num_held -= 1
-        self._observe(worker)
+        if group.driver.observes_text:
+            self._observe(worker)
         if group.tracker is not None:
             group.tracker.stop(worker.index, worker.lane_len)
         group.kind.finished(self, group, worker)
+        if group.num_live > 0 and phase is not Phase.GATHERING:
+            return None  # a complete group with a live worker (``num_live`` counts them down: O(1) here)
         arrived = [w for w in group.workers if w is not None]
         if not all(w.finished for w in arrived):
             return None
@@ -353,6 +361,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             elif w.request_id != request_id:
                 parked.append(w.request)  # (a preempted group's hold no block: freeing them frees nothing)
         del self.groups[group.group_id]
+        self._num_recording -= group.kind.records
         self._waiting.pop(group.group_id, None)
         self._running.pop(group.group_id, None)
         self._observing.pop(group.group_id, None)
@@ -362,6 +371,12 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         if group.shape_sent or group.log.num_steps:
             self._ended.append(group.group_id)
         return parked
+
+    @property
+    def records_lanes(self) -> bool:
+        """Whether a group of a kind that sends lane records is in the table (else :meth:`lane_record` is
+        None for every request: a caller with many requests may skip asking)."""
+        return self._num_recording > 0
 
     def lane_record(self, request_id: str, finished: bool = False) -> LaneRecord | None:
         """What the front end must learn of a worker with its outputs, as its kind says

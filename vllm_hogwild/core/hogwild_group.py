@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 class HogwildKind:
     name = "hogwild"
+    records = False  # vLLM's outputs carry all a worker's client needs
 
     def takes(self, options: "RequestOptions") -> bool:
         return not options.forks

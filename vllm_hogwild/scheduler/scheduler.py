@@ -107,9 +107,10 @@ class HogwildScheduler(Scheduler):
         if admission is not None:
             for worker, tokens in admission.replays:
                 admission.queue.append(self._replay_request(worker, tokens))
+            records = table.records_lanes
             for request in reversed(admission.queue):
                 self.waiting.prepend_request(request)
-                record = table.lane_record(request.request_id)
+                record = table.lane_record(request.request_id) if records else None
                 if record is not None:  # a fork/join lane: how it takes part, with its first output
                     self._lane_records[request.request_id] = record
         self._budget.install(table.has_reservations)
@@ -308,7 +309,7 @@ class HogwildScheduler(Scheduler):
             return super()._free_blocks(request)
         if request_id not in self.table.workers:
             return super()._free_blocks(request)
-        record = self.table.lane_record(request_id, finished=True)
+        record = self.table.lane_record(request_id, finished=True) if self.table.records_lanes else None
         if record is not None:  # a fork/join lane: how it took part, with its last output (built after this)
             self._lane_records[request_id] = record
         parked = self.table.finish(request_id, self._block_ids)
