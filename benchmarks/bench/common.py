@@ -91,10 +91,12 @@ def side_rows(argv: list[str], expected: int, what: str) -> list[dict]:
 
 
 class timing:
-    """Time a scheduler's ``schedule`` and ``update_from_output`` (this instance) while in the block."""
+    """Time a scheduler's ``schedule`` and ``update_from_output`` (this instance) while in the block: the sums,
+    the steps, and each call (``schedule_each``, ``update_each``, in order)."""
 
     def __init__(self, scheduler) -> None:
-        self.scheduler, self.spent = scheduler, {"schedule": 0.0, "update": 0.0, "steps": 0}
+        self.scheduler = scheduler
+        self.spent = {"schedule": 0.0, "update": 0.0, "steps": 0, "schedule_each": [], "update_each": []}
 
     def __enter__(self) -> dict:
         s, spent = self.scheduler, self.spent
@@ -106,7 +108,9 @@ class timing:
                 try:
                     return fn(*a, **kw)
                 finally:
-                    spent[key] += time.perf_counter() - t
+                    dt = time.perf_counter() - t
+                    spent[key] += dt
+                    spent[key + "_each"].append(dt)
                     spent["steps"] += key == "schedule"
             return wrapper
 

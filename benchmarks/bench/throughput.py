@@ -114,7 +114,12 @@ def overhead(llm, args) -> dict:
                 r["schedule_ms_per_step"] + r["update_ms_per_step"] for r in results
                 if r["kind"] == kind and r["groups"] == groups)
     ratios = {g: per_step[f"hogwild {g}"] / per_step[f"stock {g}"] for g in args.groups}
-    return {"benchmark": "overhead", "results": results, "ms_per_step": per_step, "ratio": ratios}
+    steady = {f"{kind} {g}": statistics.median(r["steady_step_ms"] for r in results
+                                               if r["kind"] == kind and r["groups"] == g)
+              for g in args.groups for kind in ("stock", "hogwild")}
+    return {"benchmark": "overhead", "results": results, "ms_per_step": per_step, "ratio": ratios,
+            "steady_ms_per_step": steady,
+            "steady_ratio": {g: steady[f"hogwild {g}"] / steady[f"stock {g}"] for g in args.groups}}
 
 
 def overhead_side(args) -> None:
@@ -139,9 +144,14 @@ def overhead_side(args) -> None:
         params += [SamplingParams(max_tokens=args.max_tokens, seed=i, ignore_eos=True) for i in range(args.plain)]
         with c.timing(c.scheduler_of(llm)) as spent:
             wall, _ = c.timed(llm, prompts, params)
+        # Every sequence starts in the first step and ends in the last: those two carry the admissions and the
+        # ends; the steps between are the steady decode steps (their median: one step's cost).
+        each = [1e3 * (s + u) for s, u in zip(spent["schedule_each"], spent["update_each"])]
         print(json.dumps({"kind": args.kind, "groups": groups, "workers": args.workers, "plain": args.plain,
                           "sequences": groups * args.workers + args.plain, "steps": spent["steps"],
                           "schedule_ms_per_step": 1e3 * spent["schedule"] / spent["steps"],
-                          "update_ms_per_step": 1e3 * spent["update"] / spent["steps"], "wall_s": wall}), flush=True)
+                          "update_ms_per_step": 1e3 * spent["update"] / spent["steps"],
+                          "first_step_ms": each[0], "last_step_ms": each[-1],
+                          "steady_step_ms": statistics.median(each[1:-1] or each), "wall_s": wall}), flush=True)
 
 

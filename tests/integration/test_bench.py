@@ -49,7 +49,8 @@ def test_overhead_times_both_engines_at_each_point(llm, tiny_model, tmp_path) ->
     rows = report["results"]
     assert [(r["kind"], r["groups"]) for r in rows] == [("stock", 2), ("hogwild", 2), ("stock", 3), ("hogwild", 3)]
     assert [r["sequences"] for r in rows] == [7, 7, 9, 9]
-    assert all(r["steps"] >= 4 for r in rows) and set(report["ratio"]) == {2, 3}
+    assert all(r["steps"] >= 4 for r in rows) and set(report["ratio"]) == set(report["steady_ratio"]) == {2, 3}
+    assert all(min(r["first_step_ms"], r["last_step_ms"], r["steady_step_ms"]) > 0 for r in rows)
 
 
 def test_speculative_compares_every_configuration_per_point_in_one_run(tmp_path) -> None:
