@@ -141,10 +141,12 @@ class Group:
         """Workers that have not stopped."""
         return [w.index for w in self.workers if not w.finished]
 
-    def shape(self, block_ids: Sequence[Sequence[int]]) -> GroupShape:
-        """What the worker processes keep of the group (``block_ids``: each lane's blocks now)."""
+    def shape(self, block_ids: Sequence[Sequence[int]], request_ids: Sequence[str] | None = None) -> GroupShape:
+        """What the worker processes keep of the group (``block_ids``: each lane's blocks now; ``request_ids``:
+        :attr:`request_ids`, where the caller has it)."""
         tail = self.spec.prompt_tail
-        return GroupShape(self.group_id, tuple(self.request_ids), self.spec.options.layout, self.prompt_len,
+        return GroupShape(self.group_id, tuple(request_ids or self.request_ids), self.spec.options.layout,
+                          self.prompt_len,
                           self.prompt_len if tail is None else tail.prompt_end,
                           (None,) * 4 if tail is None else tail.separators(),
                           tuple(tuple(b) for b in block_ids))

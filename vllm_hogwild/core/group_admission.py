@@ -124,7 +124,7 @@ class Admit:
         group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
         self._unsettled.add(group.group_id)
         spare = group.spare
-        live = [w for w in group.workers if not w.finished and w.index not in spare]
+        live = [w for w in group.workers if not w.request.is_finished() and w.index not in spare]
         self._num_held -= len(live)
         if spare:
             self._with_spares[group.group_id] = group

@@ -228,9 +228,10 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
                 continue  # advanced above
             workers = group.workers
             if not group.shape_sent:
-                if not any(w.lane_request_id in scheduled for w in workers):
+                lane_ids = group.request_ids
+                if not any(r in scheduled for r in lane_ids):
                     continue
-                shapes.append(group.shape([block_ids(w.lane_request_id) for w in workers]))
+                shapes.append(group.shape([block_ids(r) for r in lane_ids], lane_ids))
                 group.shape_sent = True
             if group.phase is Phase.REPLAYING:
                 lanes = [(w.index, (r := w.lane_request).num_computed_tokens - n, r.num_computed_tokens)

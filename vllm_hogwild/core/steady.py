@@ -16,6 +16,8 @@ it after the group left, or after a sync.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from vllm_hogwild.core.replay import StepLog
@@ -29,9 +31,10 @@ class SteadyGroups:
     def __init__(self) -> None:
         self._logs: dict[str, StepLog] = {}
         self._since: dict[str, int] = {}  # the tick at which each group's log was last caught up
-        # per group: its lanes' offsets, growth. 64-bit: the tick grows for the engine's life (at 1,000 steps a
-        # second, 32 bits would wrap within a month); a length itself fits the wire's 32 bits.
-        self._columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # per group: its lanes' offsets, growth (plain lists: many groups become steady in one step, and the
+        # flat columns are built from all of them at once). 64-bit columns: the tick grows for the engine's life
+        # (at 1,000 steps a second, 32 bits would wrap within a month); a length itself fits the wire's 32 bits.
+        self._columns: dict[str, tuple[list[int], list[int]]] = {}
         self._tick = 0  # engine steps advanced so far
         self._ids: tuple[str, ...] | None = ()  # None: the flat columns are rebuilt at the next advance
         self._offsets, self._growth = _NONE, _NONE
@@ -45,10 +48,10 @@ class SteadyGroups:
     def add(self, group_id: str, log: StepLog) -> None:
         """The group is steady from the next engine step on; ``log``'s last run is the one it goes on with."""
         run = log.runs[-1]
-        growth = np.zeros(len(run.lens), np.int64)
-        growth[list(run.decoding)] = 1
+        decoding, shift = run.decoding, run.length - 1 - self._tick
+        growth = [1 if w in decoding else 0 for w in range(len(run.lens))]
         # StepLog.advance at tick t > now returns lens + (run.length + t - 1 - now) for the decoding lanes.
-        offsets = np.asarray(run.lens, np.int64) + growth * (run.length - 1 - self._tick)
+        offsets = [n + shift if g else n for n, g in zip(run.lens, growth)]
         self._logs[group_id], self._since[group_id] = log, self._tick
         self._columns[group_id] = (offsets, growth)
         self._ids = None
@@ -78,9 +81,9 @@ class SteadyGroups:
         self._tick += 1
         if self._ids is None:
             self._ids = tuple(self._columns)
-            columns = list(self._columns.values())
-            self._offsets = np.concatenate([o for o, _ in columns]) if columns else _NONE
-            self._growth = np.concatenate([g for _, g in columns]) if columns else _NONE
+            columns = self._columns.values()
+            self._offsets = np.fromiter(chain.from_iterable(o for o, _ in columns), np.int64)
+            self._growth = np.fromiter(chain.from_iterable(g for _, g in columns), np.int64)
         return self._ids, (self._offsets + self._growth * self._tick).astype(np.int32)
 
     def _catch_up(self, log: StepLog, since: int) -> None:

@@ -107,10 +107,9 @@ class HogwildScheduler(Scheduler):
         if admission is not None:
             for worker, tokens in admission.replays:
                 admission.queue.append(self._replay_request(worker, tokens))
-            records = table.records_lanes
-            for request in reversed(admission.queue):
-                self.waiting.prepend_request(request)
-                record = table.lane_record(request.request_id) if records else None
+            self.waiting.prepend_requests(reversed(admission.queue))  # the queue's first ends up at the head
+            for request in admission.queue if table.records_lanes else ():
+                record = table.lane_record(request.request_id)
                 if record is not None:  # a fork/join lane: how it takes part, with its first output
                     self._lane_records[request.request_id] = record
         self._budget.install(table.has_reservations)
