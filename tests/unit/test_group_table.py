@@ -270,3 +270,17 @@ def test_only_kinds_that_send_lane_records_are_asked_for_them() -> None:
     assert engine.table.records_lanes
     engine.run({r: "x" for r in engine.requests}, 12)
     assert not engine.table and not engine.table.records_lanes  # both ended
+
+
+def test_end_records_nobody_can_read_any_more_are_never_settled() -> None:
+    from vllm_hogwild.core.stats import GroupEnd, HogwildStats
+
+    stats, counted = HogwildStats(), []
+    for i in range(1500):
+        end = GroupEnd(1, 1, [1], 1, 1, 0, [1], None, None, 0.0, group_id=str(i))
+        end.settle_with(lambda i=i: counted.append(i) or [i])
+        stats.record(end)
+    assert not counted and len(stats._unsettled) == 1024
+    assert [e.coworker_reads for e in stats.ended] == [[i] for i in range(476, 1500)]
+    assert counted == list(range(476, 1500))  # each once, only the ones still held
+    assert [e["group_id"] for e in stats.snapshot(0, 0, 0)["ended"]] == [str(i) for i in range(476, 1500)]

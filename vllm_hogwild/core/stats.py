@@ -56,8 +56,9 @@ class HogwildStats:
         self._unreported.append(end)
         del self._unreported[:-1024]
         self._unsettled.append(end)
-        if len(self._unsettled) > 2048:  # records nobody reads (no stats, no caller): bounded all the same
-            self._settle()
+        # The newest records, in order: those past the last 1,024 left ``ended`` and the unreported ones, and
+        # nobody can read them any more (no metrics, no reader): their co-worker reads are never counted.
+        del self._unsettled[:-1024]
 
     @property
     def ended(self) -> deque:
