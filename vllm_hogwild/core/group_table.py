@@ -187,6 +187,12 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             if worker is not None:
                 self._sit_out(worker.group.group_id)
 
+    def keep_in_step(self, group: Group) -> None:
+        """The group's live workers are even from the next step on (its kind knows it without asking
+        :meth:`holds`): it is in step, and settled, until it falls out of step."""
+        group.in_step = True
+        self._unsettled.discard(group.group_id)
+
     def _sit_out(self, group_id: str) -> None:
         """A worker of the group sits this step out: the group is not in lock-step in it."""
         self._steady.drop(group_id)
@@ -284,6 +290,12 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         self._lengths.add(group.group_id, group.lane_lens())
         if steady:
             self._steady.add(group.group_id, group.log)
+
+    def keep_steady(self, group: Group) -> None:
+        """The group, whose log's last run is this step's (every live worker decoding in it), is steady from the
+        next step on (as after :meth:`lock_step` with ``steady``): a group that starts decoding in lock-step is
+        advanced with the others from its second decoding step, not its third."""
+        self._steady.add(group.group_id, group.log)
 
     # -- observe ----------------------------------------------------------------------------------------
 

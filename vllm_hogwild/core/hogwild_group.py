@@ -56,6 +56,8 @@ class HogwildKind:
                      StepLog(n, prompt_len), self, workers=[None] * n, num_live=n, counters=GroupCounters(n))
 
     def holds(self, group: Group, steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+        if not group.shape_sent and not group.counters.num_preemptions:
+            return [], False  # no worker of it was ever scheduled: none has sampled, none is ahead
         ahead = ahead_of_group([None if w.request.is_finished() else steps_of(w) for w in group.workers])
         group.in_step = group.prefilled and not ahead
         return ahead, group.in_step
@@ -70,19 +72,24 @@ class HogwildKind:
             if any(w.length() < group.prompt_len for w in group.workers):
                 return None, None  # someone still prefills: no row decodes (a worker with the prompt sits out)
             group.prefilled = True
-        log = group.log
-        # Lock-step: the last step's decoding workers are the live ones (as many, none of them finished since:
-        # a worker that stopped and one that sat out may leave the count equal), every request scheduled, none
-        # of the group's held back.
-        if (all_scheduled and not table.speculative and not table.sits_out(group) and log.runs
-                and len(log.runs[-1].decoding) == group.num_live
-                and not any(group.workers[w].finished for w in log.runs[-1].decoding)
-                and not (group.tracker is not None and group.tracker.pending)):
-            # The same workers, one token more each: a counter, and the lanes' lengths. A group that reads no
-            # text and places none is steady: the table advances it with the others until it falls out of step.
-            table.lock_step(group, steady=not (group.driver.places_tokens or group.driver.observes_text))
+            if not table.speculative and all(
+                    w.request_id in scheduled and not w.request.num_output_tokens
+                    and w.request.num_computed_tokens >= w.request.num_tokens for w in group.workers):
+                # Every row prefills (none decodes) and each worker samples its first token now, together: the
+                # group is even from the next step on, without asking :meth:`holds`.
+                table.keep_in_step(group)
+                return None, None
+        # A group that reads no text and places none is steady while in lock-step: the table advances it with
+        # the others until it falls out of step.
+        steady = not (group.driver.places_tokens or group.driver.observes_text)
+        if in_lock_step(table, group, all_scheduled):
+            # The same workers, one token more each: a counter, and the lanes' lengths.
+            table.lock_step(group, steady=steady)
             return None, None
-        return table.decode_step(group, scheduled, drafts), None
+        wire = table.decode_step(group, scheduled, drafts)
+        if steady and wire is None and in_lock_step(table, group, all_scheduled):
+            table.keep_steady(group)  # this step's run has every live worker: in lock-step from the next on
+        return wire, None
 
     def after_outputs(self, table: "KindTable", group: Group) -> None:
         return None
@@ -95,3 +102,14 @@ class HogwildKind:
 
 
 HOGWILD = HogwildKind()
+
+
+def in_lock_step(table: "KindTable", group: Group, all_scheduled: bool) -> bool:
+    """Whether the group's next step is its log's last run going on: that run's decoding workers are the live
+    ones (as many, none of them finished since: a worker that stopped and one that sat out may leave the count
+    equal), every request was scheduled in this step, none of the group's held back, no paragraph pending."""
+    log = group.log
+    return (all_scheduled and not table.speculative and not table.sits_out(group) and bool(log.runs)
+            and len(log.runs[-1].decoding) == group.num_live
+            and not any(group.workers[w].finished for w in log.runs[-1].decoding)
+            and not (group.tracker is not None and group.tracker.pending))

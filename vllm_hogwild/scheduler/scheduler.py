@@ -121,7 +121,8 @@ class HogwildScheduler(Scheduler):
             out = {id(r) for r in held}
             self.running = [r for r in self.running if id(r) not in out]
         if self._resort:  # workers first: vLLM preempts from the tail of `running` (it appends what it admits)
-            self.running.sort(key=lambda r: r.request_id not in table)
+            workers, replays = table.workers, table.replays  # (the table's dicts: no call per request)
+            self.running.sort(key=lambda r: r.request_id not in workers and r.request_id not in replays)
         idle = self._cap_replays()
         waiting, held_plain = self.waiting, ()
         if preempted:  # as vLLM does after a preemption: no new admissions this step
