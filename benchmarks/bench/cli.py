@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--prompt-len", type=int, default=32)
     o.add_argument("--max-tokens", type=int, default=32)
     o.add_argument("--rounds", type=int, default=2)
+    o.add_argument("--repeats", type=int, default=1,
+                   help="runs per engine process and round (more samples for the cost of one engine start)")
     side = sub.add_parser("overhead-side", help=argparse.SUPPRESS)  # one engine of `overhead`, in its own process
     side.add_argument("--kind", choices=("stock", "hogwild"), required=True)
     side.add_argument("--groups", type=int, nargs="+", required=True)
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     side.add_argument("--prompt-len", type=int, required=True)
     side.add_argument("--max-tokens", type=int, required=True)
     side.add_argument("--model", default=None)
+    side.add_argument("--repeats", type=int, default=1)
     a = sub.add_parser("answer", help="the trained collaborator: accuracy vs sequential steps for N workers, "
                                       "with the isolated and interleaved controls")
     answer_bench.add_arguments(a)

@@ -96,16 +96,18 @@ def recompute(llm, args) -> dict:
 
 
 def overhead(llm, args) -> dict:
-    """Each side in its own process: for each round, a stock engine's run, then a Hogwild engine's."""
+    """Each side in its own process: for each round, a stock engine's runs, then a Hogwild engine's
+    (``--repeats`` runs of each load per process, each a row); medians over every row."""
     results = []
     for _ in range(args.rounds):
         for kind in ("stock", "hogwild"):
             argv = ["overhead-side", "--kind", kind,
                     "--groups", *map(str, args.groups), "--workers", str(args.workers), "--plain", str(args.plain),
-                    "--prompt-len", str(args.prompt_len), "--max-tokens", str(args.max_tokens)]
+                    "--prompt-len", str(args.prompt_len), "--max-tokens", str(args.max_tokens),
+                    "--repeats", str(args.repeats)]
             if args.model:
                 argv += ["--model", args.model]
-            results += c.side_rows(argv, len(args.groups), f"overhead {kind} run")
+            results += c.side_rows(argv, len(args.groups) * args.repeats, f"overhead {kind} run")
     results.sort(key=lambda r: (r["groups"], r["kind"] != "stock"))
     per_step = {}
     for groups in args.groups:
@@ -138,8 +140,8 @@ def overhead_side(args) -> None:
     warm = [c.prompt(args.prompt_len, 10 ** 6 + i) for i in range(8)]
     llm.generate(warm, [c.params(args.workers, 4, i, hogwild) for i in range(4)]
                  + [SamplingParams(max_tokens=4, seed=i, ignore_eos=True) for i in range(4)], use_tqdm=False)
-    for k, groups in enumerate(args.groups):
-        prompts = [c.prompt(args.prompt_len, 50_000 * (k + 1) + i) for i in range(groups + args.plain)]
+    for k, groups, rep in [(k, g, rep) for k, g in enumerate(args.groups) for rep in range(args.repeats)]:
+        prompts = [c.prompt(args.prompt_len, 50_000 * (k + 1) + 1_000 * rep + i) for i in range(groups + args.plain)]
         params = [c.params(args.workers, args.max_tokens, i, hogwild) for i in range(groups)]
         params += [SamplingParams(max_tokens=args.max_tokens, seed=i, ignore_eos=True) for i in range(args.plain)]
         with c.timing(c.scheduler_of(llm)) as spent:

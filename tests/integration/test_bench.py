@@ -45,10 +45,11 @@ def test_recompute_rounds_follow_k(llm, tmp_path) -> None:
 
 def test_overhead_times_both_engines_at_each_point(llm, tiny_model, tmp_path) -> None:
     report = _run(llm, ["overhead", "--model", str(tiny_model), "--groups", "2", "3", "--workers", "2", "--plain",
-                        "3", "--max-tokens", "4", "--rounds", "1"], tmp_path)
-    rows = report["results"]
-    assert [(r["kind"], r["groups"]) for r in rows] == [("stock", 2), ("hogwild", 2), ("stock", 3), ("hogwild", 3)]
-    assert [r["sequences"] for r in rows] == [7, 7, 9, 9]
+                        "3", "--max-tokens", "4", "--rounds", "1", "--repeats", "2"], tmp_path)
+    rows = report["results"]  # each load twice per engine process (``--repeats``)
+    assert [(r["kind"], r["groups"]) for r in rows] == [(kind, g) for g in (2, 3) for kind in ("stock", "hogwild")
+                                                         for _ in range(2)]
+    assert [r["sequences"] for r in rows] == [7] * 4 + [9] * 4
     assert all(r["steps"] >= 4 for r in rows) and set(report["ratio"]) == set(report["steady_ratio"]) == {2, 3}
     assert all(min(r["first_step_ms"], r["last_step_ms"], r["steady_step_ms"]) > 0 for r in rows)
 
