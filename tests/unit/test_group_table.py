@@ -287,3 +287,23 @@ def test_end_records_nobody_can_read_any_more_are_never_settled() -> None:
     assert [e.coworker_reads for e in stats.ended] == [[i] for i in range(476, 1500)]
     assert counted == list(range(476, 1500))  # each once, only the ones still held
     assert [e["group_id"] for e in stats.snapshot(0, 0, 0)["ended"]] == [str(i) for i in range(476, 1500)]
+
+
+def test_an_ended_group_is_freed_without_the_garbage_collector() -> None:
+    """When a group ends, the table breaks the cycle between it and its workers: the group, its workers and what
+    they hold are freed by reference counting at once, not left for the garbage collector's rare full pass
+    (a server running many groups would otherwise gather them, with their engine requests, until one runs)."""
+    import gc
+    import weakref
+
+    engine = FakeEngine(prompt_len=P)
+    engine.add_group("g", 3, 4)
+    group = weakref.ref(engine.table.groups["g"])
+    workers = [weakref.ref(w) for w in engine.table.groups["g"].workers]
+    gc.disable()
+    try:
+        while engine.table:
+            engine.step(lambda r, k: 7)
+        assert group() is None and all(w() is None for w in workers)
+    finally:
+        gc.enable()

@@ -383,6 +383,11 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         self._unsettled.discard(group.group_id)
         if group.shape_sent or group.log.num_steps:
             self._ended.append(group.group_id)
+        # The table is done with the group: break its cycle with its workers (each names its group), so that
+        # they and the engine requests they hold are freed now, by reference counting, not left to the garbage
+        # collector's rare full pass (at 256 groups of 4 a run, they were all of the process's cyclic garbage).
+        for w in arrived:
+            w.group = None
         return parked
 
     @property
