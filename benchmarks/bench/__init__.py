@@ -4,7 +4,8 @@ A development tool beside the package, not in it: run it from the checkout's roo
 
     python -m benchmarks.bench decode    [--workers 2 4 8] [--prompt-lens 200 1500] [--max-tokens 128] [--rounds 2]
     python -m benchmarks.bench recompute [--workers 2 4] [--prompt-lens 1000] [--max-tokens 64] [--every 1 16 64]
-    python -m benchmarks.bench overhead  [--groups 64] [--workers 4] [--plain 64] [--max-tokens 16]
+    python -m benchmarks.bench overhead  [--groups 64 256] [--workers 4] [--plain 64] [--max-tokens 32]
+                                         [--rounds 2] [--repeats 1] [--model tiny]
     python -m benchmarks.bench answer    [--workers 1 2 4 8] [--tasks 64] [--seed 0]
                                                  [--layouts contiguous isolated interleaved]
     python -m benchmarks.bench speculative [--workers 2 4] [--temperatures 0.1 0.7] [--methods ngram draft]
@@ -35,8 +36,10 @@ A development tool beside the package, not in it: run it from the checkout's roo
   requests in a Hogwild engine, against the same load as stock ``n=N``
   requests in a stock engine (vLLM's own scheduler, no plugin switch), for
   each G of ``--groups``; every sequence runs at once (``max_num_seqs`` and
-  the KV cache are set to fit them), rounds alternate the two engines. ``--model tiny`` uses a
-  tiny random model: the scheduler's work does not depend on the model.
+  the KV cache are set to fit them), rounds alternate the two engines
+  (``--repeats R``: R runs of each load per engine process, each a row).
+  ``--model tiny`` uses a tiny random model: the scheduler's work does not
+  depend on the model.
 - ``answer``: time to a correct answer with the trained collaborator
   (``benchmarks/bench/answer.py``): Roman numerals for 12 to 24 listed
   numbers, N workers in raw mode, accuracy, mean sequential steps and
