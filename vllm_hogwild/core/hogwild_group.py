@@ -5,14 +5,17 @@ This kind's part of a group's life (:class:`~vllm_hogwild.core.group_kind.GroupK
 - **holds**: a worker ahead of the group's slowest live worker sits a step out
   (workers finish their prefill in different steps, and vLLM's token budget may
   leave one out of a step); a prefilled group whose live workers are even is
-  settled, and stays so while all are scheduled;
+  settled, and stays so while all are scheduled (a group whose workers all
+  sample their first token in one step is settled then, and one never
+  scheduled has nothing to hold);
 - **step**: the engine places the protocol's text (prefixes, answers, the
   finisher); nothing decodes until every worker has the prompt (a worker that
   has it sits out until then); a group in lock-step (the same workers,
   one token more each, no paragraph to join) costs one counter in its log
   (:meth:`~vllm_hogwild.core.group_table.GroupTable.lock_step`), and one that
   reads and places no text (the raw protocol) is steady: the table advances it
-  with the others, without asking this kind, until it falls out of step; any other step
+  with the others, without asking this kind, until it falls out of step (from
+  its second decoding step when every live worker decodes in its first); any other step
   is logged (:meth:`~vllm_hogwild.core.group.Group.step`); either way the
   lanes' lengths go to the worker processes, which keep none;
 - **after outputs**, **finished**: nothing beyond what every group does;
