@@ -15,6 +15,9 @@ nothing from the plugin. One request: the prompt, a trunk and k branches.
   another and its own tokens after them all.
 
 Every key is rotated at its view position in the reader's view and the query at its own.
+With ``hogwild`` branches, a branch's placed header (its tokens 0..h-1) is fed in one step after its first
+token is placed: each header token reads every sibling's token 0 only (what a sibling feeds in that step
+beyond its first token is read from the next step on, as drafts are), then the lock-step above goes on.
 A lane's last token is sampled, never fed. Token 0 of a branch is the engine's placed header:
 its log-probability is the prompt's last position's when the fork starts at once.
 
@@ -46,8 +49,11 @@ class DenseForkJoin(DenseHogwild):
 
     @torch.no_grad()
     def logprobs(self, prompt: list[int], trunk: list[int], branches: list[list[int]], fork_tokens: int,
-                 hogwild: bool = False, sequential: bool = False, siblings_visible: bool = False):
-        """``(trunk log-probabilities, each branch's)``, one per output token.
+                 hogwild: bool = False, sequential: bool = False, siblings_visible: bool = False,
+                 headers: list[int] | None = None):
+        """``(trunk log-probabilities, each branch's)``, one per output token. ``headers``: each branch's placed
+        header length (``hogwild`` branches: a header's tokens are fed in one step and read each sibling's
+        first token only; what a branch samples after its header reads the siblings as the lock-step does).
 
         Controls that must miss the engine: ``sequential`` places every branch one after another
         (the trunk after them all, and branch b after the branches before it), as a sequential
@@ -76,8 +82,8 @@ class DenseForkJoin(DenseHogwild):
                     at = p0 + sum(len(x) for x in branches[:b])
                 elif hogwild or siblings_visible:
                     for c, other in enumerate(branches):
-                        if c != b and min(s + 1, len(other)):
-                            n = min(s + 1, len(other))
+                        n = min(1 if headers and s < headers[b] else s + 1, len(other))
+                        if c != b and n:
                             view.append((c + 1, p, p + n, at if hogwild else p0))
                             at += n if hogwild else 0
                 view.append((b + 1, p, p + s + 1, at))

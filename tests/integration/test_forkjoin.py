@@ -184,7 +184,7 @@ def test_a_nested_fork_and_a_second_fork_match_the_dense_oracle(runs, oracle) ->
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{p}-{k}-{m}" for p, k, m, _ in CASES])
-def test_every_branch_and_the_join_match_the_dense_oracle(runs, oracle, case) -> None:
+def test_every_branch_and_the_join_match_the_dense_oracle(llm, runs, oracle, case) -> None:
     protocol, k, mode, _ = CASES[case]
     prompt, out = runs[case]
     assert len(out.outputs) == 1, "one completion, whatever the lanes"
@@ -201,7 +201,11 @@ def test_every_branch_and_the_join_match_the_dense_oracle(runs, oracle, case) ->
         assert len(set(lengths)) > 1, f"branches of different lengths expected, got {lengths}"
     trunk, trunk_lp = trunk[:TRUNK_CHECKED], trunk_lp[:TRUNK_CHECKED]
     hogwild = mode == "hogwild"
-    want_trunk, want_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=hogwild)
+    header = {"multiverse": "\n<Path>\n{}:", "npr": "\n<step>\n{}:"}[protocol]
+    tokenizer = llm.get_tokenizer()
+    headers = [len(tokenizer.encode(header.format(i), add_special_tokens=False)) for i in range(1, k + 1)]
+    want_trunk, want_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=hogwild,
+                                                headers=headers)
     got = [trunk_lp, *[lp for _, lp in branches]]
     err = errors(got, [want_trunk, *want_branches])
     print(f"{protocol} x{k} {mode}: branch lengths {lengths}, max |logprob - oracle| {err:.2e}")
@@ -216,6 +220,9 @@ def test_every_branch_and_the_join_match_the_dense_oracle(runs, oracle, case) ->
     else:
         iso_trunk, iso_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f)
         assert errors(got, [iso_trunk, *iso_branches]) > 1e-3
+        # and headers placed one token a step (each header token reading its siblings' as the lock-step does)
+        step_trunk, step_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=True)
+        assert errors(got, [step_trunk, *step_branches]) > 1e-3
 
 
 def test_the_document_is_the_trunk_the_branches_in_order_and_the_join(runs) -> None:
@@ -319,3 +326,47 @@ def test_a_streamed_nested_request_sends_its_document_in_order_each_token_once(l
     assert text.startswith(tree["branches"][0]["text"] + tree["branches"][1]["text"])
     tokens, got = split_tree(ids, lps, tree["forks"])
     assert tree_error(got, oracle.tree_logprobs(tokenizer.encode(prompt), tokens)) <= 1e-4
+
+
+def test_placed_headers_enter_the_cache_in_one_step_each(llm) -> None:
+    """A fork's branch headers and its join header are each fed in one engine step (their first token placed as
+    a sampled one, the rest fed ahead with it), and reach the client in order, each token once with the model's
+    log-probability (the oracle cases above check those). The control, feeding them one a step, takes the
+    headers' extra tokens in extra steps: (branch header - 1) + (join header - 1) for one fork."""
+    scheduler = scheduler_of(llm)
+    table, tokenizer = scheduler.table, llm.get_tokenizer()
+    original = scheduler.schedule
+    log = []
+
+    def schedule(*args, **kwargs):
+        output = original(*args, **kwargs)
+        log.append(dict(getattr(output, "hogwild_step").placed))
+        return output
+
+    def run() -> tuple[int, object]:
+        sp = params("multiverse", 40, seed=5, branch_end=NEVER)  # every branch runs to its budget: fixed lengths
+        log.clear()
+        out = llm.generate([GOALS[("multiverse", 2)]], [sp], use_tqdm=False)[0]
+        return sum(1 for _ in log), out
+
+    scheduler.schedule = schedule
+    try:
+        steps, out = run()
+        placed = [p for step in log for p in step.values()]
+        table.feeds_placed_ahead = False  # the control
+        control_steps, control = run()
+        control_placed = [p for step in log for p in step.values()]
+    finally:
+        table.feeds_placed_ahead = True
+        del scheduler.schedule
+    branch = [len(tokenizer.encode(f"\n<Path>\n{i}:", add_special_tokens=False)) for i in (1, 2)]
+    join = len(tokenizer.encode("<Conclusion>\n", add_special_tokens=False))
+    assert sorted(len(tokens) for _, tokens in placed) == sorted([b - 1 for b in branch] + [join - 1])
+    assert not control_placed
+    assert control_steps - steps == (max(branch) - 1) + (join - 1), (steps, control_steps)
+    for o in (out, control):
+        c = o.outputs[0]
+        assert c.text.startswith("\n<Path>\n1:") and "<Conclusion>\n" in c.text
+        assert [r["num_tokens"] for r in c.hogwild["branches"]] == [39, 39]
+        assert len(c.logprobs) == len(c.token_ids)
+    print(f"one fork of 2 branches: {steps} engine steps with headers fed ahead, {control_steps} one token a step")

@@ -49,6 +49,20 @@ class PlacedTokens:
         self.placed[worker].add(num_output_tokens)
         return queue.popleft()
 
+    def take(self, worker: int, num_output_tokens: int, limit: int) -> list[int]:
+        """Up to ``limit`` queued tokens of ``worker`` at once, from its output token ``num_output_tokens`` on:
+        the engine feeds them in one step (they are placed, never sampled). :meth:`give_back` undoes it."""
+        queue = self.queues[worker]
+        tokens = [queue.popleft() for _ in range(min(limit, len(queue)))]
+        self.placed[worker].update(range(num_output_tokens, num_output_tokens + len(tokens)))
+        return tokens
+
+    def give_back(self, worker: int, tokens: Sequence[int], num_output_tokens: int) -> None:
+        """Taken tokens the engine did not feed (``num_output_tokens``: the first one's index) go back to the
+        front of the queue, in order."""
+        self.queues[worker].extendleft(reversed(tokens))
+        self.placed[worker].difference_update(range(num_output_tokens, num_output_tokens + len(tokens)))
+
     def place_only(self, worker: int, token: int | None) -> None:
         """``worker`` places ``token`` next and nothing else (``None``: nothing at all)."""
         self.queues[worker].clear()

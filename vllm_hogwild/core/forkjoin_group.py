@@ -9,6 +9,9 @@ the text. This kind's part of the group's life
 
 - **holds**: the protocol's: a lane whose next token must wait for others (a
   join reads every branch to its end) sits the step out; never settled;
+- **place ahead**: a header's tokens after its first are fed in one step
+  (:meth:`ForkJoinKind.place_ahead`), as drafts are: co-workers read them
+  from the next step on;
 - **step**: the engine places branch and join headers; when a fork starts or
   joins, the worker processes get the new fork state
   (:class:`~vllm_hogwild.core.wire.GroupFork`); every step that decodes is logged;
@@ -21,7 +24,7 @@ the text. This kind's part of the group's life
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from vllm_hogwild.core.driver import ForkJoinDriver
 from vllm_hogwild.core.group import Group, GroupCounters
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 class ForkJoinKind:
     name = "fork/join"
     records = True  # each lane's part (trunk, branch) goes to the front end
+    places_ahead = True  # a header's tokens after its first are fed in one step
 
     def takes(self, options: "RequestOptions") -> bool:
         return options.forks
@@ -60,6 +64,37 @@ class ForkJoinKind:
                                        [not w.request.is_finished() for w in ws])
         return [i for i in held if i not in group.spare], False
 
+    def place_ahead(self, group: Group, runs: Callable[[Any], bool],
+                    max_positions: int | None) -> list[tuple["Worker", int, list[int]]]:
+        """The placed text each lane feeds whole in the coming step: ``(worker, index of its first output token,
+        the tokens)`` each, taken from the lane's queue. A header's first token is sampled (forced) in the step
+        that feeds the token before it, as any placed token; the rest of the header is taken here, by a lane
+        that runs (``runs(request)``: vLLM's running state), is not held, and whose only unfed token is that
+        placed one, up to its budget and the context window, never its end of sequence (vLLM must sample
+        that, to stop the lane). O(lanes)."""
+        driver, out, held = group.driver, [], None
+        for w in group.workers:
+            queue = driver.queues[w.index]
+            if not queue or w.finished or w.index in group.spare:
+                continue
+            request = w.request
+            n, num_tokens = request.num_output_tokens, request.num_tokens
+            if (not n or n - 1 not in driver.placed[w.index] or request.num_computed_tokens != num_tokens - 1
+                    or not runs(request)):
+                continue
+            limit = group.max_tokens - n - 2  # the lane still samples after them, and a branch ends at max - 1
+            if max_positions is not None:
+                limit = min(limit, max_positions - num_tokens - 1)
+            if w.eos_token_id in queue:
+                limit = min(limit, list(queue).index(w.eos_token_id))
+            if limit <= 0:
+                continue
+            if held is None:
+                held = set(self.holds(group, None)[0])
+            if w.index not in held:
+                out.append((w, n, driver.take(w.index, n, limit)))
+        return out
+
     def step(self, table: "KindTable", group: Group, scheduled: Mapping[str, int],
              drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
              all_scheduled: bool) -> tuple["GroupStep | None", GroupFork | None]:
@@ -71,7 +106,7 @@ class ForkJoinKind:
             group.fork_sent = lanes.version
         group.count_prefill(scheduled)
         # (the decoding lanes change as forks start and join: every step is logged, none is lock-step)
-        return table.decode_step(group, scheduled, drafts), fork
+        return table.decode_step(group, scheduled, drafts, fed_ahead=True), fork
 
     def after_outputs(self, table: "KindTable", group: Group) -> None:
         driver = group.driver

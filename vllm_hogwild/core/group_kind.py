@@ -6,6 +6,7 @@ and the end. What a kind of group decides for itself, it decides through a
 :class:`GroupKind`, which the table calls and never branches around:
 
 - :meth:`~GroupKind.holds`: which of its workers sit this engine step out;
+- :meth:`~GroupKind.place_ahead`: placed text its lanes feed whole in the coming step;
 - :meth:`~GroupKind.step`: its part of the step's wire, once vLLM has scheduled;
 - :meth:`~GroupKind.after_outputs`: what the step's sampled tokens change;
 - :meth:`~GroupKind.finished`: a worker's request ended;
@@ -23,7 +24,7 @@ through :class:`KindTable`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from vllm_hogwild.core.group import Group, Worker
@@ -38,7 +39,7 @@ class KindTable(Protocol):
     speculative: bool  # the engine verifies drafts
 
     def decode_step(self, group: "Group", scheduled: Mapping[str, int],
-                    drafts: Mapping[str, Sequence[int]]) -> "GroupStep | None": ...
+                    drafts: Mapping[str, Sequence[int]], fed_ahead: bool = False) -> "GroupStep | None": ...
 
     def lock_step(self, group: "Group", steady: bool = False) -> None: ...
 
@@ -53,6 +54,7 @@ class KindTable(Protocol):
 
 class GroupKind(Protocol):
     records: bool  # whether :meth:`record` may return a record (the table asks only kinds that do)
+    places_ahead: bool  # whether :meth:`place_ahead` may return anything (the table asks only kinds that do)
 
     def takes(self, options: "RequestOptions") -> bool:
         """Whether requests with these options are groups of this kind."""
@@ -68,6 +70,12 @@ class GroupKind(Protocol):
         """The workers (indices) that sit this engine step out, and whether the group is settled: in step with
         itself, so that the table need not ask again until it falls out of step. ``steps_of(worker)``: the
         engine steps in which it accepted tokens."""
+
+    def place_ahead(self, group: "Group", runs: Callable[[Any], bool],
+                    max_positions: int | None) -> list[tuple["Worker", int, list[int]]]:
+        """Before vLLM schedules: placed tokens each lane feeds together in the coming step, beyond its one unfed
+        token, as ``(worker, index of the first one among its output tokens, tokens)``; taken from the group's
+        driver (the table gives back what vLLM did not feed). ``runs(request)``: vLLM runs it."""
 
     def step(self, table: KindTable, group: "Group", scheduled: Mapping[str, int],
              drafts: Mapping[str, Sequence[int]], forced: dict[str, int],

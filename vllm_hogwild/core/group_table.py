@@ -108,6 +108,9 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         self._sitting_out: set[str] = set()  # groups with a worker held out of the step being scheduled
         self._steady = SteadyGroups()  # groups in steady lock-step, advanced together (:meth:`lock_step`)
         self._num_recording = 0  # groups whose kind sends lane records (:meth:`lane_record`)
+        self.feeds_placed_ahead = True  # placed text after its first token is fed in one step (off: a control)
+        self._placing: dict[str, tuple[Worker, int, list[int]]] = {}  # taken for the step being scheduled
+        self._placed: dict[str, tuple[int, tuple[int, ...]]] = {}  # fed in it: request id -> (first index, tokens)
 
     def __contains__(self, request_id: str) -> bool:
         """A worker's request, or a replay request: a lane of some group."""
@@ -206,6 +209,39 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         """Engine steps in which the worker accepted tokens (without speculative decoding: one token each)."""
         return worker.sampled_steps if self.speculative else worker.request.num_output_tokens
 
+    # -- place ahead ------------------------------------------------------------------------------------
+
+    def place_ahead(self, runs: Callable[[Any], bool]) -> list[tuple[Any, list[int]]]:
+        """Before vLLM schedules: the placed tokens each lane feeds whole in the coming step, ``(request,
+        tokens)`` for the scheduler to append to the request (its kind decides: :meth:`~vllm_hogwild.core.
+        group_kind.GroupKind.place_ahead`); ``runs(request)``: vLLM runs it. Once vLLM has scheduled,
+        :meth:`placed_fed` says what was fed. O(groups whose kind places ahead)."""
+        if not self.feeds_placed_ahead or not self._observing:
+            return []
+        out = []
+        for group in self._observing.values():
+            if group.kind.places_ahead and group.phase is Phase.ADMITTED:
+                for worker, first, tokens in group.kind.place_ahead(group, runs, self.max_positions):
+                    self._placing[worker.request_id] = (worker, first, tokens)
+                    out.append((worker.request, tokens))
+        return out
+
+    def placed_fed(self, scheduled: Mapping[str, int]) -> list[tuple[Any, int, bool]]:
+        """vLLM has scheduled (``scheduled``: tokens per request): of each lane's placed tokens, those it feeds
+        this step stay (they go on the wire); the rest go back to the lane's queue. Returns ``(request, how
+        many of its last tokens to take back, whether it samples in this step all the same)``."""
+        back = []
+        for request_id, (worker, first, tokens) in self._placing.items():
+            n = scheduled.get(request_id, 0)
+            fed = max(0, n - 1)  # its unfed token first, then the placed ones
+            if fed < len(tokens):
+                worker.group.driver.give_back(worker.index, tokens[fed:], first + fed)
+                back.append((worker.request, len(tokens) - fed, n > 0))
+            if fed:
+                self._placed[request_id] = (first, tuple(tokens[:fed]))
+        self._placing.clear()
+        return back
+
     # -- step -------------------------------------------------------------------------------------------
 
     def step(self, scheduled: Mapping[str, int], drafts: Mapping[str, Sequence[int]],
@@ -260,11 +296,15 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []
-        return StepWire(tuple(shapes), tuple(steps), *lengths.columns(), ended, forced, tuple(replays), tuple(forks))
+        placed, self._placed = self._placed, {}
+        return StepWire(tuple(shapes), tuple(steps), *lengths.columns(), ended, forced, tuple(replays), tuple(forks),
+                        placed)
 
     def decode_step(self, group: Group, scheduled: Mapping[str, int],
-                    drafts: Mapping[str, Sequence[int]]) -> GroupStep | None:
-        """Log the step of a group whose workers decode in it, send its lengths; its joins and drafts, if any."""
+                    drafts: Mapping[str, Sequence[int]], fed_ahead: bool = False) -> GroupStep | None:
+        """Log the step of a group whose workers decode in it, send its lengths; its joins and drafts, if any.
+        ``fed_ahead``: a lane's tokens beyond its first this step count as drafts (placed text fed ahead:
+        :meth:`place_ahead`): co-workers read them from the next step on, and the step is a run of its own."""
         workers = group.workers
         decoding = [w.index for w in workers if not w.finished and (n := scheduled.get(w.request_id))
                     and w.request.num_computed_tokens - n >= group.prompt_len]  # a prefill chunk reads its lane
@@ -274,8 +314,13 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         if not decoding:
             return None  # prefill rows read their own lane: plain attention
         num_drafts = [len(drafts.get(w.request_id, ())) for w in workers] if self.speculative else None  # see lane_lens
+        if fed_ahead and num_drafts is None:
+            ahead = [0] * len(workers)
+            for i in decoding:
+                ahead[i] = scheduled[workers[i].request_id] - 1
+            num_drafts = ahead if any(ahead) else None
         self._lengths.add(group.group_id, lens := group.lane_lens(num_drafts))
-        return group.step(lens, decoding, num_drafts or (), exact=self.speculative)
+        return group.step(lens, decoding, num_drafts or (), exact=num_drafts is not None)
 
     def lock_step(self, group: Group, steady: bool = False) -> None:
         """A group in lock-step (the same workers, one token more each): a counter in its log, its lengths sent.

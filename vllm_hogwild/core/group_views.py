@@ -106,8 +106,11 @@ class GroupViews:
             raise ValueError(f"group {self.shape.group_id}: lanes {[w for w, _ in decoding]} decode but the wire "
                              f"has {'no' if lane_lens is None else len(lane_lens)} lane lengths for its "
                              f"{len(self.lanes)} lanes")
-        drafts = any(row.num_drafts for _, row in decoding)
-        if not drafts and self.shape.layout == "contiguous":  # the common case: built directly, as columns
+        # A lane's tokens past its length this step: drafts, or placed text fed ahead (the scheduler counts both
+        # on the step's wire; the batch knows only drafts).
+        ahead = step.drafts if step is not None and step.drafts else None
+        drafts = [ahead[w] if ahead else row.num_drafts for w, row in decoding]
+        if not any(drafts) and self.shape.layout == "contiguous":  # the common case: built directly, as columns
             check_lanes(self.prompt_len, lane_lens)
             flat = columns if columns is not None else SegmentColumns()
             base = flat.add_tables(self.block_ids(block_table))
@@ -117,9 +120,9 @@ class GroupViews:
                     out[w] = len(flat) - 1 if columns is not None else flat.segments(len(flat) - 1)
             return out
         lens = list(lane_lens)
-        if drafts:  # each reader's own span runs on over its drafts
-            views = [self._views([n + (row.num_drafts if lane == w else 0) for lane, n in enumerate(lens)], [w])[0]
-                     for w, row in decoding]
+        if any(drafts):  # each reader's own span runs on over its drafts
+            views = [self._views([n + (d if lane == w else 0) for lane, n in enumerate(lens)], [w])[0]
+                     for (w, _), d in zip(decoding, drafts)]
         else:
             views = self._views(lens, [w for w, _ in decoding])
         tables = self.block_ids(block_table)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 class HogwildKind:
     name = "hogwild"
     records = False  # vLLM's outputs carry all a worker's client needs
+    places_ahead = False  # step prefixes are placed one token a step: the lock-step views read them so
 
     def takes(self, options: "RequestOptions") -> bool:
         return not options.forks
@@ -64,6 +65,9 @@ class HogwildKind:
         ahead = ahead_of_group([None if w.request.is_finished() else steps_of(w) for w in group.workers])
         group.in_step = group.prefilled and not ahead
         return ahead, group.in_step
+
+    def place_ahead(self, group: Group, runs, max_positions):
+        return []
 
     def step(self, table: "KindTable", group: Group, scheduled: Mapping[str, int],
              drafts: Mapping[str, Sequence[int]], forced: dict[str, int],

@@ -34,6 +34,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 STEP_ATTR = "hogwild_step"  # the SchedulerOutput attribute
 ARGMAX = -1  # a forced "token": the row's most likely token (greedy, whatever the sampling parameters)
+# Back from the runner: placed tokens' log-probabilities ride in the step's prompt-logprobs dict (log-probabilities
+# of fed tokens) under this prefix and the request id; the scheduler takes them out before vLLM reads the dict.
+PLACED_LOGPROBS = "hogwild-placed:"
 
 
 @dataclass(frozen=True)
@@ -135,10 +138,13 @@ class StepWire:
     forced: Mapping[str, int] = field(default_factory=dict)  # request id -> the token it must sample (or ARGMAX)
     replays: tuple[GroupReplay, ...] = ()
     forks: tuple[GroupFork, ...] = ()
+    # request id -> (index of the first among its output tokens, tokens): placed text the engine appended to the
+    # request for this step to feed (fork/join headers after their first token); the runner has not seen them
+    placed: Mapping[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.shapes or self.length_groups or self.steps or self.ended or self.forced or self.replays
-                    or self.forks)
+                    or self.forks or self.placed)
 
     def lengths(self, num_lanes: Callable[[str], int]) -> Iterator[tuple[str, array]]:
         """``(group id, its lanes' lengths)`` for each group in :attr:`length_groups`; ``num_lanes(group_id)``:

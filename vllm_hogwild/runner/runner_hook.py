@@ -14,7 +14,10 @@ first (the same hook wraps ``_dummy_run`` and ``propose_draft_token_ids``), and
 views that do not match the batch being built are an error, never silently
 ignored.
 
-The same hook hands the tokens the scheduler forces this step (step prefixes
+The same hook writes the placed tokens the scheduler appended for this step
+into the runner's batch, and (wrapping ``_get_prompt_logprobs_dict``) adds
+their log-probabilities (:mod:`vllm_hogwild.runner.placed`). It hands the
+tokens the scheduler forces this step (step prefixes
 it places into lanes) to the sampler's logits processor, by logits row, and
 keeps the seeded generators of rows whose sampled token will be discarded (a
 prefill chunk) out of this step's sampling (:func:`set_aside_discarded_generators`).
@@ -28,6 +31,7 @@ from typing import Any
 from vllm_hogwild.core.group_views import BatchRow, ViewRegistry
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.runner.context import StepViews, get_step
+from vllm_hogwild.runner.placed import placed_logprobs, write_placed
 
 # A control for the tests only: a resumed group re-feeds its lanes as plain prefills (each lane reading itself),
 # which is not what its tokens were produced under; the oracle tests show that it misses.
@@ -36,11 +40,13 @@ PLAIN_REPLAY_ENV = "VLLM_HOGWILD_TEST_PLAIN_REPLAY"
 HOOKED_METHOD = "_prepare_inputs"
 DUMMY_RUN_METHOD = "_dummy_run"
 DRAFT_METHOD = "propose_draft_token_ids"  # speculative decoding's proposer (a draft model runs its layers)
-WRAPPED_METHODS = (HOOKED_METHOD, DUMMY_RUN_METHOD, DRAFT_METHOD)  # of the runner instance
+PROMPT_LOGPROBS_METHOD = "_get_prompt_logprobs_dict"  # log-probabilities of fed tokens: placed ones too
+WRAPPED_METHODS = (HOOKED_METHOD, DUMMY_RUN_METHOD, DRAFT_METHOD, PROMPT_LOGPROBS_METHOD)  # of the runner instance
 
 
 def install_runner_hook(runner: Any) -> None:
-    """Wrap ``runner._prepare_inputs``, ``_dummy_run`` and ``propose_draft_token_ids`` (this instance only, once)."""
+    """Wrap ``runner._prepare_inputs``, ``_dummy_run``, ``propose_draft_token_ids`` and ``_get_prompt_logprobs_dict``
+    (this instance only, once)."""
     original = getattr(runner, HOOKED_METHOD)
     if getattr(original, "_hogwild_hook", False):
         return
@@ -48,13 +54,17 @@ def install_runner_hook(runner: Any) -> None:
     set_aside: dict[str, Any] = {}  # request id -> its seeded generator, kept out of this step's sampling
     registry = ViewRegistry(plain_replay=os.environ.get(PLAIN_REPLAY_ENV) == "1")  # this process's groups
     step = get_step()
+    placed_now: list = [None]  # this step's placed tokens (the wire's), for their log-probabilities
 
     def prepare_inputs(scheduler_output, *args, **kwargs):
         step.reset()  # never let a previous step's views outlive it
         restore_generators(runner.input_batch, set_aside)
+        wire = getattr(scheduler_output, STEP_ATTR, None)
+        placed_now[0] = wire.placed if wire is not None and wire.placed else None
+        if placed_now[0]:
+            write_placed(runner, placed_now[0])  # before vLLM gathers the step's token ids
         result = original(scheduler_output, *args, **kwargs)
         set_aside_discarded_generators(runner, set_aside)
-        wire = getattr(scheduler_output, STEP_ATTR, None)
         # After the original: it may reorder the batch rows.
         req_ids = tuple(runner.input_batch.req_ids)
         segments = registry.apply(wire, lambda lanes: batch_rows(runner, scheduler_output, req_ids, lanes),
@@ -67,6 +77,15 @@ def install_runner_hook(runner: Any) -> None:
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
     setattr(runner, HOOKED_METHOD, prepare_inputs)
+
+    prompt_logprobs = getattr(runner, PROMPT_LOGPROBS_METHOD)
+
+    def prompt_logprobs_with_placed(hidden_states, num_scheduled_tokens):
+        out = prompt_logprobs(hidden_states, num_scheduled_tokens)
+        placed, placed_now[0] = placed_now[0], None
+        return placed_logprobs(runner, placed, hidden_states, out) if placed else out
+
+    setattr(runner, PROMPT_LOGPROBS_METHOD, prompt_logprobs_with_placed)
 
     dummy_run = getattr(runner, DUMMY_RUN_METHOD)
 

@@ -188,7 +188,8 @@ class RoomMaker:
         chunks = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
                      for r in chunked)
         first = sum(-(-slots // bs) for _, slots, _ in forked)
-        return len(s.running) * per_decode + chunks + first  # (vLLM preempts for running requests only)
+        ahead = s._placed_ahead.num_tokens  # placed tokens appended for this step (a block each at most)
+        return len(s.running) * per_decode + chunks + first + ahead  # (vLLM preempts for running requests only)
 
     def needs(self, forked: list[tuple[str, int, int]]) -> dict[str, int]:
         """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks

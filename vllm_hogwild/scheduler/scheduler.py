@@ -14,7 +14,8 @@ plain requests preempted in vLLM's policy order, with vLLM's own
 ``_preempt_request``); a resumed group's lanes re-feed their tokens under the
 table's chunk ends, its finished lanes through replay requests made here.
 Also here, as engine-core glue: each worker's incremental detokenizer
-(:mod:`vllm_hogwild.scheduler.detok`), the metrics channel, and each fork/join
+(:mod:`vllm_hogwild.scheduler.detok`), the metrics channel, placed text fed ahead
+(:mod:`vllm_hogwild.scheduler.placed`), and each fork/join
 lane's record for the front end, on the plugin's own output field
 (:mod:`vllm_hogwild.core.lane_channel`).
 """
@@ -41,6 +42,7 @@ from vllm_hogwild.core.stats_channel import StatsSender
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.scheduler.detok import TextStream
 from vllm_hogwild.scheduler.kv import BudgetedAllocation, LaneHashers, RoomMaker
+from vllm_hogwild.scheduler.placed import PlacedAhead
 
 logger = get_logger(__name__)
 
@@ -72,6 +74,7 @@ class HogwildScheduler(Scheduler):
         self._budget = BudgetedAllocation(self.kv_cache_manager, self.table)
         self._room_maker = RoomMaker(self)
         self._lane_records: dict[str, LaneRecord] = {}  # request id -> its record, to go with its next output
+        self._placed_ahead = PlacedAhead(self)  # fork/join headers fed in one step
         self._replay_ends: dict[str, int] = {}  # this step's chunk end of each replaying lane
         self._hogwild_tokenizer = None
         self._special_texts: dict[int, str] | None = None  # special token id -> its text, where decoding skips it
@@ -102,6 +105,7 @@ class HogwildScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any):
         table = self.table
         self._settle_replays()
+        self._placed_ahead.append()  # before the room is made: the tokens it appends need room too
         preempted = self._room_maker.make_room() if table.on_demand and table.num_running_groups else False
         admission = None if preempted else table.admit(time.time(), self._room, self._oldest_plain_arrival)
         if admission is not None:
@@ -146,10 +150,14 @@ class HogwildScheduler(Scheduler):
                 table.preempted_alone(request_id)  # the table's rules are there so that vLLM never does this
                 logger.error("Hogwild worker %s was preempted alone; its group's views may diverge", request_id)
         scheduled = output.num_scheduled_tokens
+        self._placed_ahead.settle(output)
         self._resort = bool(table.num_queued)  # some were queued: those vLLM admits now must move up next step
-        setattr(output, STEP_ATTR, table.step(scheduled, output.scheduled_spec_decode_tokens, self._block_ids,
-                                              all_scheduled=len(scheduled) == len(self.running) - len(held),
-                                              has_tokens=bool(output.total_num_scheduled_tokens)))
+        wire = table.step(scheduled, output.scheduled_spec_decode_tokens, self._block_ids,
+                          all_scheduled=len(scheduled) == len(self.running) - len(held),
+                          has_tokens=bool(output.total_num_scheduled_tokens))
+        if wire.placed:
+            self._placed_ahead.sent(wire.placed)
+        setattr(output, STEP_ATTR, wire)
         return output
 
     def _held(self) -> list[Request]:
@@ -255,7 +263,9 @@ class HogwildScheduler(Scheduler):
     # -- after the step ------------------------------------------------------------------------------
 
     def update_from_output(self, scheduler_output, model_runner_output):
+        self._placed_ahead.take_logprobs(model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)  # workers that end are seen there
+        self._placed_ahead.add_to_outputs(outputs)
         self.table.after_outputs()
         if self._lane_records:
             self._send_lane_records(outputs)
