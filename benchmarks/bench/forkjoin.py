@@ -40,6 +40,34 @@ def _count_prefill(llm) -> list[int]:
     return counter
 
 
+NEVER = "QQQQ"  # a branch end no branch writes: every branch runs to its budget, whatever it samples
+
+
+def _header_steps(llm, steps: list[int], parts: int, args) -> dict:
+    """One fork/join request alone, of fixed lengths (every branch runs to its budget), with its placed headers
+    fed in one step each and, the control, one token a step: its engine steps are its sequential steps."""
+    from vllm import SamplingParams
+
+    table = c.scheduler_of(llm).table
+    sp = SamplingParams(n=1, temperature=args.temperature, seed=parts, max_tokens=args.max_tokens,
+                        extra_args={"hogwild_protocol": "multiverse", "hogwild_branch_end": NEVER,
+                                    "hogwild_max_branches": parts})
+    out = {"parts": parts, "forks": 1}
+    for side, ahead in (("fed_ahead", True), ("one_a_step", False)):
+        table.feeds_placed_ahead = ahead
+        try:
+            s0 = steps[0]
+            tree = llm.generate([goal_prompt(parts, 9000 + parts, args.context)], [sp], use_tqdm=False)[0].outputs[0].hogwild
+            out[side] = steps[0] - s0
+        finally:
+            table.feeds_placed_ahead = True
+        if not tree["forked"]:
+            raise RuntimeError("the headers' request did not fork")
+    out["saved_per_fork"] = out["one_a_step"] - out["fed_ahead"]
+    print(json.dumps({"headers": out}), flush=True)
+    return out
+
+
 def forkjoin(llm, args) -> dict:
     """Fork/join in the plugin against the same token streams decoded one after another, and against a join
     that re-prefills the branches (an engine with a prefix cache only). One engine; the other sides' token
@@ -98,6 +126,7 @@ def forkjoin(llm, args) -> dict:
                        "tokens": statistics.mean(t["num_tokens"] for t in trees)}
                 results.append(row)
                 print(json.dumps(row), flush=True)
+    headers = [_header_steps(llm, steps, parts, args) for parts in args.parts]
     summary = []
     for parts in args.parts:
         base = {}
@@ -110,5 +139,6 @@ def forkjoin(llm, args) -> dict:
                    "wall_vs_forkjoin": base[side]["wall_s"] / base["fork/join"]["wall_s"]}
             summary.append(row)
     return {"benchmark": "forkjoin", "machine": c.machine(), "results": results, "summary": summary,
+            "headers": headers,
             "model": args.model or "SmolLM2-135M-Instruct", "attention": c.attention_of(llm)}
 

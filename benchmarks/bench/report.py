@@ -73,6 +73,10 @@ def markdown(report: dict) -> str:
         body = [f"| {r['parts']} | {r['side']} | {r['tokens']:.0f} | {r['sequential_steps']:.0f} | "
                 f"{r['engine_steps']:.0f} | {r['prefilled_tokens']:.0f} | {r['wall_s']:.2f} | "
                 f"{r['wall_vs_forkjoin']:.2f}x |" for r in report["summary"]]
+        body += ["", "| outlines | engine steps of one request, headers fed in one step | one token a step | "
+                 "steps saved per fork |", "|---:|---:|---:|---:|"]
+        body += [f"| {h['parts']} | {h['fed_ahead']} | {h['one_a_step']} | {h['saved_per_fork']} |"
+                 for h in report.get("headers", ())]
     else:
         return answer_bench.markdown(report)
     sep = "|" + "|".join("---:" for _ in range(head.count("|") - 1)) + "|"

@@ -193,3 +193,6 @@ def test_forkjoin_compares_three_sides_on_the_same_token_counts(llm, tmp_path) -
         assert fj["sequential_steps"] < seq["sequential_steps"]
         assert re["prefilled_tokens"] > seq["prefilled_tokens"], "the join re-prefills the branches"
         assert fj["wall_vs_forkjoin"] == 1.0
+    headers = {h["parts"]: h for h in report["headers"]}
+    for parts in (2, 3):  # a lone request: its headers fed in one step each save steps against one token a step
+        assert 0 < headers[parts]["fed_ahead"] < headers[parts]["one_a_step"], headers[parts]

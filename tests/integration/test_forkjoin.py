@@ -82,6 +82,12 @@ def split(completion):
     return trunk, branches, f
 
 
+def header_lens(tokenizer, protocol: str, k: int) -> list[int]:
+    """Each branch header's tokens (the engine feeds a header's tokens after its first in one step)."""
+    header = {"multiverse": "\n<Path>\n{}:", "npr": "\n<step>\n{}:"}[protocol]
+    return [len(tokenizer.encode(header.format(i), add_special_tokens=False)) for i in range(1, k + 1)]
+
+
 def errors(got, expected) -> float:
     return max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
 
@@ -201,9 +207,7 @@ def test_every_branch_and_the_join_match_the_dense_oracle(llm, runs, oracle, cas
         assert len(set(lengths)) > 1, f"branches of different lengths expected, got {lengths}"
     trunk, trunk_lp = trunk[:TRUNK_CHECKED], trunk_lp[:TRUNK_CHECKED]
     hogwild = mode == "hogwild"
-    header = {"multiverse": "\n<Path>\n{}:", "npr": "\n<step>\n{}:"}[protocol]
-    tokenizer = llm.get_tokenizer()
-    headers = [len(tokenizer.encode(header.format(i), add_special_tokens=False)) for i in range(1, k + 1)]
+    headers = header_lens(llm.get_tokenizer(), protocol, k)
     want_trunk, want_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=hogwild,
                                                 headers=headers)
     got = [trunk_lp, *[lp for _, lp in branches]]

@@ -16,7 +16,8 @@ import torch
 from tests.forkjoin_oracle import DenseForkJoin
 from tests.integration.conftest import make_llm, plain_replay, scheduler_of, shutdown
 from tests.integration.scripted import SCRIPTED
-from tests.integration.test_forkjoin import GOALS, nested_params, params, split, split_tree, tree_error
+from tests.integration.test_forkjoin import (GOALS, header_lens, nested_params, params, split, split_tree,
+                                             tree_error)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -52,6 +53,7 @@ def run_engine(tiny_model) -> dict:
         scheduler = scheduler_of(llm)
         ended = {e.group_id.split("-")[0]: e for e in scheduler.table.stats.ended}  # "<request id>-<suffix>"
         return {"prompts": [tokenizer.encode(p) for p in prompts], "outs": outs,
+                "headers": [None if goal is None else header_lens(tokenizer, *goal) for goal, _, _, _ in CASES],
                 "ended": [ended[o.request_id] for o in outs[:len(CASES)]],
                 "left": bool(scheduler.table) or bool(scheduler.table.replays) or bool(scheduler.parked)}
     finally:
@@ -72,7 +74,7 @@ def exact(tiny_model) -> dict:
 
 def errors(oracle, run) -> list[float]:
     out = []
-    for (goal, _, mode, _), prompt, result in zip(CASES, run["prompts"], run["outs"]):
+    for (goal, _, mode, _), prompt, result, headers in zip(CASES, run["prompts"], run["outs"], run["headers"]):
         completion = result.outputs[0]
         if goal is None or mode == "isolated":
             ids = list(completion.token_ids)
@@ -81,7 +83,8 @@ def errors(oracle, run) -> list[float]:
             out.append(tree_error(got, oracle.tree_logprobs(prompt, tokens)))
             continue
         (trunk, trunk_lp), branches, f = split(completion)
-        want_trunk, want_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=True)
+        want_trunk, want_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=True,
+                                                    headers=headers)
         got = [trunk_lp, *[lp for _, lp in branches]]
         out.append(max(abs(a - b) for g, e in zip(got, [want_trunk, *want_branches]) for a, b in zip(g, e)))
     return out

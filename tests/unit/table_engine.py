@@ -2,7 +2,7 @@
 
 vLLM itself cannot run in a unit test; the engine tests run the real one. This
 keeps only what the table sees of it: requests that queue, prefill (in chunks),
-decode one token per step, sample (or take the token the wire forces), stop at
+decode one token per step (placed text fed ahead: more), sample (or take the token the wire forces), stop at
 their end-of-sequence token or budget, and are aborted. Tokens are characters
 (``ord``), the end of sequence is token 0.
 """
@@ -97,6 +97,8 @@ class FakeEngine:
         ``sample(request, step)``: the token a request samples when nothing is forced.
         """
         table = self.table
+        for request, tokens in table.place_ahead(lambda r: r.status == "running"):  # before the room is made
+            request.output_token_ids.extend(tokens)
         admission = table.admit(self.now, lambda: Room(self.num_blocks - self.used_blocks(), 0, len(self.running),
                                                        1024), lambda: None)
         for request in admission.queue:
@@ -120,6 +122,8 @@ class FakeEngine:
                 request.num_computed_tokens += n
                 scheduled[request.request_id] = n
                 self._grow(request)
+        for request, count, _ in table.placed_fed(scheduled):  # placed tokens not fed go back
+            del request.output_token_ids[-count:]
         wire = table.step(scheduled, {}, self.block_ids, has_tokens=bool(scheduled),
                           all_scheduled=len(scheduled) == len(self.running) - len(held))
         for request_id in scheduled:

@@ -524,3 +524,41 @@ def test_a_lane_that_must_end_next_cuts_an_accepted_run_there() -> None:
     assert driver.may_place(2, 11) and lanes.ends_next(2, 11)
     driver.end_lanes([0, 0, 0])
     assert list(driver.queues[2]) == [0], "its end of sequence is placed next"
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 4], ids=["whole", "cut by the token budget"])
+def test_placed_headers_are_fed_in_one_step_and_what_is_not_fed_goes_back(chunk) -> None:
+    """Through the stand-in engine: a branch header's tokens after its first, and the join header's, are fed in
+    one step with the token before them; the wire names them. Where the step's budget cuts a lane short, the
+    tokens it did not feed go back to its queue and the next is forced as without feeding ahead. The document
+    is the same as with headers placed one token a step (the control), in fewer steps."""
+    from tests.unit.table_engine import FakeEngine, decode
+
+    goal = "Go <Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>"
+    scripts = {"0_g": goal + "x" * 100, "1_g": "\n<Path>\n1: left</Path>", "2_g": "\n<Path>\n2: right</Path>"}
+
+    def run(ahead: bool):
+        engine = FakeEngine(prompt_len=6, chunk=chunk)
+        engine.table.feeds_placed_ahead = ahead
+        lanes = engine.add_group("g", 3, max_tokens=120, protocol="multiverse")
+        fed = []  # per step: request id -> tokens fed
+        while engine.table:
+            engine.step(lambda r, k: ord(scripts[r.request_id][r.num_output_tokens % len(scripts[r.request_id])]))
+            fed.append({row.request_id: row.num_scheduled for row in engine.rows})
+        return engine, [decode(r.output_token_ids) for r in lanes], fed
+
+    engine, texts, fed = run(True)
+    control, control_texts, control_fed = run(False)
+    assert texts == control_texts
+    assert texts[1] == "\n<Path>\n1: left</Path>" and texts[0].startswith(goal + "<Conclusion>\nx")
+    placed = [p for w in engine.wires for p in w.placed.items()]
+    assert not [p for w in control.wires for p in w.placed.items()]
+    header, join = len("\n<Path>\n1:"), len("<Conclusion>\n")
+    if chunk > 100:
+        assert sorted(len(tokens) for _, (_, tokens) in placed) == [header - 1, header - 1, join - 1]
+        assert {r: n for step in fed for r, n in step.items() if n == header} == {"1_g": header, "2_g": header}
+        assert len(control_fed) - len(fed) == (header - 1) + (join - 1)
+    else:  # at most 4 tokens a step: each header is fed in parts, the rest given back and placed again
+        assert placed and all(len(tokens) <= chunk - 1 for _, (_, tokens) in placed)
+        assert max(n for step in fed for r, n in step.items() if r != "0_g" or n < 6) <= chunk
+        assert len(fed) < len(control_fed)

@@ -313,12 +313,14 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             self._unsettled.add(group.group_id)
         if not decoding:
             return None  # prefill rows read their own lane: plain attention
-        num_drafts = [len(drafts.get(w.request_id, ())) for w in workers] if self.speculative else None  # see lane_lens
-        if fed_ahead and num_drafts is None:
-            ahead = [0] * len(workers)
+        if fed_ahead:  # a lane's tokens past its first: its drafts, or placed text fed ahead (see lane_lens)
+            num_drafts = [0] * len(workers)
             for i in decoding:
-                ahead[i] = scheduled[workers[i].request_id] - 1
-            num_drafts = ahead if any(ahead) else None
+                num_drafts[i] = scheduled[workers[i].request_id] - 1
+            if not self.speculative and not any(num_drafts):
+                num_drafts = None
+        else:
+            num_drafts = [len(drafts.get(w.request_id, ())) for w in workers] if self.speculative else None
         self._lengths.add(group.group_id, lens := group.lane_lens(num_drafts))
         return group.step(lens, decoding, num_drafts or (), exact=num_drafts is not None)
 

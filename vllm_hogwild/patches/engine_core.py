@@ -173,7 +173,23 @@ def preemption_and_replay() -> list[TouchPoint]:
         TouchPoint(REQUEST, "RequestStatus.FINISHED_ABORTED", CONSTANT, replay),
         TouchPoint("vllm.sampling_params", "SamplingParams", CLASS, replay),
         TouchPoint("vllm.v1.core.sched.request_queue", "SchedulingPolicy", CLASS, room + " (the policy's name)"),
+        TouchPoint(REQUEST, "Request.append_output_token_ids", METHOD, PLACED_AHEAD, params=("self", "token_ids")),
+        *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("_output_token_ids", "_all_token_ids", "is_prefill_chunk"),
+                   PLACED_AHEAD + " (placed tokens vLLM did not feed taken back)", writes=True),
+        TouchPoint("vllm.v1.core.sched.async_scheduler", "AsyncScheduler._update_after_schedule", SOURCE,
+                   PLACED_AHEAD + ": a request that samples gets its output placeholders after scheduling",
+                   text="request.num_output_placeholders += ("),
+        TouchPoint("vllm.v1.outputs", "ModelRunnerOutput.prompt_logprobs_dict", FIELD,
+                   PLACED_AHEAD + ": placed tokens' log-probabilities taken out before vLLM reads it"),
+        TouchPoint("vllm.v1.outputs", "LogprobsTensors.tolists", METHOD, PLACED_AHEAD,
+                   params=("self", "cu_num_generated_tokens")),
+        TouchPoint("vllm.v1.outputs", "LogprobsLists", CLASS, PLACED_AHEAD),
+        *same_kind("vllm.v1.engine", "EngineCoreOutput", FIELD, ("new_token_ids", "new_logprobs"),
+                   PLACED_AHEAD + " (fed placed tokens before the sampled one)"),
     ]
+
+
+PLACED_AHEAD = "scheduler/placed.py"
 
 
 def step_wire() -> list[TouchPoint]:

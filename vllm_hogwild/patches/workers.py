@@ -7,7 +7,9 @@ that owns the object (``instance``) or in the worker's own process only:
   each step's wire becomes the attention metadata's Hogwild rows. Retired by
   ``03-attention-step-extras.patch`` beside this module; its ``_dummy_run`` and
   ``propose_draft_token_ids`` clear the step's views (no diff would retire
-  those: see their reasons);
+  those: see their reasons); its ``_get_prompt_logprobs_dict`` adds placed
+  tokens' log-probabilities (:mod:`vllm_hogwild.runner.placed`), retired with
+  the placed tokens' writing by ``12-runner-placed-tokens.patch``;
 - the sampler's ``apply_logits_processors`` (:mod:`vllm_hogwild.runner.forcing`):
   forced tokens with speculative decoding;
 - vLLM 0.32 bugs fixed in a Hogwild worker process on the CPU with speculative
@@ -38,6 +40,7 @@ HOOKS = {
         "instance", _HOOK,
         "none: a draft model proposes over plain attention, so the step's views are cleared first; patch 03 "
         "does not cover it, and a per-forward extras argument upstream would be needed to retire it"),
+    f"{_RUNNER}._get_prompt_logprobs_dict": ("instance", _HOOK, "12-runner-placed-tokens.patch"),
     "vllm.v1.sample.sampler:Sampler.apply_logits_processors": (
         "instance", "vllm_hogwild.runner.forcing",
         "none: vLLM refuses custom logits processors with speculative decoding by design; forcing runs "
@@ -54,6 +57,7 @@ HOOKS = {
 def runner_hook() -> list[TouchPoint]:
     """runner/runner_hook.py and runner/forcing.py's sampler: the model runner, wrapped per instance."""
     per_instance = RUNNER_HOOK + ": wrapped per runner instance"
+    PLACED = "runner/placed.py (placed tokens fed ahead)"
     sampler_forcing = "runner/forcing.install_sampler_forcing"
     set_aside = "runner/runner_hook.set_aside_discarded_generators"
     return [
@@ -67,7 +71,25 @@ def runner_hook() -> list[TouchPoint]:
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
                    RUNNER_HOOK + ": the runner calls the instance's _dummy_run", text="self._dummy_run("),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SETTABLE, RUNNER_HOOK,
-                   params=("_prepare_inputs", "_dummy_run", "propose_draft_token_ids")),
+                   params=("_prepare_inputs", "_dummy_run", "propose_draft_token_ids", "_get_prompt_logprobs_dict")),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner._get_prompt_logprobs_dict", METHOD,
+                   per_instance + " (placed tokens' log-probabilities: runner/placed.py)",
+                   params=("self", "hidden_states", "num_scheduled_tokens")),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
+                   RUNNER_HOOK + ": the runner gets fed tokens' log-probabilities through the instance's method",
+                   text="self._get_prompt_logprobs_dict("),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.query_start_loc", INIT_ATTRIBUTE, PLACED),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.model_config", INIT_ATTRIBUTE, PLACED),
+        TouchPoint("vllm.v1.sample.sampler", "Sampler.compute_logprobs", METHOD, PLACED, params=("logits",),
+                   decorator="staticmethod"),
+        TouchPoint("vllm.v1.sample.sampler", "Sampler.gather_logprobs", METHOD, PLACED,
+                   params=("logprobs", "num_logprobs", "token_ids"), decorator="staticmethod"),
+        TouchPoint(INPUT_BATCH, "InputBatch.num_logprobs", INIT_ATTRIBUTE, PLACED),
+        TouchPoint(INPUT_BATCH, "InputBatch.num_prompt_tokens", INIT_ATTRIBUTE, PLACED),
+        TouchPoint(INPUT_BATCH, "InputBatch.token_ids_cpu", INIT_ATTRIBUTE, PLACED),
+        TouchPoint(INPUT_BATCH, "InputBatch.is_token_ids", INIT_ATTRIBUTE, PLACED),
+        TouchPoint(INPUT_BATCH, "InputBatch.num_tokens_no_spec", INIT_ATTRIBUTE, PLACED),
+        TouchPoint("vllm.v1.worker.gpu_input_batch", "CachedRequestState.output_token_ids", FIELD, PLACED),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.propose_draft_token_ids", METHOD,
                    per_instance + " (drafts with plain attention)",
                    params=("self", "scheduler_output", "sampled_token_ids")),
