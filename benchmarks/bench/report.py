@@ -69,14 +69,12 @@ def markdown(report: dict) -> str:
                 f"{_or_dash(r['group_preemptions'])} | {_replayed(r)} |" for r in rows]
     elif kind == "forkjoin":
         head = ("| outlines | side | tokens per request | sequential decode steps | engine steps | prefilled tokens | "
-                "wall s | wall vs fork/join |")
+                "wall s | wall vs fork/join | one request alone: engine steps, headers one token a step |")
+        alone = {h["parts"]: f"{h['fed_ahead']}, {h['one_a_step']}" for h in report.get("headers", ())}
         body = [f"| {r['parts']} | {r['side']} | {r['tokens']:.0f} | {r['sequential_steps']:.0f} | "
                 f"{r['engine_steps']:.0f} | {r['prefilled_tokens']:.0f} | {r['wall_s']:.2f} | "
-                f"{r['wall_vs_forkjoin']:.2f}x |" for r in report["summary"]]
-        body += ["", "| outlines | engine steps of one request, headers fed in one step | one token a step | "
-                 "steps saved per fork |", "|---:|---:|---:|---:|"]
-        body += [f"| {h['parts']} | {h['fed_ahead']} | {h['one_a_step']} | {h['saved_per_fork']} |"
-                 for h in report.get("headers", ())]
+                f"{r['wall_vs_forkjoin']:.2f}x | {alone.get(r['parts'], '-') if r['side'] == 'fork/join' else '-'} |"
+                for r in report["summary"]]
     else:
         return answer_bench.markdown(report)
     sep = "|" + "|".join("---:" for _ in range(head.count("|") - 1)) + "|"
