@@ -225,3 +225,23 @@ def test_a_lane_record_crosses_vllms_own_wire_only_with_the_plugins_types() -> N
     with pytest.raises(RuntimeError, match="version 99"):
         check(msgspec.structs.replace(record, version=99))
     assert isinstance(record, LaneRecord)
+
+
+def test_tokens_fed_in_one_step_count_one_sequential_step() -> None:
+    """Each output carries its tokens' accept steps (placed text fed ahead, or accepted drafts, share one): a
+    lane's sequential steps are its distinct steps, not its tokens."""
+    events = []
+    for step, (o, finished) in enumerate(EVENTS):  # copies: EVENTS is shared
+        copy = out(o.index, o.text, o.token_ids, o.finish_reason, getattr(o, "hogwild_lane", None))
+        copy.hogwild = {"accept_steps": [step] * len(o.token_ids)}
+        events.append((copy, finished))
+    joined = out(1, " c.", [22, 23], record=rec(1, "1"))  # branch 1's last two tokens in one step
+    joined.hogwild = {"accept_steps": [7, 7]}
+    events = [e for e in events if e[0].token_ids not in ([22], [23])]
+    events.insert(7, (joined, False))
+    assembly = Assembly(SPEC, streaming=True)
+    deltas = [d for o, finished in events if (d := assembly.stream(o, finished)) is not None]
+    tree = deltas[-1].hogwild
+    assert [t for d in deltas for t in d.token_ids] == TOKENS
+    assert tree["branches"][0]["num_tokens"] == 4 and tree["branches"][0]["steps"] == 3
+    assert tree["sequential_steps"] == 5 + 3

@@ -170,6 +170,12 @@ class Assembly:
             return lane.record.keep
         return len(lane.token_ids)
 
+    def _own_steps(self, index: int, own: int) -> int:
+        """The engine steps lane ``index``'s own ``own`` tokens took: tokens that share an accept step were fed
+        together (placed text fed ahead, accepted drafts); without accept steps, one each."""
+        steps = self.lanes[index].accept_steps
+        return len(set(steps[:own])) if steps is not None and len(steps) >= own else own
+
     def _flush(self, index: int, out: _Delta) -> bool:
         """Append to ``out`` what of lane ``index``'s document can go out now (nothing can come before it any
         more); True once all of it has. A fork's branches go whole, in order, at its fork point (the engine
@@ -212,7 +218,7 @@ class Assembly:
             out["unforked"] = unforked
         trunk_tokens = len(self.lanes[0].token_ids)
         if not self.forks:
-            out["sequential_steps"] = trunk_tokens
+            out["sequential_steps"] = self._own_steps(0, trunk_tokens)
             return out
         node = self._node(0)
         out.update(fork_tokens=node["forks"][0]["fork_tokens"], branches=node["forks"][0]["branches"],
@@ -228,11 +234,11 @@ class Assembly:
         return out + [{"branch": branch, "at": at, "reason": reason} for branch, at, reason in seen]
 
     def _node(self, index: int) -> dict:
-        """Lane ``index``'s document: its text, tokens, sequential steps (its own tokens and, at each of its
-        forks, the branch that took the most) and its forks."""
+        """Lane ``index``'s document: its text, tokens, sequential steps (its own tokens' engine steps and, at
+        each of its forks, the branch that took the most) and its forks."""
         lane = self.lanes[index]
         own = self._own(index)
-        text, num_tokens, steps, forks, at = [], own, own, [], 0
+        text, num_tokens, steps, forks, at = [], own, self._own_steps(index, own), [], 0
         for fork in self.forks.get(index, ()):
             text.append(lane.text[at:fork.chars])
             at = fork.chars
