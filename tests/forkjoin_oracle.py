@@ -50,10 +50,16 @@ class DenseForkJoin(DenseHogwild):
     @torch.no_grad()
     def logprobs(self, prompt: list[int], trunk: list[int], branches: list[list[int]], fork_tokens: int,
                  hogwild: bool = False, sequential: bool = False, siblings_visible: bool = False,
-                 headers: list[int] | None = None):
+                 headers: list[int] | None = None, steps: list[list[int]] | None = None,
+                 same_step: bool = False):
         """``(trunk log-probabilities, each branch's)``, one per output token. ``headers``: each branch's placed
         header length (``hogwild`` branches: a header's tokens are fed in one step and read each sibling's
         first token only; what a branch samples after its header reads the siblings as the lock-step does).
+        ``steps``: ``hogwild`` branches decoded by engine steps (speculative decoding): ``steps[b][i]`` is the
+        step at which branch b's token i was accepted, and one more, the step of its end of sequence. At step s
+        a branch feeds its tokens whose successor was accepted at s (one row each, causal among them) and reads
+        each sibling's tokens accepted before s and fed by s; ``same_step``, a control, also shows a sibling's
+        tokens accepted at s (drafts being verified).
 
         Controls that must miss the engine: ``sequential`` places every branch one after another
         (the trunk after them all, and branch b after the branches before it), as a sequential
@@ -71,8 +77,10 @@ class DenseForkJoin(DenseHogwild):
         for i in range(fork_tokens):
             lp = run([(0, trunk[i], [(0, 0, p + i + 1, 0)])])[0]
             out_trunk.append(lp[trunk[i + 1]].item())
+        if steps is not None:
+            self._branches_by_step(run, p, p0, branches, steps, same_step, out_branches)
         # The branches, in lock-step: at step s each feeds its token s (its last one too: it is read later).
-        for s in range(max((len(b) for b in branches), default=0)):
+        for s in range(0 if steps is not None else max((len(b) for b in branches), default=0)):
             rows = []
             for b, tokens in enumerate(branches):
                 if s >= len(tokens):
@@ -105,6 +113,35 @@ class DenseForkJoin(DenseHogwild):
             lp = run([(0, trunk[i], view)])[0]
             out_trunk.append(lp[trunk[i + 1]].item())
         return out_trunk, out_branches
+
+    @staticmethod
+    def _branches_by_step(run, p: int, p0: int, branches, steps, same_step: bool, out_branches) -> None:
+        """``hogwild`` branches fed by engine steps (see :meth:`logprobs`, ``steps``)."""
+        for b, tokens in enumerate(branches):
+            assert len(steps[b]) == len(tokens) + 1, "an accept step per token, and its end of sequence's"
+
+        def visible(c: int, s: int) -> int:
+            a = steps[c]
+            seen = (lambda j: a[j] <= s) if same_step else (lambda j: a[j] < s)
+            return sum(1 for j in range(len(branches[c])) if seen(j) and a[j + 1] <= s)
+
+        for s in sorted({x for a in steps for x in a[1:]}):
+            rows = []
+            for b, tokens in enumerate(branches):
+                fed = [i for i in range(len(tokens)) if steps[b][i + 1] == s]
+                if not fed:
+                    continue
+                view, at = [(0, 0, p0, 0)], p0
+                for c in range(len(branches)):
+                    n = visible(c, s)
+                    if c != b and n:
+                        view.append((c + 1, p, p + n, at))
+                        at += n
+                rows += [(b + 1, tokens[i], [*view, (b + 1, p, p + i + 1, at)], b, i) for i in fed]
+            lps = run([(lane, t, v) for lane, t, v, _, _ in rows])
+            for (_, _, _, b, i), lp in zip(rows, lps):
+                if i + 1 < len(branches[b]):
+                    out_branches[b].append(lp[branches[b][i + 1]].item())
 
     @torch.no_grad()
     def tree_logprobs(self, prompt: list[int], root: "Node", sequential: bool = False,

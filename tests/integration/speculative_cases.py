@@ -306,11 +306,54 @@ def test_ngram_fork_join_matches_the_oracle(ngram_llm, forkjoin_oracle) -> None:
     check_forkjoin_runs(forkjoin_runs(ngram_llm, seed=800), forkjoin_oracle, "n-gram")
 
 
-def test_fork_join_with_hogwild_branches_is_refused_with_speculation(ngram_llm) -> None:
-    """Hogwild branches read each other's tokens as they are accepted: not served with speculation yet, and the
-    refusal names the field."""
-    with pytest.raises(ValueError, match="hogwild_branches"):
-        forkjoin_runs(ngram_llm, seed=900, branches="hogwild")
+def test_ngram_fork_join_with_hogwild_branches_matches_the_oracle_given_accept_steps(ngram_llm,
+                                                                                   forkjoin_oracle) -> None:
+    """Hogwild branches under speculation: each reads its siblings' tokens as they are accepted, one engine step
+    at a time (a draft being verified, or a placed header's tail fed ahead, is read from the next step on). The
+    oracle, given every lane's accept steps (its end of sequence's too, from the engine's outputs), scores every
+    token; the control that shows a sibling's tokens in the step they are accepted misses, as does the lock-step
+    by tokens of an engine without speculation."""
+    from tests.integration.test_forkjoin import errors, split
+
+    scheduler = scheduler_of(ngram_llm)
+    original, count, log = scheduler.update_from_output, [0], {}
+
+    def update(scheduler_output, model_runner_output):  # every lane's tokens, by engine step, as they come out
+        outputs = original(scheduler_output, model_runner_output)
+        count[0] += 1
+        for batch in outputs.values():
+            for o in batch.outputs:
+                log.setdefault(o.request_id, []).extend([count[0]] * len(o.new_token_ids))
+        return outputs
+
+    scheduler.update_from_output = update
+    try:
+        runs = forkjoin_runs(ngram_llm, seed=900, branches="hogwild")
+    finally:
+        del scheduler.update_from_output
+    errs, controls, lockstep, multis = [], [], [], []
+    parents = sorted({rid.partition("_")[2] for rid in log}, key=lambda r: int(r.split("-")[0]))  # in prompt order
+    for parent, (prompt, c), (_, parts, _) in zip(parents, runs, FJ_CASES, strict=True):
+        assert c.hogwild["forked"] and c.hogwild["branches_mode"] == "hogwild", c.hogwild
+        (trunk, trunk_lp), branches, f = split(c)
+        lanes = {int(rid.partition("_")[0]): steps for rid, steps in log.items() if rid.partition("_")[2] == parent}
+        steps = [lanes[b + 1] for b in range(parts)]  # the fork starts at once: branch b is lane b + 1
+        assert [len(s) for s in steps] == [len(b) + 1 for b, _ in branches], "each token's step, and its end's"
+        multis.append([multi(s[:-1]) for s in steps])
+        got = [trunk_lp, *[lp for _, lp in branches]]
+        tokens = [b for b, _ in branches]
+        want = forkjoin_oracle.logprobs(prompt, trunk, tokens, f, hogwild=True, steps=steps)
+        errs.append(errors(got, [want[0], *want[1]]))
+        control = forkjoin_oracle.logprobs(prompt, trunk, tokens, f, hogwild=True, steps=steps, same_step=True)
+        controls.append(errors(got, [control[0], *control[1]]))
+        by_token = forkjoin_oracle.logprobs(prompt, trunk, tokens, f, hogwild=True)
+        lockstep.append(errors(got, [by_token[0], *by_token[1]]))
+    print(f"\nn-gram fork/join, hogwild branches: steps accepting several tokens, per request and branch {multis}; "
+          f"max |logprob - oracle| {max(errs):.2e}; controls: same step {min(controls):.2e}, "
+          f"lock-step by tokens {min(lockstep):.2e}")
+    assert max(errs) <= 1e-4, errs
+    assert min(controls) > 1e-3 and min(lockstep) > 1e-3, (controls, lockstep)
+    assert sum(map(sum, multis)) >= 2, "too few steps accepted several tokens in the branches"
 
 
 def test_seeded_runs_with_speculation_repeat_with_top_k_and_top_p(ngram_llm) -> None:

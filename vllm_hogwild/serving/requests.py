@@ -94,11 +94,6 @@ def forkjoin_lanes(config, options: RequestOptions, n: int) -> int:
     from vllm_hogwild.core.forkjoin import branch_lanes
 
     try:
-        if spec_slack(config) and options.branches == "hogwild":  # (isolated branches are served with it)
-            raise HogwildOptionError("hogwild_branches", f"fork/join requests ({options.protocol}) with hogwild "
-                                                         "branches are not served with speculative decoding yet: "
-                                                         "branches 'isolated', or an engine without "
-                                                         "--speculative-config")
         if n != 1:
             raise HogwildOptionError("n", f"a fork/join request ({options.protocol}) is one completion: n 1, not {n}; "
                                           "its branches are lanes of their own")
