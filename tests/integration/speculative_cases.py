@@ -236,6 +236,10 @@ def test_draft_model_fork_join_matches_the_oracle(draft_llm, forkjoin_oracle) ->
     check_forkjoin_runs(forkjoin_runs(draft_llm, seed=700), forkjoin_oracle, "draft model")
 
 
+def test_draft_model_fork_join_with_hogwild_branches_matches_the_oracle(draft_llm, forkjoin_oracle) -> None:
+    check_hogwild_branches(draft_llm, forkjoin_oracle, 910, "draft model")
+
+
 def test_draft_model_over_an_fp8_cache_matches_the_oracle_fed_the_cached_values(tiny_model, tmp_path) -> None:
     """Speculative decoding over an FP8 KV cache (the target's and the draft model's): every verified token
     against the oracle that stores K/V as the cache holds them, given the accept steps; the unquantized oracle
@@ -306,8 +310,7 @@ def test_ngram_fork_join_matches_the_oracle(ngram_llm, forkjoin_oracle) -> None:
     check_forkjoin_runs(forkjoin_runs(ngram_llm, seed=800), forkjoin_oracle, "n-gram")
 
 
-def test_ngram_fork_join_with_hogwild_branches_matches_the_oracle_given_accept_steps(ngram_llm,
-                                                                                   forkjoin_oracle) -> None:
+def check_hogwild_branches(llm, oracle, seed: int, what: str) -> None:
     """Hogwild branches under speculation: each reads its siblings' tokens as they are accepted, one engine step
     at a time (a draft being verified, or a placed header's tail fed ahead, is read from the next step on). The
     oracle, given every lane's accept steps (its end of sequence's too, from the engine's outputs), scores every
@@ -315,7 +318,8 @@ def test_ngram_fork_join_with_hogwild_branches_matches_the_oracle_given_accept_s
     by tokens of an engine without speculation."""
     from tests.integration.test_forkjoin import errors, split
 
-    scheduler = scheduler_of(ngram_llm)
+    forkjoin_oracle = oracle
+    scheduler = scheduler_of(llm)
     original, count, log = scheduler.update_from_output, [0], {}
 
     def update(scheduler_output, model_runner_output):  # every lane's tokens, by engine step, as they come out
@@ -328,7 +332,7 @@ def test_ngram_fork_join_with_hogwild_branches_matches_the_oracle_given_accept_s
 
     scheduler.update_from_output = update
     try:
-        runs = forkjoin_runs(ngram_llm, seed=900, branches="hogwild")
+        runs = forkjoin_runs(llm, seed=seed, branches="hogwild")
     finally:
         del scheduler.update_from_output
     errs, controls, lockstep, multis = [], [], [], []
@@ -348,12 +352,17 @@ def test_ngram_fork_join_with_hogwild_branches_matches_the_oracle_given_accept_s
         controls.append(errors(got, [control[0], *control[1]]))
         by_token = forkjoin_oracle.logprobs(prompt, trunk, tokens, f, hogwild=True)
         lockstep.append(errors(got, [by_token[0], *by_token[1]]))
-    print(f"\nn-gram fork/join, hogwild branches: steps accepting several tokens, per request and branch {multis}; "
+    print(f"\n{what} fork/join, hogwild branches: steps accepting several tokens, per request and branch {multis}; "
           f"max |logprob - oracle| {max(errs):.2e}; controls: same step {min(controls):.2e}, "
           f"lock-step by tokens {min(lockstep):.2e}")
     assert max(errs) <= 1e-4, errs
     assert min(controls) > 1e-3 and min(lockstep) > 1e-3, (controls, lockstep)
     assert sum(map(sum, multis)) >= 2, "too few steps accepted several tokens in the branches"
+
+
+def test_ngram_fork_join_with_hogwild_branches_matches_the_oracle_given_accept_steps(ngram_llm,
+                                                                                   forkjoin_oracle) -> None:
+    check_hogwild_branches(ngram_llm, forkjoin_oracle, 900, "n-gram")
 
 
 def test_seeded_runs_with_speculation_repeat_with_top_k_and_top_p(ngram_llm) -> None:

@@ -3,9 +3,8 @@
 A group decodes with n-gram speculation through the server; asked for them
 (``hogwild_accept_steps``), whole responses carry each choice's accept steps on
 both routes; a stream that asks for them gets a 400 naming the field; plain
-requests run beside; a fork/join request with isolated branches runs (its tree
-with its accept steps when asked), one with hogwild branches is a 400 naming
-``hogwild_branches``. The exactness of what the steps describe is checked
+requests run beside; fork/join requests with isolated and with hogwild branches
+run (the tree with its accept steps when asked). The exactness of what the steps describe is checked
 offline against the dense oracle (tests/integration/test_speculative.py).
 """
 
@@ -83,14 +82,21 @@ GOAL = ("Count them.\n<Parallel>\n<Goal>\n<Outline>\n1: even cases</Outline>\n<O
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_fork_join_with_hogwild_branches_is_refused_with_speculation_naming_the_field(client, stream) -> None:
-    import openai
-
-    with pytest.raises(openai.BadRequestError) as info:
-        client.completions.create(model=NAME, prompt=GOAL, max_tokens=40, stream=stream,
-                                  extra_body={"vllm_xargs": {"hogwild_protocol": "multiverse",
-                                                             "hogwild_branches": "hogwild"}})
-    assert info.value.body["param"] == "hogwild_branches" and "speculative" in info.value.body["message"]
+def test_fork_join_with_hogwild_branches_runs_with_speculation(client, stream) -> None:
+    """Hogwild branches (each reading its siblings' accepted tokens) under speculation: whole, the tree with each
+    token's accept step; streamed, the request ends."""
+    xargs = {"hogwild_protocol": "multiverse", "hogwild_branch_end": "[jqyz]", "hogwild_branches": "hogwild"}
+    if stream:
+        finish = [c.finish_reason for chunk in client.completions.create(
+            model=NAME, prompt=GOAL, max_tokens=40, temperature=0.7, seed=5, stream=True,
+            extra_body={"vllm_xargs": xargs}) for c in chunk.choices if c.finish_reason]
+        assert len(finish) == 1
+        return
+    resp = client.completions.create(model=NAME, prompt=GOAL, max_tokens=40, temperature=0.7, seed=5,
+                                     extra_body={"vllm_xargs": {**xargs, "hogwild_accept_steps": True}})
+    tree = resp.choices[0].model_extra["hogwild"]
+    assert tree["forked"] and tree["branches_mode"] == "hogwild" and len(tree["branches"]) == 2
+    assert len(tree["accept_steps"]) == tree["num_tokens"]
 
 
 def test_fork_join_with_isolated_branches_runs_with_speculation(client) -> None:
