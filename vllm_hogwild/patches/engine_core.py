@@ -174,6 +174,8 @@ def preemption_and_replay() -> list[TouchPoint]:
         TouchPoint("vllm.sampling_params", "SamplingParams", CLASS, replay),
         TouchPoint("vllm.v1.core.sched.request_queue", "SchedulingPolicy", CLASS, room + " (the policy's name)"),
         TouchPoint(REQUEST, "Request.append_output_token_ids", METHOD, PLACED_AHEAD, params=("self", "token_ids")),
+        TouchPoint(REQUEST, "Request.use_structured_output", ATTRIBUTE, PLACED_AHEAD + " (no feeding ahead under a "
+                   "grammar)"),
         *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("_output_token_ids", "_all_token_ids", "is_prefill_chunk"),
                    PLACED_AHEAD + " (placed tokens vLLM did not feed taken back)", writes=True),
         TouchPoint("vllm.v1.core.sched.async_scheduler", "AsyncScheduler._update_after_schedule", SOURCE,

@@ -94,7 +94,9 @@ class PlacedAhead:
 
 
 def _runs(request: Any) -> bool:
-    return request.status == RequestStatus.RUNNING
+    """vLLM runs the request, and no grammar follows its tokens (a structured output's grammar advances on
+    the tokens vLLM samples: its placed tokens stay forced, one a step, and go through it)."""
+    return request.status == RequestStatus.RUNNING and not request.use_structured_output
 
 
 def _joined(first: LogprobsLists, then: LogprobsLists) -> LogprobsLists:
