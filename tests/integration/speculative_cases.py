@@ -318,7 +318,6 @@ def check_hogwild_branches(llm, oracle, seed: int, what: str) -> None:
     by tokens of an engine without speculation."""
     from tests.integration.test_forkjoin import errors, split
 
-    forkjoin_oracle = oracle
     scheduler = scheduler_of(llm)
     original, count, log = scheduler.update_from_output, [0], {}
 
@@ -346,11 +345,11 @@ def check_hogwild_branches(llm, oracle, seed: int, what: str) -> None:
         multis.append([multi(s[:-1]) for s in steps])
         got = [trunk_lp, *[lp for _, lp in branches]]
         tokens = [b for b, _ in branches]
-        want = forkjoin_oracle.logprobs(prompt, trunk, tokens, f, hogwild=True, steps=steps)
+        want = oracle.logprobs(prompt, trunk, tokens, f, hogwild=True, steps=steps)
         errs.append(errors(got, [want[0], *want[1]]))
-        control = forkjoin_oracle.logprobs(prompt, trunk, tokens, f, hogwild=True, steps=steps, same_step=True)
+        control = oracle.logprobs(prompt, trunk, tokens, f, hogwild=True, steps=steps, same_step=True)
         controls.append(errors(got, [control[0], *control[1]]))
-        by_token = forkjoin_oracle.logprobs(prompt, trunk, tokens, f, hogwild=True)
+        by_token = oracle.logprobs(prompt, trunk, tokens, f, hogwild=True)
         lockstep.append(errors(got, [by_token[0], *by_token[1]]))
     print(f"\n{what} fork/join, hogwild branches: steps accepting several tokens, per request and branch {multis}; "
           f"max |logprob - oracle| {max(errs):.2e}; controls: same step {min(controls):.2e}, "

@@ -86,7 +86,7 @@ class ForkJoinKind:
             if max_positions is not None:
                 limit = min(limit, max_positions - num_tokens - 1)
             if w.eos_token_id in queue:
-                limit = min(limit, list(queue).index(w.eos_token_id))
+                limit = min(limit, queue.index(w.eos_token_id))
             if limit <= 0:
                 continue
             if held is None:
