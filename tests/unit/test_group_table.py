@@ -249,19 +249,18 @@ def test_steady_lengths_stay_exact_past_32_bits_of_engine_steps() -> None:
     assert log.num_steps == twin.num_steps == 5
 
 
-def test_an_end_record_counts_coworker_reads_when_first_read_from_what_the_group_left() -> None:
+def test_an_end_record_is_built_when_first_read_from_what_the_group_left() -> None:
     engine = FakeEngine(prompt_len=P)
     a, b = engine.add_group("g", 2, 6, layout="contiguous")
     group = engine.table.groups["g"]
     engine.run({a.request_id: "x", b.request_id: "yy\0"}, 10)
     assert not engine.table.groups
     stats = engine.table.stats
-    (pending,) = stats._unsettled
-    assert pending.coworker_reads is None  # not counted in the step the group ended in
+    assert len(stats._pending) == 1 and not stats._ended  # not built in the step the group ended in
     expected = group.coworker_reads()  # the group object as it ended (the table no longer holds it)
     assert expected and all(expected)
     snap = stats.snapshot(0, 0, 0)
-    assert [e["coworker_reads"] for e in snap["ended"]] == [expected] and not stats._unsettled
+    assert [e["coworker_reads"] for e in snap["ended"]] == [expected] and not stats._pending
     assert stats.ended[-1].coworker_reads == expected
 
 
@@ -275,15 +274,14 @@ def test_only_kinds_that_send_lane_records_are_asked_for_them() -> None:
     assert not engine.table and not engine.table.records_lanes  # both ended
 
 
-def test_end_records_nobody_can_read_any_more_are_never_settled() -> None:
+def test_end_records_nobody_can_read_any_more_are_never_built() -> None:
     from vllm_hogwild.core.stats import GroupEnd, HogwildStats
 
     stats, counted = HogwildStats(), []
     for i in range(1500):
-        end = GroupEnd(1, 1, [1], 1, 1, 0, [1], None, None, 0.0, group_id=str(i))
-        end.settle_with(lambda i=i: counted.append(i) or [i])
-        stats.record(end)
-    assert not counted and len(stats._unsettled) == 1024
+        stats.record(lambda i=i: counted.append(i) or GroupEnd(1, 1, [1], 1, 1, 0, [1], [i], None, 0.0,
+                                                                group_id=str(i)))
+    assert not counted and len(stats._pending) == 1024
     assert [e.coworker_reads for e in stats.ended] == [[i] for i in range(476, 1500)]
     assert counted == list(range(476, 1500))  # each once, only the ones still held
     assert [e["group_id"] for e in stats.snapshot(0, 0, 0)["ended"]] == [str(i) for i in range(476, 1500)]

@@ -12,7 +12,6 @@ life (arrival, admission, lock-step, the end) is :mod:`vllm_hogwild.core.group_t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from enum import Enum
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -216,31 +215,34 @@ class Group:
                 before = w.request.num_computed_tokens - n  # counts were advanced by vLLM's schedule()
                 self.counters.prefill_by_worker[w.index] += max(0, min(n, self.prompt_len - before))
 
-    def end_record(self, block_ids: Sequence[Sequence[int]], block_size: int, now: float) -> GroupEnd:
+    def end_record(self, block_ids: Sequence[Sequence[int]], block_size: int, now: float) -> Callable[[], GroupEnd]:
         """What the metrics keep of the group once it ended (``block_ids``: each lane's blocks; ``now``:
-        monotonic seconds)."""
+        monotonic seconds), as a call that builds its record (:meth:`HogwildStats.record
+        <vllm_hogwild.core.stats.HogwildStats.record>`). What the engine frees after this step (the lanes'
+        blocks and requests) is read now; the rest is what the group leaves behind, which nothing changes any
+        more (its counters, log, paragraphs), held without the group, its workers or their requests."""
         lanes = [w.length() for w in self.workers]
-        if self.tracker is not None:
-            self.tracker.join(lanes)  # the last rests, for the record
         used: set[int] = set()
         for blocks, n in zip(block_ids, lanes):
             used.update(blocks[: -(-n // block_size)])
-        c = self.counters
-        history = self.tracker.history if self.tracker is not None else []
-        end = GroupEnd(
-            self.num_workers, self.prompt_len, lanes, len(used), c.num_prefill_tokens,
-            c.prefill_saved(self.prompt_len), [w.request.num_output_tokens for w in self.workers], None,
-            admission_wait_s=(c.admitted_time - self.arrival_time) if c.admitted_time else None,
-            latency_s=now - self.arrival_time,
-            history=[(s.lane, s.start, s.end) for s in history],
-            finisher=self.driver.finisher, num_preemptions=c.num_preemptions,
-            num_replayed_tokens=c.num_replayed_tokens, group_id=self.group_id,
-        )
-        # Co-worker reads when the record is first read (HogwildStats settles it): from the log and the history
-        # alone, which nothing changes once the group ended (the group itself, and its requests, are not kept).
-        end.settle_with(partial(coworker_reads, self.log, history, self.num_workers, self.prompt_len,
-                                self.spec.options.layout))
-        return end
+        outputs = [w.request.num_output_tokens for w in self.workers]
+        counters, tracker, log, layout = self.counters, self.tracker, self.log, self.spec.options.layout
+        n, p, arrival, finisher, group_id = self.num_workers, self.prompt_len, self.arrival_time, \
+            self.driver.finisher, self.group_id
+
+        def build() -> GroupEnd:
+            if tracker is not None:
+                tracker.join(lanes)  # the last rests, for the record
+            history = tracker.history if tracker is not None else []
+            return GroupEnd(
+                n, p, lanes, len(used), counters.num_prefill_tokens, counters.prefill_saved(p), outputs,
+                coworker_reads(log, history, n, p, layout),
+                admission_wait_s=(counters.admitted_time - arrival) if counters.admitted_time else None,
+                latency_s=now - arrival, history=[(s.lane, s.start, s.end) for s in history],
+                finisher=finisher, num_preemptions=counters.num_preemptions,
+                num_replayed_tokens=counters.num_replayed_tokens, group_id=group_id)
+
+        return build
 
     def coworker_reads(self) -> list[int]:
         """Co-worker tokens each worker attended over its life, summed over its steps (the prompt is nobody's).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 
 @dataclass
@@ -22,7 +22,7 @@ class GroupEnd:
     num_prefill_tokens: int  # prompt tokens computed for the group (prefix-cache hits excluded)
     num_prefill_saved: int  # prompt tokens computed once for the group instead of once per worker
     output_lens: list[int]  # tokens each worker generated
-    coworker_reads: list[int] | None  # co-worker tokens each worker attended, summed over its steps (see settle)
+    coworker_reads: list[int]  # co-worker tokens each worker attended, summed over its steps
     admission_wait_s: float | None  # first worker's arrival to the group's admission (None: never admitted)
     latency_s: float  # first worker's arrival to the group's end
     history: list[tuple[int, int, int]] = field(default_factory=list)  # (lane, start, end) of steps, as joined
@@ -30,16 +30,6 @@ class GroupEnd:
     num_preemptions: int = 0  # times the group was preempted whole
     num_replayed_tokens: int = 0  # tokens re-fed on its resumptions
     group_id: str = ""  # the parent request's id
-    _reads: ClassVar[Callable[[], list[int]] | None] = None  # per record, once set: computes its co-worker reads
-
-    def settle_with(self, reads: Callable[[], list[int]]) -> None:
-        """``coworker_reads`` computed when first read (:class:`HogwildStats` settles a record before it hands
-        it out, in a metrics snapshot or to a reader of ``ended``), not in the engine step the group ends in."""
-        self._reads = reads
-
-    def settle(self) -> None:
-        if self._reads is not None:
-            self.coworker_reads, self._reads = self._reads(), None
 
 
 @dataclass
@@ -49,16 +39,16 @@ class HogwildStats:
     num_replayed_tokens: int = 0  # tokens re-fed by resumed groups
     _ended: deque = field(default_factory=lambda: deque(maxlen=1024))  # GroupEnd, newest last
     _unreported: list = field(default_factory=list)  # GroupEnd not yet in a snapshot
-    _unsettled: list = field(default_factory=list)  # GroupEnd whose co-worker reads are still to compute
+    _pending: list = field(default_factory=list)  # records still to build (each a call), newest last
 
-    def record(self, end: GroupEnd) -> None:
-        self._ended.append(end)
-        self._unreported.append(end)
-        del self._unreported[:-1024]
-        self._unsettled.append(end)
-        # The newest records, in order: those past the last 1,024 left ``ended`` and the unreported ones, and
-        # nobody can read them any more (no metrics, no reader): their co-worker reads are never counted.
-        del self._unsettled[:-1024]
+    def record(self, build: Callable[[], GroupEnd]) -> None:
+        """A group ended; ``build()`` makes its record, called when the record is first read (a metrics snapshot,
+        or a reader of :attr:`ended`), not in the engine step the group ended in (where hundreds of groups may end
+        together). ``build`` holds only what the group left behind, which nothing changes any more."""
+        self._pending.append(build)
+        # Only the newest 1,024 records can ever be read (``ended`` and the unreported ones are the newest):
+        # older ones are never built.
+        del self._pending[:-1024]
 
     @property
     def ended(self) -> deque:
@@ -67,9 +57,11 @@ class HogwildStats:
         return self._ended
 
     def _settle(self) -> None:
-        for end in self._unsettled:
-            end.settle()
-        self._unsettled = []
+        if self._pending:
+            built, self._pending = [build() for build in self._pending], []
+            self._ended.extend(built)
+            self._unreported += built
+            del self._unreported[:-1024]
 
     def snapshot(self, groups_running: int, groups_waiting: int, free_blocks: int) -> dict[str, Any]:
         """What the front end's metrics need since the last snapshot (plain types: it crosses processes)."""
