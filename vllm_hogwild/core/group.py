@@ -207,13 +207,27 @@ class Group:
                 if token is not None:
                     forced[w.request_id] = token
 
-    def count_prefill(self, scheduled: Mapping[str, int]) -> None:
-        """Count the prompt tokens each worker computed this step (``scheduled``: tokens per request)."""
+    def count_prefill(self, scheduled: Mapping[str, int]) -> tuple[bool, bool]:
+        """Count the prompt tokens each worker computed this step (``scheduled``: tokens per request). Returns
+        whether every worker has the whole prompt now, and whether each of them was scheduled and samples its
+        first token in this step (all of them together). One pass: at admission hundreds of groups prefill in
+        one step."""
+        p, by_worker = self.prompt_len, self.counters.prefill_by_worker
+        prefilled = together = True
         for w in self.workers:
             n = scheduled.get(w.request_id, 0)
+            if w.finished:
+                prefilled &= w.lane_len >= p
+                together = False
+                continue
+            request = w.request
+            computed = request.num_computed_tokens
             if n:
-                before = w.request.num_computed_tokens - n  # counts were advanced by vLLM's schedule()
-                self.counters.prefill_by_worker[w.index] += max(0, min(n, self.prompt_len - before))
+                before = computed - n  # counts were advanced by vLLM's schedule()
+                by_worker[w.index] += max(0, min(n, p - before))
+            prefilled &= computed >= p
+            together &= bool(n) and computed >= request.num_tokens and not request.num_output_tokens
+        return prefilled, together
 
     def end_record(self, block_ids: Sequence[Sequence[int]], block_size: int, now: float) -> Callable[[], GroupEnd]:
         """What the metrics keep of the group once it ended (``block_ids``: each lane's blocks; ``now``:

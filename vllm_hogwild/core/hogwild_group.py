@@ -75,13 +75,11 @@ class HogwildKind:
         if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
             group.place_tokens(scheduled, forced, drafts)
         if not group.prefilled:
-            group.count_prefill(scheduled)
-            if any(w.length() < group.prompt_len for w in group.workers):
+            prefilled, sample_together = group.count_prefill(scheduled)
+            if not prefilled:
                 return None, None  # someone still prefills: no row decodes (a worker with the prompt sits out)
             group.prefilled = True
-            if not table.speculative and all(
-                    w.request_id in scheduled and not w.request.num_output_tokens
-                    and w.request.num_computed_tokens >= w.request.num_tokens for w in group.workers):
+            if sample_together and not table.speculative:
                 # Every row prefills (none decodes) and each worker samples its first token now, together: the
                 # group is even from the next step on, without asking :meth:`holds`.
                 table.keep_in_step(group)
