@@ -106,13 +106,21 @@ def test_300_mixed_requests_all_complete_or_cancel_and_no_block_leaks(server, tm
     exposed = server.metrics()
     assert all(f"hogwild:{name}_total{{" in exposed for name in ("member_preemptions", "group_preemptions", "replayed_tokens"))
     assert server.metric("hogwild:member_preemptions_total") == 0
+    # A client cancels after reading its spec's chunks; one whose whole answer came in fewer (vLLM merges a stream's
+    # pending outputs while its client reads late, as 48 streams on a loaded 2-core machine may) has nothing left
+    # to cancel: it completes, every choice in it.
+    early = {o.spec.index for o in outcomes if o.spec.cancel_after is not None and o.status == "completed"
+             and o.chunks < o.spec.cancel_after and len(o.texts) == o.spec.n}
     for o in outcomes:
-        expected = "cancelled" if o.spec.cancel_after is not None else "completed"
-        assert o.status == expected, (o.spec, o.status, o.reason)
+        expected = "cancelled" if o.spec.cancel_after is not None and o.spec.index not in early else "completed"
+        assert o.status == expected, (o.spec, o.status, o.reason, o.chunks)
         if o.status == "completed":
             assert len(o.texts) == o.spec.n
+    if early:
+        print(f"streams that ended before their cancel point: {sorted(early)}")
     assert {r["kind"]: r["cancelled"] for r in rows[:3]} == {
-        kind: sum(s.cancel_after is not None and s.kind == kind for s in specs) for kind in ("plain", "hogwild-2", "hogwild-4")
+        kind: sum(s.cancel_after is not None and s.kind == kind and s.index not in early for s in specs)
+        for kind in ("plain", "hogwild-2", "hogwild-4")
     }
 
     # Every block is back in the pool once the server is idle (cancelled groups included).

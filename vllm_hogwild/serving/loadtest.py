@@ -63,6 +63,8 @@ class Outcome:
     latency_s: float
     texts: list[str] = field(default_factory=list)  # completed: one per choice
     reason: str = ""  # error: exception class and HTTP status
+    chunks: int = 0  # streamed: the chunks read (vLLM merges a stream's pending outputs while its client reads
+    # late, so a whole answer can come in fewer chunks than a spec's ``cancel_after``: then it completes)
 
 
 def make_mix(count: int, max_tokens: int = 24, seed: int = 0) -> list[Spec]:
@@ -87,8 +89,8 @@ def make_mix(count: int, max_tokens: int = 24, seed: int = 0) -> list[Spec]:
 async def run_one(client, model: str, spec: Spec, deadline_s: float) -> Outcome:
     start = time.perf_counter()
 
-    def done(status: str, texts=(), reason: str = "") -> Outcome:
-        return Outcome(spec, status, time.perf_counter() - start, list(texts), reason)
+    def done(status: str, texts=(), reason: str = "", chunks: int = 0) -> Outcome:
+        return Outcome(spec, status, time.perf_counter() - start, list(texts), reason, chunks)
 
     async def call() -> Outcome:
         body = spec.body()
@@ -106,8 +108,8 @@ async def run_one(client, model: str, spec: Spec, deadline_s: float) -> Outcome:
             chunks += 1
             if spec.cancel_after is not None and chunks >= spec.cancel_after:
                 await stream.close()
-                return done("cancelled")
-        return done("completed", texts)
+                return done("cancelled", chunks=chunks)
+        return done("completed", texts, chunks=chunks)
 
     try:
         return await asyncio.wait_for(call(), deadline_s)
