@@ -26,13 +26,15 @@ def markdown(report: dict) -> str:
                 f"{r['hogwild_s']:.2f} | {r['recompute_s']:.2f} | {r['hogwild_speedup']:.2f}x |" for r in rows]
     elif kind == "overhead":
         head = ("| engine: load | sequences | engine steps | schedule ms/step | update ms/step | total ms/step | "
-                "first step ms | last step ms | steady step ms | wall s |")
+                "first step ms | last step ms | steady step ms | own ms/step (steady) | wall s |")
         body = [f"| {r['kind']}: {r['groups']} x n={r['workers']} + {r['plain']} plain | {r['sequences']} | "
                 f"{r['steps']} | {r['schedule_ms_per_step']:.2f} | {r['update_ms_per_step']:.2f} | "
                 f"{r['schedule_ms_per_step'] + r['update_ms_per_step']:.2f} | {r['first_step_ms']:.1f} | "
-                f"{r['last_step_ms']:.1f} | {r['steady_step_ms']:.2f} | {r['wall_s']:.1f} |" for r in rows]
+                f"{r['last_step_ms']:.1f} | {r['steady_step_ms']:.2f} | "
+                f"{r['own_ms_per_step']:.2f} ({r['own_steady_ms']:.2f}) | {r['wall_s']:.1f} |" for r in rows]
         body += [f"| Hogwild / stock, {g} groups (medians) | | | | | {ratio:.2f}x | | | "
-                 f"{report['steady_ratio'][g]:.2f}x | |" for g, ratio in report["ratio"].items()]
+                 f"{report['steady_ratio'][g]:.2f}x | (stock + own) / stock {report['own_ratio'][g]:.3f}x | |"
+                 for g, ratio in report["ratio"].items()]
     elif kind == "split":
         names = list(rows[0]["split_ms"])
         head = "| part, ms per decode step | " + " | ".join(

@@ -52,6 +52,13 @@ def test_overhead_times_both_engines_at_each_point(llm, tiny_model, tmp_path) ->
     assert [r["sequences"] for r in rows] == [7] * 4 + [9] * 4
     assert all(r["steps"] >= 4 for r in rows) and set(report["ratio"]) == set(report["steady_ratio"]) == {2, 3}
     assert all(min(r["first_step_ms"], r["last_step_ms"], r["steady_step_ms"]) > 0 for r in rows)
+    # The scheduler's own code beyond vLLM's own calls: the stock engine's is the timers' alone; the Hogwild
+    # scheduler's hooks around vLLM's calls take more, at every point.
+    assert all(r["own_ms_per_step"] >= 0 and r["own_steady_ms"] >= 0 for r in rows)
+    for g in (2, 3):
+        stock = max(r["own_steady_ms"] for r in rows if r["groups"] == g and r["kind"] == "stock")
+        assert min(r["own_steady_ms"] for r in rows if r["groups"] == g and r["kind"] == "hogwild") > stock
+        assert report["own_ratio"][g] > 1
 
 
 def test_speculative_compares_every_configuration_per_point_in_one_run(tmp_path) -> None:
