@@ -63,8 +63,9 @@ class Outcome:
     latency_s: float
     texts: list[str] = field(default_factory=list)  # completed: one per choice
     reason: str = ""  # error: exception class and HTTP status
-    chunks: int = 0  # streamed: the chunks read (vLLM merges a stream's pending outputs while its client reads
-    # late, so a whole answer can come in fewer chunks than a spec's ``cancel_after``: then it completes)
+    # streamed: the chunks read. vLLM merges a stream's pending outputs while its client reads late, so a whole
+    # answer can come in fewer chunks than a spec's ``cancel_after``: then it completes.
+    chunks: int = 0
 
 
 def make_mix(count: int, max_tokens: int = 24, seed: int = 0) -> list[Spec]:
