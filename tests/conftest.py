@@ -1,6 +1,29 @@
 import os
+import runpy
+from pathlib import Path
 
 import pytest
+
+# VLLM_HOGWILD_TEST_RUNNER=v2: every engine of this pytest process runs vLLM's Model Runner V2 (on vLLM 0.32's
+# CPU build, with Triton's interpreter; tests/runner_v2_shim/sitecustomize.py, test-only). Set before vLLM is
+# imported: the engine core runs in this process, the model worker in a child that inherits the environment.
+# VLLM_HOGWILD_TEST_FORCE_V1=1 is the control: the engines run V1 while the tests expect V2, and must fail.
+TEST_RUNNER = os.environ.get("VLLM_HOGWILD_TEST_RUNNER", "v1")
+if TEST_RUNNER == "v2":
+    shim = Path(__file__).parent / "runner_v2_shim"
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0" if os.environ.get("VLLM_HOGWILD_TEST_FORCE_V1") == "1" else "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")]))
+    runpy.run_path(str(shim / "sitecustomize.py"))  # this process started before PYTHONPATH named the shim
+
+# The tiny test model's vocabulary: SmolLM2's whole one, or (V2, whose samplers scan it in interpreted kernels)
+# its first 1,024 tokens (vllm_hogwild/tools/tiny_model.py). Random prompt ids stay below PROMPT_ID_TOP.
+TEST_VOCAB = int(os.environ.get("VLLM_HOGWILD_TEST_VOCAB", 1024 if TEST_RUNNER == "v2" else 49152))
+PROMPT_ID_TOP = min(40000, TEST_VOCAB)
+# Token budgets of the tests whose engine places text: the cut vocabulary spends about twice the tokens on the same
+# text (a step prefix, "**Alice [1]:** ", is 6 tokens of SmolLM2's, 9 of the cut one's), and its random text
+# matches a step end's pattern about half as often per token.
+TEXT_SCALE = 1 if TEST_VOCAB >= 49152 else 2
 
 # Tests inspect the engine core's scheduler: run it in this process (the model
 # worker still runs in its own process). Small KV cache: several engines may

@@ -11,7 +11,6 @@ served as stock vLLM and its Hogwild requests are refused, naming the reason.
 
 from __future__ import annotations
 
-import os
 
 from vllm_hogwild.attention.kv_layout import FP8_DTYPES
 from vllm_hogwild.attention.paths import resolve_here
@@ -45,10 +44,9 @@ def select_classes(engine_args, platform=None) -> None:
     elif platform.is_cuda():
         engine_args.worker_cls = CUDA_WORKER_CLS
         _select_flash_attention(engine_args)
-        # The runner hook wraps the V1 model runner. CUDA graphs stay on: the Hogwild
-        # builders report no full-graph support, so vLLM keeps piecewise graphs, between
-        # whose pieces attention (and its per-step plan) runs eagerly (docs/architecture.md).
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        # Whichever model runner vLLM chooses (select_runner). CUDA graphs stay on: the Hogwild builders report
+        # no full-graph support, so vLLM keeps piecewise graphs, between whose pieces attention (and its
+        # per-step plan) runs eagerly (docs/architecture.md).
         path = resolve_here("cuda")
     else:
         raise HogwildOptionError("additional_config.hogwild",
@@ -70,13 +68,27 @@ def select_classes(engine_args, platform=None) -> None:
 
         runtime["isa"] = choose()
     engine_args.additional_config = {**engine_args.additional_config, RUNTIME_KEY: runtime}
-    from vllm_hogwild.runner.forcing import LOGITS_PROCESSOR
 
-    processors = list(engine_args.logits_processors or [])
-    # vLLM takes no custom logits processor with speculative decoding: the runner hook forces tokens
-    # in the sampler then (vllm_hogwild.runner.forcing).
-    if LOGITS_PROCESSOR not in processors and not engine_args.speculative_config:
-        engine_args.logits_processors = [*processors, LOGITS_PROCESSOR]  # tokens the engine places
+
+# The logits processor that forces the tokens the engine places, per model runner (runner/v1.py, runner/v2.py).
+LOGITS_PROCESSORS = {"v1": "vllm_hogwild.runner.v1:ForcedTokens", "v2": "vllm_hogwild.runner.v2:ForcedTokens"}
+
+
+def select_runner(config) -> str:
+    """Once vLLM has built the engine's config: the model runner it chose (``"v1"`` or ``"v2"``; the switch
+    forces neither), recorded for every process of the engine, and the logits processor of that runner's
+    interface added for the tokens the engine places."""
+    runner = "v2" if config.use_v2_model_runner else "v1"
+    config.additional_config[RUNTIME_KEY]["runner"] = runner
+    processors = list(config.model_config.logits_processors or [])
+    # vLLM's V1 runner takes no custom logits processor with speculative decoding: its adapter forces tokens in
+    # the sampler then (runner/v1.py). V2's rejection sampler runs custom processors itself.
+    if runner == "v2" or not config.speculative_config:
+        for other in LOGITS_PROCESSORS.values():
+            if other in processors:
+                processors.remove(other)
+        config.model_config.logits_processors = [*processors, LOGITS_PROCESSORS[runner]]
+    return runner
 
 
 def _select_flash_attention(engine_args) -> None:

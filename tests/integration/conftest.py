@@ -14,7 +14,9 @@ BLOCK_SIZE = 32
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+    from tests.conftest import TEST_VOCAB
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), vocab_size=TEST_VOCAB)
 
 
 def make_llm(model: Path | str, **kwargs):
@@ -23,7 +25,33 @@ def make_llm(model: Path | str, **kwargs):
     args = dict(model=str(model), dtype="float32", enforce_eager=True, max_model_len=2048,
                 block_size=BLOCK_SIZE, seed=0)
     args.update(kwargs)
-    return LLM(**args)
+    llm = LLM(**args)
+    check_runner(llm)
+    return llm
+
+
+# The model runner class each runner the tests ask for (VLLM_HOGWILD_TEST_RUNNER, tests/conftest.py) runs on the CPU.
+RUNNER_CLASSES = {"v1": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
+                  "v2": "vllm.v1.worker.cpu.model_runner.CPUModelRunner"}
+
+
+def runner_class(llm) -> str:
+    """The model runner class of the engine's worker process."""
+    def name(worker) -> str:
+        runner = worker.model_runner
+        return f"{type(runner).__module__}.{type(runner).__qualname__}"
+
+    return llm.collective_rpc(name)[0]
+
+
+def check_runner(llm) -> None:
+    """The engine runs the model runner the tests ask for: a test meant for V2 that ran V1 fails here."""
+    from tests.conftest import TEST_RUNNER
+
+    found = runner_class(llm)
+    if found != RUNNER_CLASSES[TEST_RUNNER]:
+        shutdown(llm)
+        raise AssertionError(f"the tests ask for the {TEST_RUNNER.upper()} model runner; the engine runs {found}")
 
 
 def shutdown(llm) -> None:

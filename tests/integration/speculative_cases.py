@@ -31,6 +31,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import PROMPT_ID_TOP
 from tests.forkjoin_oracle import DenseForkJoin
 from tests.hogwild_checks import collab_errors, max_err
 from tests.hogwild_oracle import DenseHogwild
@@ -48,7 +49,7 @@ PERIODS = [12, 3, 1, 6]  # groups per case, each prompt a random run of this per
 
 def repeated_prompt(seed: int, period: int = 12, times: int = 4) -> list[int]:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(100, 40000, (period,), generator=g).tolist() * times
+    return torch.randint(100, PROMPT_ID_TOP, (period,), generator=g).tolist() * times
 
 
 def raw_params(n: int, seed: int, layout: str = "contiguous", max_tokens: int = BUDGET):

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from tests.conftest import PROMPT_ID_TOP
 from tests.hogwild_checks import step_ends_for
 from tests.hogwild_oracle import DenseHogwild
 from tests.integration.conftest import make_llm, scheduler_of, shutdown
@@ -83,7 +84,7 @@ def oracle(tiny_model):
 
 def prompt_ids(n: int, seed: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(100, 40000, (n,), generator=g).tolist()
+    return torch.randint(100, PROMPT_ID_TOP, (n,), generator=g).tolist()
 
 
 def group_params(n: int, max_tokens: int, seed: int, layout: str, **options):

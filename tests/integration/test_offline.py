@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+from tests.conftest import PROMPT_ID_TOP, TEXT_SCALE
 from tests.hogwild_checks import collab_errors, step_ends_for
 from tests.hogwild_oracle import DenseHogwild
 from tests.integration.conftest import BLOCK_SIZE, make_llm, scheduler_of, shutdown
@@ -32,7 +33,7 @@ def oracle(tiny_model):
 
 def prompt_ids(n: int, seed: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(100, 40000, (n,), generator=g).tolist()
+    return torch.randint(100, PROMPT_ID_TOP, (n,), generator=g).tolist()
 
 
 def hogwild_params(n: int, max_tokens: int, seed: int, layout: str = "contiguous", **kw):
@@ -215,7 +216,7 @@ def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle)
     """The engine starts every step with "**Alice [k]:** " (forced tokens, one per step); they are
     ordinary lane tokens: in the text, and scored by the oracle like any other."""
     n, prompt = 3, prompt_ids(40, seed=900)
-    params = hogwild_params(n, 64, seed=90, layout="combined")
+    params = hogwild_params(n, 64 * TEXT_SCALE, seed=90, layout="combined")
     params.extra_args["hogwild"].update(protocol="named", step_end=NAMED_STEP_END, redundancy_every=40)
     (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
     tokenizer = llm.get_tokenizer()
@@ -262,17 +263,19 @@ def test_a_group_stops_one_token_after_any_worker_writes_the_answer(llm, oracle)
 
 # -- the collaboration protocol --------------------------------------------------
 
-COLLAB_BUDGET = 64  # tokens per worker
+COLLAB_BUDGET = 64 * TEXT_SCALE  # tokens per worker
+# A seed whose finisher starts with no step prefix being placed (its suffix then starts exactly at its reserve).
+COLLAB_SEED = 92 if TEXT_SCALE == 1 else 93
 COLLAB_STEP_END = "[jqvyz]"  # frequent in random text, absent from every text the engine places
 
 
 @pytest.fixture(scope="module")
 def collab_run(llm):
     n, prompt = 3, prompt_ids(40, seed=902)
-    params = hogwild_params(n, COLLAB_BUDGET, seed=92, layout="combined")
+    params = hogwild_params(n, COLLAB_BUDGET, seed=COLLAB_SEED, layout="combined")
     params.ignore_eos, params.logprobs = False, 1
-    params.extra_args["hogwild"] = {"protocol": "collab", "step_end": COLLAB_STEP_END, "redundancy_every": 40,
-                                    "finisher": 6}
+    params.extra_args["hogwild"] = {"protocol": "collab", "step_end": COLLAB_STEP_END,
+                                    "redundancy_every": 40 * TEXT_SCALE, "finisher": 6}
     (out,) = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
     return prompt, out, llm.get_tokenizer(), scheduler_of(llm).table.stats.ended[-1]
 
@@ -346,7 +349,8 @@ def test_collab_chat_gets_the_preamble_as_a_system_message(llm) -> None:
 
     from vllm_hogwild.core.protocol import HEADERS, preamble
 
-    params = SamplingParams(n=2, max_tokens=8, seed=3, extra_args={"hogwild": {"protocol": "collab", "person": "first"}})
+    params = SamplingParams(n=2, max_tokens=8 * TEXT_SCALE, seed=3,
+                            extra_args={"hogwild": {"protocol": "collab", "person": "first"}})
     before = dict(params.extra_args["hogwild"])
     (out,) = llm.chat([{"role": "user", "content": "What is 2 + 3?"}], params, use_tqdm=False)
     tokenizer = llm.get_tokenizer()

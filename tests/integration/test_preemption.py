@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import PROMPT_ID_TOP
 from tests.hogwild_checks import collab_errors, max_err
 from tests.hogwild_oracle import DenseHogwild
 from tests.integration.conftest import make_llm, plain_replay, scheduler_of, shutdown
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 NUM_BLOCKS = 20  # x 32 tokens (the groups take about 47 for their whole budgets)
 COLLAB_STEP_END = "[jqyz]"  # frequent in random text, absent from what the engine places
-STOPS = list(range(100, 40000, 97))[:300]  # frequent stop tokens: some workers stop early (their lanes park)
+STOPS = list(range(100, PROMPT_ID_TOP, 97))[:300]  # frequent stop tokens: some workers stop early (their lanes park)
 # The collab group first, then raw ones: n, prompt length, max_tokens, stop tokens. vLLM's priority policy
 # preempts the least urgent first (priority 9 here), the newest among equals.
 RAW = [(4, 45, 40, False), (2, 40, 60, True), (2, 33, 60, True), (4, 50, 40, False), (2, 30, 60, False),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from vllm_hogwild.core.log import get_logger
 from vllm_hogwild.core.options import ENGINE_KEY, REFUSED_KEY, EngineOptions, HogwildOptionError
 from vllm_hogwild.serving.cli import add_cli_args, fold_cli_args
-from vllm_hogwild.switch import check_engine, check_model, select_classes
+from vllm_hogwild.switch import check_engine, check_model, select_classes, select_runner
 
 logger = get_logger("vllm_hogwild.switch")
 
@@ -59,6 +59,7 @@ def create_engine_config(original, engine_args, *args, **kwargs):
         return original(engine_args, *args, **kwargs)
     select_classes(engine_args)
     config = original(engine_args, *args, **kwargs)
+    select_runner(config)
     check_engine(config)
     logger.info("Hogwild switched on: %s", options)
     return config

@@ -2,8 +2,9 @@
 
 A Hogwild backend is a platform's vLLM backend with two mixins put in front:
 
-- :class:`HogwildBuilderMixin` (metadata builder, once per step): reads the
-  step's views from the process's :class:`~vllm_hogwild.runner.context.StepContext`,
+- :class:`HogwildBuilderMixin` (metadata builder, once per step): takes the
+  step's views (Model Runner V2 passes them to ``build``; on the V1 runner they
+  wait in the process's :class:`~vllm_hogwild.runner.context.StepContext`),
   finds this batch's Hogwild rows, builds the native metadata with those rows
   reduced to a context of their own query tokens (so the native kernel never
   reads their whole lane: no row is computed twice), and plans segment attention
@@ -166,9 +167,13 @@ class HogwildBuilderMixin:
         """Whether this platform's cache stores K transposed (CPU: probed); False elsewhere."""
         return False
 
-    def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False):
+    def build(self, common_prefix_len, common_attn_metadata, fast_build: bool = False,
+              hogwild_views: StepViews | None = None):
+        """``hogwild_views``: the step's views, as Model Runner V2 passes them (runner/v2.py); the V1 runner's
+        adapter leaves them in the step's context instead."""
         step = get_step()
-        rows = rows_for_step(step.views, common_attn_metadata) if self.hogwild_path else None
+        views = hogwild_views if hogwild_views is not None else step.views
+        rows = rows_for_step(views, common_attn_metadata) if self.hogwild_path else None
         if not rows:
             return super().build(common_prefix_len, common_attn_metadata, fast_build)
         # No cascade (shared-prefix) attention over rows whose native context was cut short.

@@ -1,23 +1,23 @@
 """The step's Hogwild state in one worker process: one :class:`StepContext`, set, read and reset.
 
-The runner hook (:mod:`vllm_hogwild.runner.runner_hook`) sets it once per real
-step, after vLLM has prepared the step's inputs: each Hogwild row's segments,
-the batch's row order and size, and the tokens the scheduler forces, by logits
-row. Every attention metadata builder of the step reads the views and records
-the segment-attention plan it built for its metadata (:meth:`StepContext.add_plan`);
+The runner's adapter (:mod:`vllm_hogwild.runner.v1`, :mod:`vllm_hogwild.runner.v2`)
+resets it when a real step starts and fills it once vLLM has prepared the step's
+inputs: the tokens the scheduler forces, keyed as the adapter's logits processor
+finds its rows, and the placed tokens fed this step; on the V1 runner also each
+Hogwild row's views (V2 hands them to its builders with the step's metadata).
+Every attention metadata builder of the step plans segment attention from the
+views and records the plan for its metadata (:meth:`StepContext.add_plan`);
 every layer's implementation finds the plan of the metadata it was handed
-(:meth:`StepContext.plan_for`, by identity: a draft model's metadata has none).
-The sampler's forcing takes the forced rows once (:meth:`StepContext.take_forced`).
-A dummy run (profiling, CUDA-graph capture, an idle data-parallel rank) and a
-draft model's proposal reset what they must first, so nothing of one batch is
-ever applied to another. Like vLLM's own forward context and nano-vllm's
-context: one object per process, no loose globals.
+(:meth:`StepContext.plan_for`, by identity: a draft model's or a dummy batch's
+metadata has none). Nothing of one batch is ever applied to another. Like vLLM's
+own forward context and nano-vllm's context: one object per process, no loose
+globals.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from vllm_hogwild.core.group_views import StepSegments
 
@@ -31,27 +31,31 @@ class StepViews:
 
 @dataclass
 class StepContext:
-    views: StepViews | None = None
-    forced_rows: dict[int, int] | None = None  # logits row -> forced token (or ARGMAX), this step's sampler's
+    views: StepViews | None = None  # V1: read by the builders; V2 passes them with the step's metadata instead
+    # forced token (or ARGMAX) by the key the adapter's logits processor matches rows with (V1: logits row;
+    # V2: the request's slot in the runner's state)
+    forced: dict[int, int] = field(default_factory=dict)
+    placed: Mapping[str, tuple[int, tuple[int, ...]]] | None = None  # the wire's placed tokens fed this step
     _plans: list[tuple[Any, Any]] = field(default_factory=list)  # (metadata, its HogwildPlan), this step's
 
-    def set(self, views: StepViews, forced_rows: dict[int, int] | None) -> None:
-        """A real step's publication (it replaces everything of the step before)."""
-        self.reset()
-        self.views, self.forced_rows = views, forced_rows
-
     def reset(self) -> None:
-        self.views, self.forced_rows = None, None
+        """A real step starts (or a dummy batch): nothing of the step before applies."""
+        self.views, self.forced, self.placed = None, {}, None
         self._plans.clear()
 
     def clear_views(self) -> None:
         """Builders that run now are not building the step's batch (a draft model's): no Hogwild rows."""
         self.views = None
 
-    def take_forced(self) -> dict[int, int] | None:
-        """The step's forced tokens by logits row, once."""
-        rows, self.forced_rows = self.forced_rows, None
-        return rows
+    def take_forced(self) -> dict[int, int]:
+        """The step's forced tokens, once (V1: its sampler runs the processors once per step)."""
+        forced, self.forced = self.forced, {}
+        return forced
+
+    def take_placed(self) -> Mapping[str, tuple[int, tuple[int, ...]]] | None:
+        """The step's placed tokens, once (for their log-probabilities)."""
+        placed, self.placed = self.placed, None
+        return placed
 
     def add_plan(self, metadata: Any, step: Any) -> None:
         self._plans.append((metadata, step))

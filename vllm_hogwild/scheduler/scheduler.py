@@ -23,6 +23,7 @@ lane's record for the front end, on the plugin's own output field
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from vllm.sampling_params import SamplingParams
@@ -76,6 +77,7 @@ class HogwildScheduler(Scheduler):
         self._lane_records: dict[str, LaneRecord] = {}  # request id -> its record, to go with its next output
         self._placed_ahead = PlacedAhead(self)  # fork/join headers fed in one step
         self._replay_ends: dict[str, int] = {}  # this step's chunk end of each replaying lane
+        self._rewound: dict[str, tuple[int, int]] = {}  # accepted runs cut short since the last step (the wire's)
         self._hogwild_tokenizer = None
         self._special_texts: dict[int, str] | None = None  # special token id -> its text, where decoding skips it
         address = runtime_of(self.vllm_config.additional_config).get("stats")
@@ -157,6 +159,8 @@ class HogwildScheduler(Scheduler):
                           has_tokens=bool(output.total_num_scheduled_tokens))
         if wire.placed:
             self._placed_ahead.sent(wire.placed)
+        if self._rewound and output.total_num_scheduled_tokens:  # (a step without tokens reaches no worker)
+            wire, self._rewound = replace(wire, rewound=self._rewound), {}
         setattr(output, STEP_ATTR, wire)
         return output
 
@@ -302,6 +306,7 @@ class HogwildScheduler(Scheduler):
             if accepted < len(new_token_ids):
                 if not stopped:  # what is dropped was computed as drafts: roll back as vLLM does for rejections
                     request.num_computed_tokens -= len(new_token_ids) - accepted
+                    self._rewound[request.request_id] = (request.num_computed_tokens, len(new_token_ids) - accepted)
                 del new_token_ids[accepted:]
         if worker is not None and stopped:  # tokens accepted after the stop were computed but are not the lane's
             request.num_computed_tokens = min(request.num_computed_tokens, request.num_tokens - 1)
