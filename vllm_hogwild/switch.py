@@ -71,14 +71,14 @@ def select_classes(engine_args, platform=None) -> None:
 
 
 # The logits processor that forces the tokens the engine places, per model runner (runner/v1.py, runner/v2.py).
-LOGITS_PROCESSORS = {"v1": "vllm_hogwild.runner.v1:ForcedTokens", "v2": "vllm_hogwild.runner.v2:ForcedTokens"}
+LOGITS_PROCESSORS = {"v1": "vllm_hogwild.runner.v1:V1ForcedTokens", "v2": "vllm_hogwild.runner.v2:V2ForcedTokens"}
 
 
 def select_runner(config) -> str:
     """Once vLLM has built the engine's config: the model runner it chose (``"v1"`` or ``"v2"``; the switch
     forces neither), recorded for every process of the engine, and the logits processor of that runner's
     interface added for the tokens the engine places."""
-    runner = "v2" if config.use_v2_model_runner else "v1"
+    runner = "v2" if getattr(config, "use_v2_model_runner", True) else "v1"  # (vLLM 0.34 has V2 only)
     config.additional_config[RUNTIME_KEY]["runner"] = runner
     processors = list(config.model_config.logits_processors or [])
     # vLLM's V1 runner takes no custom logits processor with speculative decoding: its adapter forces tokens in

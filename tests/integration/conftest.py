@@ -63,7 +63,7 @@ def shutdown(llm) -> None:
 @contextmanager
 def plain_replay():
     """A control: engines started inside re-feed each lane of a resumed group as a plain prefill of itself."""
-    from vllm_hogwild.runner.runner_hook import PLAIN_REPLAY_ENV
+    from vllm_hogwild.runner.worker_core import PLAIN_REPLAY_ENV
 
     os.environ[PLAIN_REPLAY_ENV] = "1"  # read by the worker process as it starts
     try:

@@ -15,9 +15,11 @@ preempted and resumed writes the same.
 from __future__ import annotations
 
 import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-SCRIPTED = "tests.integration.scripted:ScriptedText"
+from tests.conftest import TEST_RUNNER
+
+# The processor of the interface of the model runner the tests run (tests/conftest.py).
+SCRIPTED = "tests.integration.scripted:ScriptedText" if TEST_RUNNER == "v1" else "tests.integration.scripted_v2:ScriptedText"
 KEY = "test_script"
 START = -1  # a trigger's first id: the trigger must open the output
 
@@ -35,7 +37,12 @@ def forced(script: list, output: list[int]) -> int | None:
     return None
 
 
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality  # noqa: E402
+
+
 class ScriptedText(LogitsProcessor):
+    """V1's interface: the runner hands each row's live output list."""
+
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self.rows: dict[int, tuple[list, list[int]]] = {}  # batch row -> (script, the request's live output ids)
 

@@ -50,7 +50,49 @@ def test_on_cuda_the_switch_keeps_graphs_and_chooses_flash_attention(monkeypatch
     assert args.additional_config["hogwild_runtime"]["attention"] == "triton"
     import os
 
-    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # the runner hook wraps the V1 runner
+    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "1"  # the switch forces no runner: vLLM's choice stands
+
+
+def _config(use_v2: bool | None, speculative: bool = False, processors=None) -> SimpleNamespace:
+    config = SimpleNamespace(additional_config={"hogwild_runtime": {}}, speculative_config=object() if speculative
+                             else None, model_config=SimpleNamespace(logits_processors=processors))
+    if use_v2 is not None:  # vLLM 0.34 has no such property: V2 is its only runner
+        config.use_v2_model_runner = use_v2
+    return config
+
+
+@pytest.mark.parametrize("use_v2, speculative, runner, processor", [
+    (True, False, "v2", "vllm_hogwild.runner.v2:V2ForcedTokens"),
+    (True, True, "v2", "vllm_hogwild.runner.v2:V2ForcedTokens"),  # V2's rejection sampler runs processors
+    (None, False, "v2", "vllm_hogwild.runner.v2:V2ForcedTokens"),  # vLLM 0.34
+    (False, False, "v1", "vllm_hogwild.runner.v1:V1ForcedTokens"),
+    (False, True, "v1", None),  # V1 takes no custom processor with speculative decoding: its sampler forces
+])
+def test_the_switch_follows_the_runner_vllm_chose(use_v2, speculative, runner, processor) -> None:
+    from vllm_hogwild import switch as hooks
+
+    config = _config(use_v2, speculative, processors=["user.mod:Theirs"])
+    assert hooks.select_runner(config) == runner
+    assert config.additional_config["hogwild_runtime"]["runner"] == runner
+    expected = ["user.mod:Theirs"] + ([processor] if processor else [])
+    assert config.model_config.logits_processors == expected
+
+
+def test_a_worker_refuses_a_runner_without_an_adapter_or_another_than_the_engines() -> None:
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2Runner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner as V1Runner
+
+    from vllm_hogwild.runner import v1, v2
+    from vllm_hogwild.runner.worker import adapter_for
+
+    v1_runner, v2_runner = object.__new__(V1Runner), object.__new__(V2Runner)
+    assert adapter_for(v1_runner, "v1") is v1 and adapter_for(v2_runner, "v2") is v2
+    with pytest.raises(HogwildOptionError) as info:
+        adapter_for(v1_runner, "v2")
+    assert info.value.parameter == "VLLM_USE_V2_MODEL_RUNNER"
+    with pytest.raises(HogwildOptionError) as info:
+        adapter_for(object(), "v2")
+    assert info.value.parameter == "model runner" and "builtins.object" in str(info.value)
 
 
 @pytest.mark.parametrize("asked", [None, True, False])

@@ -27,7 +27,13 @@ pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).parents[2]
 PATCHES = sorted((ROOT / "vllm_hogwild" / "patches").glob("[0-9]*.patch"))
-NEXT_RELEASE = "0.33.0"  # the newest vLLM the CUDA extra accepts (setup.py); the CPU build stays on 0.32
+# The newer vLLM releases the CUDA extra accepts (setup.py); the CPU build stays on 0.32. Each with the rows left out
+# there besides the V1 runner's (which end at 0.33: vLLM 0.34 deleted that runner).
+NEWER_RELEASES = {
+    "0.33.0": {"RayWorkerWrapper.execute_model_ray", "cpu_attn_reshape_and_cache", "Scheduler"},
+    "0.34.0": {"RayWorkerWrapper.execute_model_ray", "cpu_attn_reshape_and_cache", "Scheduler",
+               "VLLM_USE_V2_MODEL_RUNNER", "VllmConfig.use_v2_model_runner"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -159,10 +165,12 @@ def test_every_touch_point_holds_at_runtime(runtime_results) -> None:
     assert not broken, "\n".join(broken)
 
 
-def test_every_touch_point_holds_statically_on_the_newest_release() -> None:
-    """Every row that applies to vLLM 0.33 holds in its sources, read from its PyPI wheel (downloaded once per
+@pytest.mark.parametrize("release", NEWER_RELEASES)
+def test_every_touch_point_holds_statically_on_the_newer_releases(release: str) -> None:
+    """Every row that applies to vLLM ``release`` holds in its sources, read from its PyPI wheel (downloaded once per
     machine into the checker's cache, ``$VLLM_HOGWILD_UPSTREAM_CACHE`` or ``~/.cache/vllm_hogwild/upstream``;
-    later runs read the cache). Rows for one release only (``since`` / ``before``) are left out on the other."""
+    later runs read the cache). Rows for some releases only (``since`` / ``before``) are left out on the others:
+    on 0.34 every row of the V1 runner's adapter."""
     import re
 
     from packaging.specifiers import SpecifierSet
@@ -171,17 +179,22 @@ def test_every_touch_point_holds_statically_on_the_newest_release() -> None:
     from vllm_hogwild.patches import TOUCH_POINTS
 
     cuda = re.search(r'^VLLM_CUDA = "vllm(.*)"$', (ROOT / "setup.py").read_text(), re.M).group(1)
-    assert NEXT_RELEASE in SpecifierSet(cuda), f"setup.py's CUDA extra ({cuda}) does not accept {NEXT_RELEASE}"
+    assert release in SpecifierSet(cuda), f"setup.py's CUDA extra ({cuda}) does not accept {release}"
     try:
-        root = upstream.fetch_sources(NEXT_RELEASE, log=lambda *_: None)
+        root = upstream.fetch_sources(release, log=lambda *_: None)
     except Exception as error:  # noqa: BLE001 - no index reachable from here
-        pytest.skip(f"vLLM {NEXT_RELEASE}'s sources are not cached and PyPI cannot be reached here: {error}")
-    assert upstream.release_version(root) == NEXT_RELEASE
+        pytest.skip(f"vLLM {release}'s sources are not cached and PyPI cannot be reached here: {error}")
+    assert upstream.release_version(root) == release
     results = upstream.check_static(root)
     broken = [r.line() for r in results if not r.ok]
     assert not broken, "\n".join(broken)
-    left_out = {p.name for p in TOUCH_POINTS if not p.applies_to(NEXT_RELEASE)}
-    assert left_out == {"RayWorkerWrapper.execute_model_ray"} and len(results) == len(TOUCH_POINTS) - len(left_out)
+    left_out = [p for p in TOUCH_POINTS if not p.applies_to(release)]
+    v1_rows = [p for p in TOUCH_POINTS if p.runner == "v1"]
+    assert all(p.before == "0.34" for p in v1_rows) and len(v1_rows) > 40
+    if release >= "0.34":
+        assert set(map(id, v1_rows)) <= set(map(id, left_out))
+    assert {p.name for p in left_out if p.runner != "v1"} == NEWER_RELEASES[release]
+    assert len(results) == len(TOUCH_POINTS) - len(left_out)
 
 
 def test_static_checker_agrees_with_the_runtime_one_on_the_installed_sources(runtime_results) -> None:
@@ -192,7 +205,8 @@ def test_static_checker_agrees_with_the_runtime_one_on_the_installed_sources(run
     static = upstream.check_static(Path(vllm.__file__).parent.parent)
     rows = [p for p in upstream.TOUCH_POINTS if p.applies_to(vllm.__version__)]
     assert [r.point for r in static] == [r.point for r in runtime_results] == rows
-    assert len(rows) == len(upstream.TOUCH_POINTS) - 2, "the two rows of vLLM 0.33's Scheduler.has_request"
+    assert len(rows) == len(upstream.TOUCH_POINTS) - 4, \
+        "the two rows of vLLM 0.33's Scheduler.has_request and two of 0.34 (_cpu_ops, V2's resumed requests)"
     broken = [r.line() for r in static if not r.ok]
     assert not broken, "\n".join(broken)
     # both name the same file for what they locate (the runtime one may not know a line)
@@ -279,6 +293,9 @@ def test_every_attribute_the_plugin_sets_is_taken_by_a_real_instance() -> None:
     assert {
         "vllm.v1.core.sched.output.SchedulerOutput",
         "vllm.v1.worker.gpu_model_runner.GPUModelRunner",
+        "vllm.v1.worker.gpu.model_runner.GPUModelRunner",
+        "vllm.v1.worker.gpu.model_states.default.DefaultModelState",
+        "vllm.v1.worker.gpu.sample.prompt_logprob.PromptLogprobsWorker",
         "vllm.v1.core.kv_cache_manager.KVCacheManager",
         "vllm.entrypoints.openai.chat_completion.protocol.ChatCompletionResponse",
         "vllm.entrypoints.openai.completion.protocol.CompletionResponse",
@@ -326,19 +343,19 @@ def test_fields_the_plugin_writes_on_real_instances() -> None:
     args = EngineArgs(model="m")
     args.scheduler_cls, args.worker_cls, args.async_scheduling = "a.B", "c.D", False
     args.additional_config = {"hogwild": {}}
-    args.logits_processors = ["vllm_hogwild.runner.forcing:ForcedTokens"]
+    args.logits_processors = ["vllm_hogwild.runner.v1:V1ForcedTokens"]
     assert (args.scheduler_cls, args.worker_cls, args.async_scheduling) == ("a.B", "c.D", False)
 
 
-def test_runner_hook_reads_real_batch_objects() -> None:
-    """The runner attributes the hook reads, on a real InputBatch and CpuGpuBuffer (no engine)."""
+def test_the_v1_adapter_reads_real_batch_objects() -> None:
+    """The V1 runner's attributes its adapter reads, on a real InputBatch and CpuGpuBuffer (no engine)."""
     from types import SimpleNamespace
 
     import torch
     from vllm.v1.utils import CpuGpuBuffer
     from vllm.v1.worker.gpu_input_batch import InputBatch
 
-    from vllm_hogwild.runner import runner_hook
+    from vllm_hogwild.runner import v1
 
     batch = InputBatch(max_num_reqs=4, max_model_len=64, max_num_batched_tokens=64, device=torch.device("cpu"),
                        vocab_size=32, block_sizes=[16], max_num_blocks_per_req=[4])
@@ -346,7 +363,7 @@ def test_runner_hook_reads_real_batch_objects() -> None:
     assert (list(batch.req_ids), batch.req_id_to_index, batch.generators, batch.num_reqs) == ([], {}, {}, 0)
     assert mask.np.shape == (4,)
     set_aside = {"gone": torch.Generator()}
-    runner_hook.restore_generators(batch, set_aside)  # a request no longer in the batch: dropped
+    v1.restore_generators(batch, set_aside)  # a request no longer in the batch: dropped
     assert set_aside == {} and batch.generators == {}
-    runner_hook.set_aside_discarded_generators(SimpleNamespace(input_batch=batch, discard_request_mask=mask), set_aside)
+    v1.set_aside_discarded_generators(SimpleNamespace(input_batch=batch, discard_request_mask=mask), set_aside)
     assert set_aside == {}

@@ -40,7 +40,9 @@ def build_tagged_llama(folder: Path) -> Path:
 
     if (folder / "config.json").exists():
         return folder
-    build_tiny_llama(folder)
+    from tests.conftest import TEST_VOCAB
+
+    build_tiny_llama(folder, vocab_size=TEST_VOCAB)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.add_special_tokens({"additional_special_tokens": list(MULTIVERSE_TAGS)})
     model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32)

@@ -23,7 +23,6 @@ from vllm_hogwild.attention.paths import PATHS
 from vllm_hogwild.attention.segment_attention import PlanKind
 from vllm_hogwild.core import options, paragraphs, wire
 from vllm_hogwild.core.group import Phase
-from vllm_hogwild.runner import runner_hook
 from vllm_hogwild.switch import SPECULATIVE_METHODS
 from vllm_hogwild.patches import TOUCH_POINTS
 
@@ -103,10 +102,26 @@ def test_scheduler_overrides_are_named() -> None:
     assert doc == {h.method for h in hooks.HOOKS if h.kind == "override"}
 
 
-def test_runner_hook_wrapped_methods() -> None:
-    assert int(stated(r"wraps (\d+) methods of its runner instance").group(1)) == len(runner_hook.WRAPPED_METHODS)
-    for name in runner_hook.WRAPPED_METHODS:
+def _module_constant(path: Path, name: str):
+    """A module-level constant of a plugin module, read with ``ast`` (runner/v1.py imports vLLM)."""
+    tree = ast.parse(path.read_text())
+    constants = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                 if isinstance(t, ast.Name)}
+    value = constants[name]
+    if isinstance(value, ast.Tuple):
+        return tuple(ast.literal_eval(constants[e.id]) if isinstance(e, ast.Name) else ast.literal_eval(e)
+                     for e in value.elts)
+    return ast.literal_eval(value)
+
+
+def test_each_adapter_wraps_the_methods_the_doc_names() -> None:
+    wrapped = _module_constant(PACKAGE / "runner" / "v1.py", "WRAPPED_METHODS")
+    assert int(stated(r"wraps (\d+) methods of its runner instance").group(1)) == len(wrapped)
+    for name in wrapped:
         assert f"- `{name}`:" in DOC, name
+    v2 = [h for h in hooks.HOOKS if h.where == "vllm_hogwild.runner.v2"]
+    assert int(stated(r"It wraps (\d+) methods of V2's instances").group(1)) == len(v2)
+    assert v2 and all(h.kind == "instance" for h in v2)
 
 
 def test_every_plan_kind_is_named() -> None:
@@ -217,7 +232,7 @@ def test_metric_names_exist() -> None:
 
 
 def test_version_pin() -> None:
-    pin = stated(r"The CUDA extra accepts 0.32 and 0.33 \(`([^`]+)` in `setup\.py`\)").group(1)
+    pin = stated(r"The CUDA extra accepts 0.32 to 0.34 \(`([^`]+)` in `setup\.py`\)").group(1)
     assert f'VLLM_CUDA = "{pin}"' in (ROOT / "setup.py").read_text()
 
 
@@ -324,7 +339,7 @@ def test_every_member_of_a_plugin_class_the_doc_names_exists() -> None:
     "GroupTable", "Group", "Worker", "EngineRequest", "Phase", "StepLog", "Replay", "StepWire", "GroupShape", "GroupStep",
     "GroupReplay", "ViewRegistry", "BatchRow", "StepContext", "StepViews", "RoomMaker", "BudgetedAllocation",
     "HogwildBuilderMixin", "HogwildImplMixin", "HogwildViewsMismatch", "HogwildCPUWorker", "HogwildGPUWorker",
-    "ForcedTokens", "Fairness", "RequestSpec", "EngineOptions", "HogwildScheduler", "PlanKind", "GroupKind", "HogwildKind", "ForkJoinKind",
+    "V1ForcedTokens", "V2ForcedTokens", "WorkerCore", "Fairness", "RequestSpec", "EngineOptions", "HogwildScheduler", "PlanKind", "GroupKind", "HogwildKind", "ForkJoinKind",
 ])
 def test_the_classes_the_doc_names_exist(name: str) -> None:
     assert f"`{name}`" in DOC or f"`{name}." in DOC, name

@@ -61,9 +61,9 @@ def _setattr_names(path: Path) -> set[str]:
 # Names a module sets on vLLM objects that are state, not wraps: no behaviour of vLLM's is replaced by them.
 STATE = {
     "vllm_hogwild.scheduler.kv": set(),
-    "vllm_hogwild.runner.runner_hook": {"_hogwild_hook"},  # the mark that a runner is already wrapped
+    "vllm_hogwild.runner.v1": {"_hogwild_hook"},  # the mark that a runner is already wrapped
+    "vllm_hogwild.runner.v2": {"_hogwild_hook"},
     "vllm_hogwild.scheduler.scheduler": {"spec_token_ids", "num_computed_tokens"},  # request fields
-    "vllm_hogwild.runner.forcing": set(),
 }
 
 
@@ -84,10 +84,10 @@ def test_instance_wraps_are_the_ones_the_code_installs() -> None:
 
 def test_the_both_directions_check_misses_an_unindexed_wrap(tmp_path) -> None:
     """The control: a module that replaces one more method than its rows name is caught."""
-    source = (ROOT / "vllm_hogwild/runner/forcing.py").read_text() + "\n\ndef _x(s):\n    s.sample = s.other\n"
+    source = (ROOT / "vllm_hogwild/runner/v2.py").read_text() + "\n\ndef _x(s):\n    s.sample = s.other\n"
     (tmp_path / "m.py").write_text(source)
-    methods = {h.method for h in hooks.HOOKS if h.where == "vllm_hogwild.runner.forcing"}
-    assert _setattr_names(tmp_path / "m.py") - STATE["vllm_hogwild.runner.forcing"] != methods
+    methods = {h.method for h in hooks.HOOKS if h.where == "vllm_hogwild.runner.v2"}
+    assert _setattr_names(tmp_path / "m.py") - STATE["vllm_hogwild.runner.v2"] != methods
 
 
 def test_kernels_and_functions_are_the_ones_the_code_replaces() -> None:

@@ -41,7 +41,8 @@ class Result:
 
     def line(self) -> str:
         point = self.point
-        head = f"{self.status:<8} {point.kind:<10} {point.target}"
+        runner = f"[{point.runner}] " if point.runner else ""
+        head = f"{self.status:<8} {point.kind:<10} {runner}{point.target}"
         where = f"  [{self.where}]" if self.where else ""
         detail = f": {self.detail}" if self.detail else ""
         return f"{head}{where}{detail}"

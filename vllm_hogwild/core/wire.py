@@ -141,10 +141,11 @@ class StepWire:
     # request id -> (index of the first among its output tokens, tokens): placed text the engine appended to the
     # request for this step to feed (fork/join headers after their first token); the runner has not seen them
     placed: Mapping[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
-    # request id -> (tokens computed, tokens dropped): accepted runs the scheduler cut short since the last step
-    # (speculative decoding, where the engine must place the next token), as if the dropped had been rejected
-    # drafts. A runner that keeps each request's length itself (Model Runner V2) rewinds it.
-    rewound: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # request id -> (tokens computed, tokens, tokens dropped): lengths the scheduler set since the last step,
+    # past what vLLM's own rejections did: an accepted run cut where the engine must place the next token (its
+    # last tokens dropped, as rejected drafts are), a resumed group's lanes rolled back to re-feed (nothing
+    # dropped). A runner that keeps each request's lengths itself (Model Runner V2) rewinds them.
+    rewound: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.shapes or self.length_groups or self.steps or self.ended or self.forced or self.replays

@@ -111,8 +111,13 @@ def switch_and_flags() -> list[TouchPoint]:
         TouchPoint(PLATFORM_INTERFACE, "Platform.is_cuda", METHOD, "switch.select_classes / check_engine",
                    params=("self",)),
         TouchPoint(PLATFORM_INTERFACE, "Platform.device_name", ATTRIBUTE, "switch.select_classes (refusal)"),
-        TouchPoint("vllm.envs", "VLLM_USE_V2_MODEL_RUNNER", ENV_VAR, "switch.select_classes: CUDA keeps the V1 runner "
-                   "the runner hook wraps"),
+        TouchPoint("vllm.envs", "VLLM_USE_V2_MODEL_RUNNER", ENV_VAR, "runner/worker.adapter_for (the setting a worker "
+                   "that runs another runner than the engine's names)", before="0.34"),
+        TouchPoint("vllm.config.vllm", "VllmConfig.use_v2_model_runner", ATTRIBUTE,
+                   "switch.select_runner (the runner vLLM chose for the engine; a property; 0.34 has V2 only)",
+                   before="0.34"),
+        TouchPoint("vllm.config.model", "ModelConfig.logits_processors", FIELD,
+                   "switch.select_runner (the forced tokens' processor of the runner's interface)", writes=True),
         *same_kind("vllm.config.model", "ModelConfig", FIELD, ("hf_text_config", "dtype", "max_model_len",
                                                                "served_model_name"), config_users),
         TouchPoint("vllm.config.model", "ModelConfig.get_sliding_window", METHOD, "switch.check_model",

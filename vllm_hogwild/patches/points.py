@@ -102,6 +102,8 @@ class TouchPoint:
     hook: Hook | None = None  # the plugin changes it at run time (set by the table from the area's HOOKS)
     since: str | None = None  # the first vLLM release ("0.33") the row applies to (None: every one checked)
     before: str | None = None  # the first vLLM release it no longer applies to (the thing is gone there)
+    runner: str | None = None  # the model runner whose adapter relies on it: "v1" (runner/v1.py) or "v2"
+    #                            (runner/v2.py); None: both, or no runner (the engine core, the front end)
 
     def applies_to(self, version: str) -> bool:
         """Whether the row holds for vLLM ``version`` ("0.33.0", "0.32.0+cpu"; "?": every row applies)."""
@@ -162,8 +164,13 @@ CHAT_PROTOCOL = "vllm.entrypoints.openai.chat_completion.protocol"
 COMPLETION_PROTOCOL = "vllm.entrypoints.openai.completion.protocol"
 PREPROCESS = "vllm.renderers.inputs.preprocess"
 OUTPUT_PROCESSOR = "vllm.v1.engine.output_processor"
-GPU_MODEL_RUNNER = "vllm.v1.worker.gpu_model_runner"
+GPU_MODEL_RUNNER = "vllm.v1.worker.gpu_model_runner"  # the V1 runner (gone in 0.34)
 INPUT_BATCH = "vllm.v1.worker.gpu_input_batch"
+V2_RUNNER = "vllm.v1.worker.gpu.model_runner"  # Model Runner V2
+V2_INPUT_BATCH = "vllm.v1.worker.gpu.input_batch"
+V2_STATES = "vllm.v1.worker.gpu.states"
+V2_SAMPLE = "vllm.v1.worker.gpu.sample"
+V2_LOGITS_PROCESSOR = "vllm.v1.worker.gpu.sample.logits_processor"
 SCHEDULER_OUTPUT = "vllm.v1.core.sched.output"
 ATTENTION_BACKEND = "vllm.v1.attention.backend"
 CPU_ATTENTION = "vllm.v1.attention.backends.cpu_attn"
@@ -172,7 +179,7 @@ BACKEND_REGISTRY = "vllm.v1.attention.backends.registry"
 ATTENTION_LAYER = "vllm.model_executor.layers.attention.attention"
 KV_CACHE_INTERFACE = "vllm.v1.kv_cache_interface"
 PLATFORM_INTERFACE = "vllm.platforms.interface"
-LOGITS_PROCESSOR = "vllm.v1.sample.logits_processor"
+LOGITS_PROCESSOR = "vllm.v1.sample.logits_processor"  # V1's interface (gone in 0.34)
 SCHEDULER = "vllm.v1.core.sched.scheduler"
 KV_CACHE_MANAGER = "vllm.v1.core.kv_cache_manager"
 REQUEST_QUEUE = "vllm.v1.core.sched.request_queue"
@@ -191,13 +198,16 @@ ANSWER_FIELD = "patches/requests.create_response (checks first; the answer field
 ACCEPT_STEPS_IN_RESPONSES = ("patches/requests.completion_response / chat_full_response "
                              "(accept steps: serving/responses.py)")
 ACCEPT_STEPS = "patches/outputs.py (each output token's accept step)"
-RUNNER_HOOK = "runner/runner_hook.py"
-STEP_WIRE = "scheduler/scheduler.py -> runner/runner_hook.py"
+RUNNER_V1 = "runner/v1.py"
+RUNNER_V2 = "runner/v2.py"
+STEP_WIRE = "scheduler/scheduler.py -> runner/v1.py, runner/v2.py"
 CPU_BACKEND = "runner/backend.py"
 CUDA_BACKEND = "runner/backend_cuda.py"
 CPU_WORKER = "runner/worker.py"
 CUDA_WORKER = "runner/worker_cuda.py"
 FORCING = "runner/forcing.py"
+V1_ONLY = dict(runner="v1", before="0.34")  # rows of the V1 runner's adapter: vLLM 0.34 deleted that runner
+V2_ONLY = dict(runner="v2")
 CPU_SAMPLING = "runner/cpu_sampling.py"
 HOGWILD_SCHEDULER = "scheduler/scheduler.py"
 TEXT_STREAM = "scheduler/detok.TextStream"

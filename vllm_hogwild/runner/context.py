@@ -38,6 +38,16 @@ class StepContext:
     placed: Mapping[str, tuple[int, tuple[int, ...]]] | None = None  # the wire's placed tokens fed this step
     _plans: list[tuple[Any, Any]] = field(default_factory=list)  # (metadata, its HogwildPlan), this step's
 
+    def publish(self, *, views: StepViews | None = None, forced: dict[int, int] | None = None,
+                placed: Mapping[str, tuple[int, tuple[int, ...]]] | None = None) -> None:
+        """What the adapter found of the step, as it finds it (what is not given stays as it is)."""
+        if views is not None:
+            self.views = views
+        if forced is not None:
+            self.forced = forced
+        if placed is not None:
+            self.placed = placed
+
     def reset(self) -> None:
         """A real step starts (or a dummy batch): nothing of the step before applies."""
         self.views, self.forced, self.placed = None, {}, None

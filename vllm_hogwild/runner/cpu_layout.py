@@ -36,7 +36,10 @@ def _refusal(isa: str, dtype: torch.dtype, block_size: int, what: str) -> Unknow
 def probe_k_transposed(isa: str, dtype: torch.dtype, block_size: int, head_dim: int,
                        kv_cache_dtype: str = "auto") -> bool:
     """True when ``isa`` stores K transposed; raises :class:`UnknownCacheLayout` otherwise unknown."""
-    from vllm import _custom_ops as ops
+    try:  # vLLM 0.34 moved the CPU ops out of _custom_ops
+        from vllm import _cpu_ops as ops
+    except ImportError:
+        from vllm import _custom_ops as ops
 
     from vllm_hogwild.attention.kv_layout import KVQuant
 

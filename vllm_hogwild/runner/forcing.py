@@ -11,10 +11,10 @@ token of the lane: fed next step, its K/V computed once by its writer, seen in
 the worker's text. vLLM reports log-probabilities from the logits before any
 processor (both runners), so a forced token's logprob is still the model's own.
 
-The processors themselves are the runners': ``ForcedTokens`` in
+The processors themselves are the runners': ``V1ForcedTokens`` in
 :mod:`vllm_hogwild.runner.v1` (V1's interface; with speculative decoding V1 takes no
 custom processor, and the adapter runs :func:`force` at the end of its sampler's
-own processors) and in :mod:`vllm_hogwild.runner.v2` (V2's interface, which its
+own processors) and ``V2ForcedTokens`` in :mod:`vllm_hogwild.runner.v2` (V2's interface, which its
 rejection sampler runs too). A worker whose next token may be forced verifies no
 drafts (the scheduler drops them), so its row is its only one.
 """

@@ -18,7 +18,7 @@ the runner-neutral core's (:mod:`vllm_hogwild.runner.worker_core`):
 - ``_get_prompt_logprobs_dict``: placed tokens' log-probabilities
   (:func:`placed_logprobs`).
 
-Forced tokens: :class:`ForcedTokens`, a V1 logits processor the switch adds;
+Forced tokens: :class:`V1ForcedTokens`, a V1 logits processor the switch adds;
 with speculative decoding V1 takes no custom processor, and
 :func:`install_sampler_forcing` runs the same forcing at the end of the
 sampler's own ``apply_logits_processors`` (vLLM calls it for the bonus rows, one
@@ -46,7 +46,7 @@ PROMPT_LOGPROBS_METHOD = "_get_prompt_logprobs_dict"  # log-probabilities of fed
 WRAPPED_METHODS = (HOOKED_METHOD, DUMMY_RUN_METHOD, DRAFT_METHOD, PROMPT_LOGPROBS_METHOD)  # of the runner instance
 
 
-class ForcedTokens(LogitsProcessor):
+class V1ForcedTokens(LogitsProcessor):
     """V1's logits processor for the tokens the engine places (rows: one per request, in batch order)."""
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
@@ -87,17 +87,17 @@ def install(runner: Any) -> None:
     def prepare_inputs(scheduler_output, *args, **kwargs):
         wire = core.begin(scheduler_output)  # never let a previous step's views outlive it
         restore_generators(runner.input_batch, set_aside)
-        context.placed = wire.placed if wire is not None and wire.placed else None
-        if context.placed:
-            write_placed(runner, context.placed)  # before vLLM gathers the step's token ids
+        if wire is not None and wire.placed:
+            context.publish(placed=wire.placed)
+            write_placed(runner, wire.placed)  # before vLLM gathers the step's token ids
         result = original(scheduler_output, *args, **kwargs)
         set_aside_discarded_generators(runner, set_aside)
         # After the original: it may reorder the batch rows.
         req_ids = runner.input_batch.req_ids
-        context.views = core.views(wire, req_ids, scheduler_output.total_num_scheduled_tokens,
-                                   lambda lanes: batch_rows(runner, scheduler_output, req_ids, lanes),
-                                   lambda request_id: block_table(runner, request_id))
-        context.forced = core.forced_by(wire, runner.input_batch.req_id_to_index.get)
+        views = core.views(wire, req_ids, scheduler_output.total_num_scheduled_tokens,
+                           lambda lanes: batch_rows(runner, scheduler_output, req_ids, lanes),
+                           lambda request_id: block_table(runner, request_id))
+        context.publish(views=views, forced=core.forced_by(wire, runner.input_batch.req_id_to_index.get))
         return result
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]

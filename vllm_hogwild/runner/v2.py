@@ -12,7 +12,7 @@ samplers through two seams this adapter uses as they are meant:
   with the target model's metadata only (a draft model and a dummy batch build
   theirs without them: plain attention);
 - its sampler runs custom logits processors of V2's interface for every row
-  it samples or verifies (the rejection sampler too): :class:`ForcedTokens`
+  it samples or verifies (the rejection sampler too): :class:`V2ForcedTokens`
   forces the step's tokens by request slot.
 
 :func:`install` wraps three methods of this worker's instances (once), after
@@ -60,7 +60,7 @@ VIEWS_KWARG = "hogwild_views"  # the Hogwild builders' keyword argument (runner/
 MODEL_SPECIFIC = "model_specific_attn_metadata"  # the model state's prepare_attn parameter
 
 
-class ForcedTokens(LogitsProcessor):
+class V2ForcedTokens(LogitsProcessor):
     """V2's logits processor for the tokens the engine places: a Hogwild request's rows, by its slot."""
 
     def __init__(self, vllm_config, req_states) -> None:
@@ -162,12 +162,12 @@ def install(runner: Any) -> None:
         batch = original(scheduler_output, *args, **kwargs)
         if wire is not None and wire.placed:
             write_placed(runner, batch, wire.placed)
-            context.placed = wire.placed
+            context.publish(placed=wire.placed)
         views = core.views(wire, batch.req_ids, batch.num_tokens, lambda lanes: batch_rows(batch, lanes),
                            blocks.get)
         if views.segments:
             pending[0], pending[1] = batch, views
-        context.forced = core.forced_by(wire, runner.req_states.req_id_to_index.get)
+        context.publish(forced=core.forced_by(wire, runner.req_states.req_id_to_index.get))
         return batch
 
     prepare_inputs._hogwild_hook = True  # type: ignore[attr-defined]
@@ -202,23 +202,25 @@ def batch_rows(batch: Any, lanes: Mapping[str, object]) -> list[BatchRow]:
             for i, r in enumerate(batch.req_ids) if r in lanes]
 
 
-def rewind(runner: Any, rewound: Mapping[str, tuple[int, int]]) -> None:
-    """Accepted runs the scheduler cut short (``rewound``: request id -> (tokens computed now, tokens dropped)):
-    V2's state of each request as if the dropped tokens had been rejected drafts. Its length, its last sampled
-    token (the last kept one, which it feeds next) and the output counts its penalties read. V2 advances these
-    on the device from its own sampler's result and takes no length from the scheduler for a running request."""
+def rewind(runner: Any, rewound: Mapping[str, tuple[int, int, int]]) -> None:
+    """Lengths the scheduler set past what V2's own sampler did (``rewound``: request id -> (tokens computed,
+    tokens, tokens dropped)): V2's state of each request as the scheduler has it. V2 advances a request's
+    lengths on the device from its own sampler's result and takes none from the scheduler for a running request;
+    the scheduler cuts an accepted run where the engine must place the next token (the rest dropped, as if
+    rejected) and rolls a resumed group's lanes back to re-feed them. Its computed tokens, its length, its last
+    sampled token (which it feeds next) and the output counts its penalties read."""
     states = runner.req_states
     ids = states.all_token_ids.gpu
     counts = runner.sampler.penalties_state.output_bin_counts if runner.sampler is not None else None
-    for request_id, (num_computed, num_dropped) in rewound.items():
+    for request_id, (num_computed, num_tokens, num_dropped) in rewound.items():
         slot = states.req_id_to_index.get(request_id)
         if slot is None:
             continue
         states.num_computed_tokens.stage_write_elem(slot, num_computed)
-        states.total_len.stage_write_elem(slot, num_computed + 1)
-        states.last_sampled_tokens[slot, 0] = ids[slot, num_computed]
+        states.total_len.stage_write_elem(slot, num_tokens)
+        states.last_sampled_tokens[slot, 0] = ids[slot, num_tokens - 1]
         if counts is not None and num_dropped:
-            dropped = ids[slot, num_computed + 1: num_computed + 1 + num_dropped].to(torch.long)
+            dropped = ids[slot, num_tokens: num_tokens + num_dropped].to(torch.long)
             counts[slot].index_add_(0, dropped, torch.full_like(dropped, -1, dtype=counts.dtype))
     states.num_computed_tokens.apply_write()
     states.total_len.apply_write()

@@ -77,7 +77,7 @@ class HogwildScheduler(Scheduler):
         self._lane_records: dict[str, LaneRecord] = {}  # request id -> its record, to go with its next output
         self._placed_ahead = PlacedAhead(self)  # fork/join headers fed in one step
         self._replay_ends: dict[str, int] = {}  # this step's chunk end of each replaying lane
-        self._rewound: dict[str, tuple[int, int]] = {}  # accepted runs cut short since the last step (the wire's)
+        self._rewound: dict[str, tuple[int, int, int]] = {}  # lengths set here since the last step (the wire's)
         self._hogwild_tokenizer = None
         self._special_texts: dict[int, str] | None = None  # special token id -> its text, where decoding skips it
         address = runtime_of(self.vllm_config.additional_config).get("stats")
@@ -222,8 +222,14 @@ class HogwildScheduler(Scheduler):
         rollbacks, done = self.table.settle()
         for request, num_computed_tokens in rollbacks:
             request.num_computed_tokens = num_computed_tokens  # re-fed next step, as vLLM re-feeds rejected drafts
+            self._rewind(request)
         if done:
             self.finish_requests([r.request_id for r in done], RequestStatus.FINISHED_STOPPED)
+
+    def _rewind(self, request: Request, num_dropped: int = 0) -> None:
+        """The request's length set here, past what vLLM's own rejections did (``num_dropped``: its last tokens
+        dropped, the rest re-fed): the next step's wire says so, for a runner that keeps lengths of its own."""
+        self._rewound[request.request_id] = (request.num_computed_tokens, request.num_tokens, num_dropped)
 
     def _cap_replays(self) -> list[Request]:
         """While a group replays, vLLM's per-request chunk hook stops each of its lanes at the table's chunk end.
@@ -306,7 +312,7 @@ class HogwildScheduler(Scheduler):
             if accepted < len(new_token_ids):
                 if not stopped:  # what is dropped was computed as drafts: roll back as vLLM does for rejections
                     request.num_computed_tokens -= len(new_token_ids) - accepted
-                    self._rewound[request.request_id] = (request.num_computed_tokens, len(new_token_ids) - accepted)
+                    self._rewind(request, len(new_token_ids) - accepted)
                 del new_token_ids[accepted:]
         if worker is not None and stopped:  # tokens accepted after the stop were computed but are not the lane's
             request.num_computed_tokens = min(request.num_computed_tokens, request.num_tokens - 1)

@@ -1,0 +1,94 @@
+"""The oracle modules on vLLM's Model Runner V2 (the only runner of vLLM 0.34), in pytest processes of their own.
+
+vLLM 0.32's CPU build ships Model Runner V2 but takes it only where Triton has a CPU backend. With Triton's
+interpreter and a test-only shim (``tests/runner_v2_shim/sitecustomize.py``), V2 runs here; ``tests/conftest.py``
+sets both up when ``VLLM_HOGWILD_TEST_RUNNER=v2``, before vLLM is imported, so each run below is a pytest
+process of its own. Its engines run a tiny model with a 1,024-token vocabulary (V2's samplers scan the
+vocabulary in interpreted kernels). Every engine those modules build checks that its worker runs V2's runner
+class (``tests/integration/conftest.check_runner``); the control runs one of them with V1 forced and must fail
+there. Nothing here is a speed measurement.
+
+Left out on V2 (each still runs on V1, with SmolLM2's whole vocabulary): tests whose precondition is a property
+of the tiny model's random text rather than of the engine (``SKIP_ON_V2``, each with its reason).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Tests whose precondition fails with the cut vocabulary's text, not with the engine (the same assertion on the
+# same engine path holds in their sibling cases).
+SKIP_ON_V2 = {
+    "multiverse-2-isolated": "its precondition, branches of different lengths, fails for V2's draw with this seed "
+                             "(the other isolated cases check the oracle on the same path)",
+    "does_not_fork_equals": "the 1,024-token model writes Multiverse's tags (1% of its vocabulary) into a plain "
+                            "request's text; fails the same way on V1 with that model",
+    "prompt_goal_that_does_not_fork": "the 1,024-token model's text writes an outline entry the test does not expect",
+    "plain_re_prefill_on_resumption": "(fork/join) its precondition, three requests preempted where a plain prefill "
+                                      "differs, depends on the model's text; fails the same way on V1 with this model "
+                                      "(test_preemption's control of the same kind runs on V2)",
+}
+# Tests of vLLM kernels that Triton 3.9's interpreter cannot run: V2's n-gram proposer (``_ngram_finalize_kernel``:
+# "mask has unsupported dtype") and its top-k/top-p sampler (``topk_topp_triton``). The proposer-agnostic cases of
+# speculative decoding run with the draft model instead (tests/integration/speculative_cases.py, NGRAM_RUNS_HERE).
+NOT_IN_THE_INTERPRETER = ("ngram", "top_k_and_top_p", "blocks_come_back")
+
+# name -> (the pytest arguments, the fewest tests that must pass)
+RUNS = {
+    # raw contiguous at N = 2 and 4, the combined and interleaved layouts, one worker equal to a plain request,
+    # isolated equal to plain seeded requests, plain requests beside groups, named and collab protocols
+    "offline": (["tests/integration/test_offline.py"], 23),
+    # groups preempted whole under a small cache and resumed by exact replay; the plain re-prefill control
+    "preemption": (["tests/integration/test_preemption.py", "-k",
+                    "resume_exactly or plain_re_prefill or streamed or aborting"], 5),
+    # fork/join: isolated and hogwild branches, nested forks, placed headers fed ahead with their log-probabilities,
+    # and preempted mid-fork
+    "forkjoin": (["tests/integration/test_forkjoin.py", "tests/integration/test_forkjoin_preemption.py", "-k",
+                  " and ".join(f"not {key}" for key in SKIP_ON_V2)], 10),
+    # speculative decoding: n-gram and draft model against the oracle given every lane's accept steps,
+    # fork/join with hogwild branches, collab with placed prefixes and the finisher; an FP8 cache
+    "speculative": (["tests/integration/speculative_cases.py", "-k",
+                     " and ".join(f"not {key}" for key in NOT_IN_THE_INTERPRETER)], 10),
+    "fp8": (["tests/integration/test_fp8_engine.py"], 3),
+    # vLLM's async scheduling (forced on on the CPU): groups against the oracle, plain requests equal to a stock
+    # engine's (stock V2)
+    "async": (["tests/integration/test_async_scheduling.py"], 6),
+}
+
+
+def run_on_v2(args: list[str], **env: str) -> tuple[int, str]:
+    """A pytest process whose engines run Model Runner V2: its exit status and its report."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:logging", "-p", "no:xdist", "-rA", *args],
+                          cwd=ROOT, env={**os.environ, "VLLM_HOGWILD_TEST_RUNNER": "v2", **env},
+                          capture_output=True, text=True, timeout=1500)
+    lines = [line for line in proc.stdout.splitlines() if not line.startswith(("(", "[", "INFO", "WARNING", "DEBUG"))]
+    return proc.returncode, "\n".join(line for line in lines if line.strip())
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_the_oracle_modules_pass_on_model_runner_v2(name: str) -> None:
+    args, min_passed = RUNS[name]
+    code, report = run_on_v2(args)
+    print(report[-6000:])
+    assert code == 0, report[-8000:]
+    passed = int(re.search(r"(\d+) passed", report).group(1))
+    assert passed >= min_passed, report[-3000:]
+
+
+def test_a_control_that_forces_v1_fails_the_v2_tests() -> None:
+    """The same V2 run with vLLM's V1 runner forced under it fails: the V2 runs above really ran V2."""
+    code, report = run_on_v2(["tests/integration/test_offline.py::test_one_worker_equals_plain_request"],
+                             VLLM_HOGWILD_TEST_FORCE_V1="1")
+    assert code != 0, report[-3000:]
+    assert "the tests ask for the V2 model runner; the engine runs vllm.v1.worker.cpu_model_runner.CPUModelRunner" \
+        in report, report[-3000:]
