@@ -186,7 +186,7 @@ def verify(llm, args) -> dict:
     from vllm_hogwild.attention import segment_attention as sa
 
     totals: dict[str, float] = {}
-    _time_parts(totals)  # before the engine exists: the runner hook wraps the runner's methods as they are then
+    _time_parts(totals)  # before the engine exists: the runner's adapter wraps the runner's methods as they are then
     length = max(2048, 16 * args.items + args.workers * args.max_tokens + 64)
     llm = c.engine(args.model, length, disable_log_stats=False, block_size=32,
                   speculative_config={"method": "ngram", "num_speculative_tokens": args.num_spec,
@@ -253,7 +253,7 @@ def split(llm, args) -> dict:
     minus those of the same request with ``max_tokens=1`` (its prefill and first token), over ``max_tokens - 1``
     steps; runs alternate, medians over rounds."""
     totals: dict[str, float] = {}
-    _time_parts(totals, SPLIT_PARTS)  # before the engine exists (the runner hook wraps the runner as it is then)
+    _time_parts(totals, SPLIT_PARTS)  # before the engine exists (the runner's adapter wraps the runner as it is then)
     length = max(2048, args.prompt_len + args.workers * args.max_tokens + 16)
     llm = c.engine(args.model, length, dtype=args.dtype, enforce_eager=not args.compiled)
     _time_scheduler(llm, totals)

@@ -293,7 +293,7 @@ def ngram_llm(peaky_model, draft_llm):
 
 # Model Runner V2's n-gram proposer is a Triton kernel (``_ngram_finalize_kernel``) that Triton 3.9's interpreter
 # cannot run (``ValueError: mask has unsupported dtype``), so V2's runs here have no n-gram engine; the cases that
-# need only some proposer take the draft model's engine there (tests/integration/test_runner_v2.py).
+# need only some proposer take the draft model's engine there (tests/integration/runner_v2.py).
 NGRAM_RUNS_HERE = TEST_RUNNER == "v1"
 
 

@@ -145,6 +145,7 @@ def test_groups_under_async_scheduling_match_the_dense_oracle(mixed, oracle, hog
         expected = oracle.logprobs(prompt, tokens, layout=layout, step_ends=ends)
         got = [sampled_logprobs(c) for c in out.outputs]
         err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+        print(f"\nasync scheduling, {layout}: max |logprob - oracle| {err:.2e}")
         assert err <= 1e-4, f"{layout}: max |logprob - oracle| = {err:.2e}"
         # The control: the same tokens read as isolated workers miss.
         wrong = oracle.logprobs(prompt, tokens, layout="isolated", step_ends=ends)
@@ -239,6 +240,7 @@ def test_a_fork_join_request_under_async_scheduling_matches_the_dense_oracle(tag
     want_trunk, want_branches = oracle.logprobs(ids, trunk, [b for b, _ in branches], f)
     got = [trunk_lp, *[lp for _, lp in branches]]
     err = errors(got, [want_trunk, *want_branches])
+    print(f"\nasync scheduling, fork/join: max |logprob - oracle| {err:.2e}")
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
     seq_trunk, seq_branches = oracle.logprobs(ids, trunk, [b for b, _ in branches], f, sequential=True)
     assert errors(got, [seq_trunk, *seq_branches]) > 1e-3  # the control: branches one after another miss

@@ -70,6 +70,7 @@ def test_raw_contiguous_matches_dense_oracle(raw_runs, oracle, case: int) -> Non
     expected = oracle.logprobs(prompt, tokens)
     got = [sampled_logprobs(c) for c in out.outputs]
     err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    print(f"\nraw contiguous, {n} workers, prompt {len(prompt)}: max |logprob - oracle| {err:.2e}")
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
 
 
@@ -113,6 +114,7 @@ def check_one_worker_equals_plain(llm, max_tokens: int) -> None:
     a, b = llm.generate([prompt, prompt], [plain, hog], use_tqdm=False)
     assert a.outputs[0].token_ids == b.outputs[0].token_ids
     err = max(abs(x - y) for x, y in zip(sampled_logprobs(a.outputs[0]), sampled_logprobs(b.outputs[0])))
+    print(f"\none worker against a plain request: the same tokens, max |logprob difference| {err:.2e}")
     assert err <= 1e-4
 
 
@@ -202,6 +204,7 @@ def test_step_layouts_match_the_dense_oracle(step_runs, oracle, case: int) -> No
     expected = oracle.logprobs(prompt, tokens, layout=layout, step_ends=ends)
     got = [sampled_logprobs(c) for c in out.outputs]
     err = max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    print(f"\n{layout}, {n} workers: max |logprob - oracle| {err:.2e}")
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
     # The oracle can tell: the same tokens scored with another layout disagree.
     other = "contiguous" if layout == "combined" else "combined"
@@ -316,6 +319,7 @@ def test_collab_matches_the_oracle_with_headers_prefixes_and_the_finisher(collab
                                      COLLAB_STEP_END, finisher_worker=0, finisher_tokens=range(start, COLLAB_BUDGET))
     assert all(len(e) >= 2 for e in ends)
     assert len(end.history) >= sum(len(e) for e in ends)  # every finished step joined (plus the stopped rests)
+    print(f"\ncollab, 3 workers, headers, prefixes and the finisher: max |logprob - oracle| {err:.2e}")
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
     assert wrong > 1e-3  # without the headers the oracle disagrees: they are really read
 

@@ -210,3 +210,14 @@ def test_no_module_over_500_lines(folder):
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / folder).rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_the_model_runner_v2_shim_is_the_tests_only() -> None:
+    """The interpreter shim that lets vLLM 0.32 run Model Runner V2 on a CPU (tests/runner_v2_shim/) is a test
+    fixture: nothing in the package loads it or registers a Triton backend."""
+    root = Path(__file__).resolve().parents[2]
+    for path in (root / "vllm_hogwild").rglob("*.py"):
+        text = path.read_text()
+        assert "runner_v2_shim" not in text and "backends[\"cpu\"]" not in text and "sitecustomize" not in text, path
+    shim = (root / "tests" / "runner_v2_shim" / "sitecustomize.py").read_text()
+    assert "TEST-ONLY" in shim and 'backends["cpu"]' in shim

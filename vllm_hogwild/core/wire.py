@@ -3,7 +3,7 @@
 The scheduler (engine core) attaches one :class:`StepWire` to vLLM's
 ``SchedulerOutput`` as :data:`STEP_ATTR`; vLLM's executor sends that object to
 every worker (every tensor-parallel rank, Ray actors included), pickled; the
-runner hook in each worker applies it. Neither side imports the other.
+model runner's adapter in each worker applies it. Neither side imports the other.
 
 The worker processes keep no lane length of their own: every engine step, each
 group with a decoding row in it gets its lanes' lengths on the wire (what

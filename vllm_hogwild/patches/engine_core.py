@@ -195,7 +195,7 @@ PLACED_AHEAD = "scheduler/placed.py"
 
 
 def step_wire() -> list[TouchPoint]:
-    """The SchedulerOutput carries the step's wire from the scheduler to the runner hook, through every executor."""
+    """The SchedulerOutput carries the step's wire from the scheduler to the runner's adapter, through every executor."""
     return [
         *same_kind(SCHEDULER_OUTPUT, "SchedulerOutput", FIELD, ("num_scheduled_tokens", "total_num_scheduled_tokens",
                                                                "preempted_req_ids", "scheduled_spec_decode_tokens"),

@@ -103,7 +103,7 @@ def runner_v1() -> list[TouchPoint]:
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SETTABLE, RUNNER_V1,
                    params=("_prepare_inputs", "_dummy_run", "propose_draft_token_ids", "_get_prompt_logprobs_dict")),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner._get_prompt_logprobs_dict", METHOD,
-                   per_instance + " (placed tokens' log-probabilities: runner/placed.py)",
+                   per_instance + " (placed tokens' log-probabilities: runner/v1.placed_logprobs)",
                    params=("self", "hidden_states", "num_scheduled_tokens")),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
                    RUNNER_V1 + ": the runner gets fed tokens' log-probabilities through the instance's method",

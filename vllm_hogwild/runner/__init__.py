@@ -1,1 +1,2 @@
-"""vLLM's worker processes (the model runner): workers, attention backends, the runner hook, forced tokens."""
+"""vLLM's worker processes (the model runner): workers, the worker core and one adapter per model runner, attention
+backends, forced tokens."""

@@ -78,7 +78,7 @@ class StepContext:
         return None
 
 
-_STEP = StepContext()  # this process's; set by the runner hook, never rebound
+_STEP = StepContext()  # this process's; filled by the runner's adapter, never rebound
 
 
 def get_step() -> StepContext:

@@ -1,4 +1,4 @@
-"""Hogwild workers: vLLM's workers plus the backend override, the runner hook and the start-up checks.
+"""Hogwild workers: vLLM's workers plus the backend override, the model runner's adapter and the start-up checks.
 
 Selected through ``worker_cls`` by the switch, so nothing here runs unless
 Hogwild is switched on. The CUDA worker lives in :mod:`vllm_hogwild.runner.worker_cuda`.

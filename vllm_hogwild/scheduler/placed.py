@@ -9,7 +9,8 @@ KV allocation and the room the plugin makes under KV pressure count them. What v
 does not feed in the step goes back (the request loses those tokens again, and the
 lane's queue gets them back): a lane fed in part samples in that step all the same,
 with the next placed token forced, exactly as without feeding ahead. The fed ones go
-to the runner on the step's wire (:mod:`vllm_hogwild.runner.placed`), and to the
+to the runner on the step's wire (its adapter writes them into the runner: ``runner/v1.py``,
+``runner/v2.py``), and to the
 client before the token the lane samples after them, with their log-probabilities
 where the request asks for them (computed by the runner from the fed tokens' hidden
 states, as a prompt token's).
