@@ -11,7 +11,6 @@ served as stock vLLM and its Hogwild requests are refused, naming the reason.
 
 from __future__ import annotations
 
-
 from vllm_hogwild.attention.kv_layout import FP8_DTYPES
 from vllm_hogwild.attention.paths import resolve_here
 from vllm_hogwild.core.options import RUNTIME_KEY, HogwildOptionError

@@ -98,12 +98,6 @@ def isa_of(additional_config) -> str | None:
     return runtime_of(additional_config).get("isa")
 
 
-def runner_of(additional_config) -> str | None:
-    """The model runner vLLM chose for this engine, as the switch saw it: ``"v1"`` or ``"v2"`` (``None``: Hogwild
-    is off)."""
-    return runtime_of(additional_config).get("runner")
-
-
 def describe(additional_config) -> str:
     """The path as the start-up line and ``/metrics`` name it: ``cpu-op (avx512)``, ``torch``, ..."""
     path, isa = path_of(additional_config), isa_of(additional_config)

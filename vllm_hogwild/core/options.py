@@ -188,6 +188,12 @@ def runtime_of(additional_config: Mapping[str, Any] | None) -> Mapping[str, Any]
     return (additional_config or {}).get(RUNTIME_KEY) or {}
 
 
+def runner_of(additional_config: Mapping[str, Any] | None) -> str | None:
+    """The model runner vLLM chose for the engine, as the switch saw it: ``"v1"`` or ``"v2"`` (``None``: Hogwild
+    is off)."""
+    return runtime_of(additional_config).get("runner")
+
+
 def spec_of(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
     """The spec the front end stamped on a request's extra_args, or ``None`` (a plain request)."""
     wire = (extra_args or {}).get(SPEC_KEY)

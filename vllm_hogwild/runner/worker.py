@@ -24,10 +24,11 @@ from typing import Any, Mapping, Sequence
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from vllm_hogwild.attention.paths import describe, isa_of, runner_of
+from vllm_hogwild.attention.paths import describe, isa_of
 from vllm_hogwild.runner.backend import CPU_BACKEND_PATH, HogwildImplMixin
 from vllm_hogwild.runner.backend_override import override_backend
 from vllm_hogwild.core.errors import HogwildOptionError
+from vllm_hogwild.core.options import runner_of
 from vllm_hogwild.runner.cpu_sampling import install as install_cpu_sampling_fixes
 from vllm_hogwild.core.log import get_logger
 
