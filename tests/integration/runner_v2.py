@@ -31,7 +31,8 @@ SKIP_ON_V2 = {
                              "(the other isolated cases check the oracle on the same path)",
     "does_not_fork_equals": "the 1,024-token model writes Multiverse's tags (1% of its vocabulary) into a plain "
                             "request's text; fails the same way on V1 with that model",
-    "prompt_goal_that_does_not_fork": "the 1,024-token model's text writes an outline entry the test does not expect",
+    "prompt_goal_that_does_not_fork": "the 1,024-token model writes Multiverse's tags (1% of its vocabulary): V2's "
+                                      "draw writes a goal the test does not expect",
     "plain_re_prefill_on_resumption": "(fork/join) its precondition, three requests preempted where a plain prefill "
                                       "differs, depends on the model's text; fails the same way on V1 with this model "
                                       "(test_preemption's control of the same kind runs on V2)",
