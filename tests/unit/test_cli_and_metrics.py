@@ -134,5 +134,12 @@ def test_stat_logger_turns_snapshots_into_series() -> None:
     assert value("hogwild:member_preemptions_total") == 0
     logger.record(SchedulerStats(), None, engine_idx=0)  # a step without a snapshot changes nothing
     assert value("hogwild:groups_running") == 2
+    # A snapshot that arrives after its step's outputs were recorded (the engine then idle: no more records)
+    # is taken by vLLM's periodic stats call.
+    late = [{**base, "groups_running": 0, "kv_free_blocks": 120, "group_preemptions": 3, "replayed_tokens": 65,
+             "member_preemptions": 0}]
+    logger._channel = SimpleNamespace(drain=lambda: [late.pop()] if late else [])  # the channel's one method
+    logger.log()
+    assert value("hogwild:groups_running") == 0 and value("hogwild:kv_cache_free_blocks") == 120
     assert REGISTRY.get_sample_value("hogwild:attention_info",
                                      {"model_name": "m", "engine": "0", "path": "cpu-op", "isa": "avx2"}) == 1

@@ -139,6 +139,15 @@ class HogwildStatLogger(AggregateStatLoggerBase):
             return None
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
+        self._drain()
+
+    def log(self) -> None:
+        """vLLM's periodic stats call (every ``VLLM_LOG_STATS_INTERVAL`` seconds): the snapshot of an engine's
+        last step travels on its own channel and can arrive after that step's outputs were recorded; once the
+        engine is idle no output comes to drain it, so the periodic call does."""
+        self._drain()
+
+    def _drain(self) -> None:
         if self._channel is not None:
             for snap in self._channel.drain():
                 self.apply(snap)
