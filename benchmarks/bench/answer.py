@@ -45,6 +45,10 @@ from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
 
 
 def add_arguments(parser) -> None:
+    parser.add_argument("--task", choices=("roman", "links"), default="roman",
+                        help="roman: Roman numerals (the first collaborator); links: paths through a table of links, "
+                             "costs unknown until done (the links collaborator, --mode all or find)")
+    parser.add_argument("--mode", choices=("all", "find"), default="find", help="links: every path, or the one find")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--tasks", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -66,6 +70,8 @@ def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
 
 
 def answer(llm, args) -> dict:
+    if args.task == "links":
+        return links_answer(llm, args)
     if args.protocol == "multiverse":
         return forkjoin_answer(llm, args)
     if args.protocol == "collab":
@@ -100,6 +106,70 @@ def answer(llm, args) -> dict:
     if (1, "contiguous") in per_task and (2, "contiguous") in per_task:
         report["planner"] = planner_check(per_task, args.workers)
     return report
+
+
+LINKS_ITEMS = (16, 20)  # paths per task (the links generator's default)
+SPLITS = ("round-robin split", "ideal policy", "longest-first (true cost)", "makespan bound")
+
+
+def links_answer(llm, args) -> dict:
+    """The links collaborator on ``--mode`` tasks: every layout that runs, and beside them, from the true costs
+    of the same tasks, the splits made in advance and the bounds (:mod:`vllm_hogwild.tools.links`)."""
+    from vllm_hogwild.tools import links as L
+    from vllm_hogwild.tools.links_collaborator import MIN_P as LP, TEMPERATURE as LT
+
+    lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else LINKS_ITEMS
+    tasks = L.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
+    results, per_task = [], {}
+    for layout in args.layouts:
+        for n in args.workers:
+            if layout != "contiguous" and n == 1:
+                continue
+            outs, wall = solve.run_links_groups(llm, tasks, n, layout, args.seed)
+            scores = [L.check(t, solve.texts_of(o)) for t, o in zip(tasks, outs)]
+            steps = [solve.steps_of(o) for o in outs]
+            per_task[(n, layout)] = steps
+            row = {"workers": n, "layout": layout, "tasks": len(tasks), "accuracy": _share(s.correct for s in scores),
+                   "mean_sequential_steps": statistics.mean(steps),
+                   "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": wall}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    computed = {"round-robin split": L.round_robin_steps, "ideal policy": L.ideal_steps,
+                "longest-first (true cost)": L.longest_first_steps, "makespan bound": L.makespan_bound}
+    for n in args.workers:
+        for name, steps_of in computed.items():
+            results.append({"workers": n, "layout": name, "tasks": len(tasks), "accuracy": None,
+                            "mean_sequential_steps": statistics.mean(steps_of(t, n) for t in tasks),
+                            "duplicated_items": 0.0, "wall_s": None})
+        results.append(links_policy_row(tasks, n, args.seed))
+    one = next(r for r in results if r["workers"] == 1 and r["layout"] in ("contiguous", "round-robin split"))
+    rr = {r["workers"]: r["mean_sequential_steps"] for r in results if r["layout"] == "round-robin split"}
+    ideal = {r["workers"]: r["mean_sequential_steps"] for r in results if r["layout"] == "ideal policy"}
+    for r in results:
+        r["steps_vs_one_worker"] = r["mean_sequential_steps"] / one["mean_sequential_steps"]
+        r["steps_vs_round_robin"] = r["mean_sequential_steps"] / rr[r["workers"]]
+        r["steps_vs_ideal"] = r["mean_sequential_steps"] / ideal[r["workers"]]
+    costs = [c for t in tasks for c in t.costs()]
+    report = {"benchmark": "answer", "task": "links", "mode": args.mode, "results": results,
+              "sampling": {"temperature": LT, "min_p": LP}, "items": [lo, hi], "seed": args.seed,
+              "item_cost": {"mean": statistics.mean(costs), "cv": statistics.pstdev(costs) / statistics.mean(costs),
+                            "min": min(costs), "max": max(costs)}}
+    if (1, "contiguous") in per_task and (2, "contiguous") in per_task:
+        report["planner"] = planner_check(per_task, args.workers)
+    return report
+
+
+def links_policy_row(tasks, num_workers: int, seed: int) -> dict:
+    """The policy the links collaborator imitates, run in simulated lock-step (no model)."""
+    from vllm_hogwild.tools import links as L, links_collaborator as C
+
+    vocab, rng = C.Vocab.build(), random.Random(seed)
+    runs = [C.simulate(vocab, t, num_workers, rng) for t in tasks]
+    scores = [L.check(t, [C.text_of(vocab, o) for o in r]) for t, r in zip(tasks, runs)]
+    return {"workers": num_workers, "layout": "policy (simulated)", "tasks": len(tasks),
+            "accuracy": _share(s.correct for s in scores),
+            "mean_sequential_steps": statistics.mean(max(len(o) for o in r) for r in runs),
+            "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": None}
 
 
 def policy_row(tasks: list[roman.Task], num_workers: int, seed: int) -> dict:
@@ -237,11 +307,20 @@ def markdown(report: dict) -> str:
                 f"{_fmt(r['numerals_accuracy'])} | {_fmt(r['conclusion_accuracy'])} | "
                 f"{_fmt(r['mean_sequential_steps'], '.1f')} | {_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
         return "\n".join([head, "|---|---:|---:|---:|---:|---:|---:|---:|", *body])
-    head = "| workers | layout | tasks | accuracy | mean sequential steps | steps vs 1 worker | duplicated items | wall s |"
-    body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "
-            f"{r['mean_sequential_steps']:.1f} | {_fmt(r['steps_vs_one_worker'])}x | {_fmt(r['duplicated_items'])} | "
-            f"{_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
-    lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|", *body]
+    if report.get("task") == "links":
+        head = ("| workers | layout | tasks | accuracy | mean sequential steps | vs 1 worker | vs round-robin split | "
+                "vs ideal policy | duplicated items | wall s |")
+        body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "
+                f"{r['mean_sequential_steps']:.1f} | {_fmt(r['steps_vs_one_worker'])}x | "
+                f"{_fmt(r['steps_vs_round_robin'])}x | {_fmt(r['steps_vs_ideal'])}x | {_fmt(r['duplicated_items'])} | "
+                f"{_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
+        lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
+    else:
+        head = "| workers | layout | tasks | accuracy | mean sequential steps | steps vs 1 worker | duplicated items | wall s |"
+        body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "
+                f"{r['mean_sequential_steps']:.1f} | {_fmt(r['steps_vs_one_worker'])}x | {_fmt(r['duplicated_items'])} | "
+                f"{_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
+        lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|", *body]
     fit = report.get("planner")
     if fit and "error" in fit:
         lines += ["", f"Wall-clock model: not fitted ({fit['error']})."]
@@ -264,6 +343,20 @@ def plot(report: dict, ax) -> None:
         pts = [r for r in report["results"] if r["mean_sequential_steps"] is not None]
         ax.bar([r["side"] for r in pts], [r["mean_sequential_steps"] for r in pts], label="mean sequential steps")
         ax.set(ylabel="sequential decode steps", title="Fork/join collaborator")
+        return
+    if report.get("task") == "links":  # steps against N: every run, every split, the ideal policy, the bound
+        styles = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-.",
+                  "round-robin split": "d-", "ideal policy": "*-", "longest-first (true cost)": "v--",
+                  "makespan bound": "k:", "policy (simulated)": "+:"}
+        for layout, style in styles.items():
+            pts = sorted((r for r in report["results"] if r["layout"] == layout or (
+                r["layout"] == "contiguous" and r["workers"] == 1 and layout in ("isolated", "interleaved"))),
+                key=lambda r: r["workers"])
+            if any(r["layout"] == layout for r in pts):
+                ax.plot([r["workers"] for r in pts], [r["mean_sequential_steps"] for r in pts], style, label=layout)
+        ax.set(xscale="log", xlabel="workers", ylabel="mean sequential decode steps",
+               title=f"Links ({report['mode']} mode): steps against workers")
+        ax.set_xticks(sorted({r["workers"] for r in report["results"]}), labels=None)
         return
     markers = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-."}
     for layout, style in markers.items():

@@ -150,7 +150,10 @@ def run(args, llm=None) -> dict:
             extra = {"dtype": args.dtype, "enforce_eager": not args.compiled}
         if args.command == "forkjoin":
             extra = {"additional_config": {"hogwild": {"max_workers": max(args.parts) + 1}}}
-        if args.command == "answer" and args.protocol != "collab":  # the trained collaborator
+        if args.command == "answer" and args.task == "links":  # the links collaborator
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            llm = solve.links_engine(args.model)
+        elif args.command == "answer" and args.protocol != "collab":  # the trained collaborator
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             llm = solve.engine(args.model, args.protocol)
         else:

@@ -83,6 +83,28 @@ def test_oracle_tells_views_apart(raw_runs, oracle) -> None:
     assert max(abs(a - b) for g, e in zip(got, isolated) for a, b in zip(g, e)) > 1e-2
 
 
+def test_the_training_forward_computes_what_the_engine_computes(raw_runs, tiny_model) -> None:
+    """The links collaborator's training forward (vllm_hogwild/tools/lockstep.py: every token's K/V in its writer's
+    view at its step, read at the readers' view positions) gives the engine's logprobs; the flat pass over each
+    reader's view (co-workers' K/V recomputed in the reader's context) does not."""
+    from transformers import AutoModelForCausalLM
+
+    from vllm_hogwild.tools.lockstep import TrainingGroup, flat_logprobs, group_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float64).eval()
+    for case in (1, 2):  # 2 and 4 workers
+        prompt, out = raw_runs[case]
+        group = TrainingGroup(tuple(prompt), tuple(tuple(c.token_ids) for c in out.outputs))
+        got = [sampled_logprobs(c) for c in out.outputs]
+        with torch.no_grad():
+            exact = group_logprobs(model, group)
+        flat = flat_logprobs(model, group)
+        err = max(abs(a - b) for g, e in zip(got, exact) for a, b in zip(g, e))
+        miss = max(abs(a - b) for g, e in zip(got, flat) for a, b in zip(g, e))
+        print(f"\n{len(out.outputs)} workers: training forward {err:.2e} from the engine, flat pass {miss:.2e}")
+        assert err <= 1e-4 and miss > 1e-2
+
+
 def test_group_prefills_prompt_once_and_holds_expected_blocks(raw_runs, llm) -> None:
     """The prompt is computed once; each other member recomputes only past its prefix-cache hit.
 

@@ -86,3 +86,52 @@ def forkjoin_score(task: roman.Task, output):
     return F.check(task, branches, conclusion, forked=bool(tree.get("forked"))), tree
 
 
+
+
+# -- the links collaborator (vllm_hogwild.tools.links) -------------------------------------------------------------
+
+LINKS_MAX_MODEL_LEN = 4096  # the links collaborator's max_position_embeddings
+
+
+def links_engine(model: str | None = None, **kwargs):
+    """An engine of the links collaborator (or ``model``)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm import LLM
+
+    from vllm_hogwild.tools import links_collaborator
+
+    default = links_collaborator.model_dir()
+    if model is None and not (default / "config.json").exists():
+        raise ValueError(f"--model: no trained links collaborator ships in {default} yet; train one with "
+                         "`python -m vllm_hogwild.tools.train_links --out DIR` and pass --model DIR")
+    args = dict(model=model or str(default), dtype="float32", enforce_eager=True, seed=0,
+                max_model_len=LINKS_MAX_MODEL_LEN, max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
+    args.update(kwargs)
+    return LLM(**args)
+
+
+def links_budget(tasks) -> int:
+    """Each worker's ``max_tokens``: all of a task's items and its end (one worker may have to do them all)."""
+    return max(sum(t.costs()) for t in tasks) + 2
+
+
+def links_params(num_workers: int, layout: str, seed: int, max_tokens: int):
+    """A links group's sampling; ``interleaved`` (a control) reads a co-worker's entry once it is finished."""
+    from vllm import SamplingParams
+
+    from vllm_hogwild.tools.links_collaborator import MIN_P as LINKS_MIN_P
+    from vllm_hogwild.tools.links_collaborator import TEMPERATURE as LINKS_TEMPERATURE
+
+    hogwild = {"layout": "contiguous" if layout == "greedy" else layout, "protocol": "raw"}
+    if layout == "interleaved":
+        hogwild["step_end"] = "[;!]"
+    return SamplingParams(n=num_workers, temperature=LINKS_TEMPERATURE, min_p=LINKS_MIN_P,
+                          top_k=1 if layout == "greedy" else 0, seed=seed, max_tokens=max_tokens,
+                          extra_args={"hogwild": hogwild})
+
+
+def run_links_groups(llm, tasks, num_workers: int, layout: str, seed: int) -> tuple[list, float]:
+    t0 = time.perf_counter()
+    outs = llm.generate([t.prompt() for t in tasks], links_params(num_workers, layout, seed, links_budget(tasks)),
+                        use_tqdm=False)
+    return outs, time.perf_counter() - t0

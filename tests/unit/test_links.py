@@ -1,0 +1,129 @@
+"""The links task (vllm_hogwild/tools/links.py) and its collaborator's policy (links_collaborator.py): generator,
+prompt, checker, the splits' costs, the tokenizer and the lock-step simulation. No vLLM."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from vllm_hogwild.tools import links as L
+from vllm_hogwild.tools import links_collaborator as C
+
+
+def test_the_generator_is_seeded_and_its_prompt_reads_back() -> None:
+    for mode in L.MODES:
+        task = L.make_task(12, 5, mode)
+        assert task == L.make_task(12, 5, mode) != L.make_task(12, 6, mode)
+        assert L.task_of_prompt(task.prompt()) == task
+        assert (task.target is not None) == (mode == "find")
+    assert L.make_tasks(3, 1) == L.make_tasks(3, 1)
+
+
+def test_item_costs_are_heavy_tailed_and_nothing_in_the_prompt_tells_them() -> None:
+    costs = [c for i in range(2000) for c in L.make_task(18, i).costs()]
+    cv = statistics.pstdev(costs) / statistics.mean(costs)
+    assert cv >= 0.6, cv
+    assert min(costs) == 1 + L.ITEM_OVERHEAD and max(costs) == L.MAX_HOPS + L.ITEM_OVERHEAD
+    # the links are listed in a shuffled order: their order does not follow the paths
+    task = L.make_task(10, 3)
+    in_path_order = [(a, b) for p in task.paths for a, b in zip(p, p[1:])]
+    assert task.links != in_path_order and sorted(map(str, task.links)) == sorted(map(str, in_path_order))
+
+
+def test_the_checker_scores_exactly() -> None:
+    task = L.make_task(6, 9, "all")
+    right = [L.entry(p) for p in task.paths]
+    assert L.check(task, ["".join(right[:2]), "".join(right[2:])]).correct
+    score = L.check(task, ["".join(right[:2]), "".join(right[1:])])  # a duplicated item: waste, not an error
+    assert score.correct and score.duplicated_items == 1
+    assert L.check(task, ["".join(right[:-1])]).missing == (task.paths[-1][0],)
+    wrong = list(task.paths[0])
+    wrong[-1] = next(t for t in L.TERMINALS if t not in {p[-1] for p in task.paths})
+    score = L.check(task, ["".join(right[1:]) + L.entry(wrong)])
+    assert not score.correct and score.wrong == (task.paths[0][0],)
+    assert not L.check(task, ["".join(right) + "\n12: 4"]).correct  # an unfinished entry, in all mode
+
+
+def test_find_mode_is_done_by_the_find_and_lets_readers_stop_mid_path() -> None:
+    task = L.make_task(6, 4, "find")
+    answer = task.paths[task.answer_index]
+    other = next(p for p in task.paths if p is not answer)
+    stopped = f"\n{other[0]}:" + "".join(f" {x}" for x in other[1:2])  # a worker that read the find mid-path
+    score = L.check(task, [L.entry(answer, found=True), stopped])
+    assert score.correct and score.found == answer[0]
+    assert not L.check(task, [L.entry(answer)]).correct  # not reported as the find
+    assert not L.check(task, [L.entry(other, found=True)]).correct  # a wrong find
+
+
+def test_the_splits_costs() -> None:
+    tasks = L.make_tasks(300, 0)
+    for n in (2, 4, 8):
+        rr = sum(L.round_robin_steps(t, n) for t in tasks)
+        ideal = sum(L.ideal_steps(t, n) for t in tasks)
+        lpt = sum(L.longest_first_steps(t, n) for t in tasks)
+        bound = sum(L.makespan_bound(t, n) for t in tasks)
+        assert bound <= lpt <= ideal < rr
+        assert ideal / rr < (0.95 if n == 2 else 0.9)  # claiming as you go pays on these costs
+    task = L.make_task(8, 2, "find")
+    costs, a = task.costs(), task.answer_index
+    assert L.ideal_steps(task, 1) == sum(costs[:a + 1]) + 1
+    assert L.round_robin_steps(task, 1) == sum(costs[:a + 1]) + 1
+    assert L.makespan_bound(task, 4) == costs[a] + 1
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda: L.make_task(0, 1), "num_items"),
+    (lambda: L.make_task(3, 1, "some"), "mode"),
+    (lambda: L.make_task(True, 1), "num_items"),
+    (lambda: L.make_tasks(2, 1, min_items=5, max_items=4), "max_items"),
+    (lambda: L.LinksTask(((1, 2, "A"),), (0, 1), "find"), "target"),
+    (lambda: L.LinksTask(((1, "A"), (1, "B")), (0, 1)), "paths"),
+    (lambda: L.LinksTask(((1, "A"), (2, "A")), (0, 1)), "paths"),
+    (lambda: L.LinksTask(((1, 2, "A"),), (0, 0)), "link_order"),
+    (lambda: L.task_of_prompt("Links:\n 1 2\nStarts: 1\nPaths:"), "prompt"),
+    (lambda: L.task_of_prompt(17), "prompt"),
+    (lambda: L.check(L.make_task(2, 1), "text"), "texts"),
+    (lambda: L.check(L.make_task(2, 1), [3]), "texts"),
+    (lambda: L.round_robin_steps(L.make_task(2, 1), 0), "num_workers"),
+])
+def test_malformed_input_names_the_field(call, field: str) -> None:
+    with pytest.raises(ValueError, match=f"^{field}"):
+        call()
+
+
+def test_every_node_is_one_token_in_each_role() -> None:
+    tok, vocab = C.build_tokenizer(), C.LinksVocab.build()
+    task = L.make_task(20, 1, "find")
+    ids = vocab.prompt(task)
+    assert tok.decode(ids[1:]) == task.prompt()
+    assert len(ids) == 1 + 1 + 3 * len(task.links) + 1 + len(task.paths) + 2 + 1  # a link: "\n", source, end
+    for p in task.paths:
+        assert len(tok.encode(L.entry(p), add_special_tokens=False).ids) == len(p) - 1 + L.ITEM_OVERHEAD
+
+
+@pytest.mark.parametrize("mode", L.MODES)
+def test_the_policy_answers_and_shares_the_work(mode: str) -> None:
+    vocab = C.LinksVocab.build()
+    steps = {}
+    for n, layout in ((1, "contiguous"), (4, "contiguous"), (4, "isolated")):
+        total = 0
+        for i in range(30):
+            task = L.make_task(16, 100 + i, mode)
+            outs = C.simulate(vocab, task, n, random.Random(i), layout)
+            assert L.check(task, [C.text_of(vocab, o) for o in outs]).correct
+            total += max(len(o) for o in outs)
+        steps[n, layout] = total
+    assert steps[4, "contiguous"] < 0.5 * steps[1, "contiguous"]  # reading each other pays
+    assert steps[4, "isolated"] >= 0.9 * steps[1, "contiguous"]  # the control: it does not without reading
+
+
+def test_labels_are_the_policy_at_every_token() -> None:
+    vocab = C.LinksVocab.build()
+    task = L.make_task(8, 3, "find")
+    group, targets = C.labeled_group(vocab, task, 3, random.Random(0))
+    for out, row in zip(group.outputs, targets):
+        assert len(out) == len(row)
+        for token, target in zip(out, row):
+            assert token in target if isinstance(target, tuple) else token == target

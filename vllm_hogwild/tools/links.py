@@ -1,0 +1,335 @@
+"""A task whose items cost what nobody knows until they are done: follow links from each start to its end.
+
+The prompt holds a table of links between nodes and a list of starting points. Each item is the path from
+one start to its end, a terminal node, followed link by link. What a path costs (1 to :data:`MAX_HOPS` links,
+heavy-tailed: most are short, some are long) is nowhere in the prompt: the links are listed in a random order,
+so nothing cheaper than following a path tells its length. A split made in advance (worker ``i`` takes starts
+``i``, ``i + N``, ...) is therefore unbalanced by chance, and workers that claim starts as they go, each taking
+what is left when it is free, finish sooner. Two modes:
+
+- **all**: every start's path is the answer;
+- **find**: exactly one start's path ends at the named terminal; the group is done when that one is found and
+  written. A worker that reads a co-worker's find can stop; a split made in advance cannot (no worker knows
+  what the others found), so it runs every share to its end.
+
+The text (one node a token for the trained collaborator's tokenizer)::
+
+    Links:
+     12 45
+     7 C
+     45 7
+     88 B
+    Starts: 12 88
+    Find: C                 <- find mode only
+    Paths:
+    12: 45 7 C!             <- a worker: the find ("!" where ";" ends any other path)
+    88: B;                  <- another worker
+
+Internal nodes are numbers 1..:data:`MAX_NODE`, terminals the letters ``A``.. ``Z`` (a path's terminal is its
+own). Writing ``"\\n{start}:"`` claims the start. The answer is checked by :func:`check`, exactly; every error
+in an argument is a ``ValueError`` that names the field. Pure: no torch, no vLLM.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+MAX_NODE = 199  # internal nodes 1..199
+TERMINALS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
+MAX_ITEMS = len(TERMINALS)  # a terminal per path
+MAX_HOPS = 30  # links on one path
+MAX_TOTAL_HOPS = 160  # a task's paths together (its nodes must fit MAX_NODE)
+MODES = ("all", "find")
+LINKS_HEAD, STARTS_HEAD, FIND_HEAD, PATHS_HEAD = "Links:", "Starts:", "Find:", "Paths:"
+PATH_END, FOUND = ";", "!"
+ITEM_OVERHEAD = 2  # tokens of an entry besides its hops: the claim ("\n12:") and its end (";" or "!")
+_ENTRY = re.compile(r"\n(\d{1,3}):((?: (?:\d{1,3}|[A-Z]))*)([;!])")
+_PROMPT = re.compile(
+    r"Links:((?:\n \d{1,3} (?:\d{1,3}|[A-Z]))+)\nStarts:((?: \d{1,3})+)(?:\nFind: ([A-Z]))?\nPaths:$")
+
+
+@dataclass(frozen=True)
+class LinksTask:
+    """The paths (each a start, its internal nodes, its terminal), the order the prompt lists links in, the mode
+    and (find) the terminal to find."""
+
+    paths: tuple[tuple, ...]  # each (start, node, ..., terminal letter)
+    link_order: tuple[int, ...]  # a permutation of the links (in path order) giving the prompt's order
+    mode: str = "all"
+    target: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode: one of {MODES}")
+        if not isinstance(self.paths, tuple) or not 1 <= len(self.paths) <= MAX_ITEMS:
+            raise ValueError(f"paths: a tuple of 1 to {MAX_ITEMS} paths")
+        nodes, terminals, total = set(), set(), 0
+        for path in self.paths:
+            if not isinstance(path, tuple) or not 2 <= len(path) <= MAX_HOPS + 1:
+                raise ValueError(f"paths: each a tuple of a start, nodes and a terminal, 1 to {MAX_HOPS} links")
+            *inner, end = path
+            if end not in TERMINALS or end in terminals:
+                raise ValueError("paths: each ends at a terminal of its own (a letter A..Z)")
+            for node in inner:
+                if isinstance(node, bool) or not isinstance(node, int) or not 1 <= node <= MAX_NODE or node in nodes:
+                    raise ValueError(f"paths: distinct internal nodes from 1 to {MAX_NODE}")
+                nodes.add(node)
+            terminals.add(end)
+            total += len(path) - 1
+        if total > MAX_TOTAL_HOPS:
+            raise ValueError(f"paths: at most {MAX_TOTAL_HOPS} links in all")
+        if sorted(self.link_order) != list(range(total)):
+            raise ValueError("link_order: a permutation of the links")
+        if (self.mode == "find") != (self.target is not None):
+            raise ValueError("target: a terminal to find in find mode, none in all mode")
+        if self.target is not None and self.target not in terminals:
+            raise ValueError("target: the terminal of one of the paths")
+
+    @property
+    def starts(self) -> tuple[int, ...]:
+        return tuple(path[0] for path in self.paths)
+
+    @property
+    def links(self) -> list[tuple]:
+        """Every link in the prompt's order."""
+        ordered = [(a, b) for path in self.paths for a, b in zip(path, path[1:])]
+        return [ordered[i] for i in self.link_order]
+
+    def hops(self) -> list[int]:
+        """Each item's links (in the starts' order)."""
+        return [len(path) - 1 for path in self.paths]
+
+    def costs(self) -> list[int]:
+        """Each item's cost in tokens: its links and :data:`ITEM_OVERHEAD`."""
+        return [h + ITEM_OVERHEAD for h in self.hops()]
+
+    @property
+    def answer_index(self) -> int | None:
+        """Find mode: the item whose path ends at the target."""
+        return None if self.target is None else next(i for i, p in enumerate(self.paths) if p[-1] == self.target)
+
+    def prompt(self) -> str:
+        return prompt(self)
+
+
+def draw_hops(rng: random.Random) -> int:
+    """One path's links: 60% 1 to 3, else a Pareto tail from 6 up to :data:`MAX_HOPS`."""
+    if rng.random() < 0.6:
+        return rng.randint(1, 3)
+    return min(MAX_HOPS, int(6 + rng.paretovariate(1.2) * 4))
+
+
+def make_task(num_items: int, seed: int, mode: str = "all") -> LinksTask:
+    """A task of ``num_items`` paths drawn with ``seed`` (find mode: the target drawn too)."""
+    _check_int("num_items", num_items, 1, MAX_ITEMS)
+    _check_int("seed", seed, -(1 << 63), (1 << 63) - 1)
+    if mode not in MODES:
+        raise ValueError(f"mode: one of {MODES}")
+    rng = random.Random(seed)
+    while True:  # a task whose paths fit the nodes (the long tail is rare enough that this ends at once)
+        hops = [draw_hops(rng) for _ in range(num_items)]
+        if sum(hops) <= MAX_TOTAL_HOPS:
+            break
+    nodes = rng.sample(range(1, MAX_NODE + 1), sum(hops))  # starts and internal nodes: hop - 1 inner + 1 start
+    ends = rng.sample(TERMINALS, num_items)
+    paths, at = [], 0
+    for h, end in zip(hops, ends):
+        paths.append((*nodes[at: at + h], end))
+        at += h
+    order = list(range(sum(hops)))
+    rng.shuffle(order)
+    target = rng.choice(ends) if mode == "find" else None
+    return LinksTask(tuple(paths), tuple(order), mode, target)
+
+
+def make_tasks(num_tasks: int, seed: int, mode: str = "all", min_items: int = 16, max_items: int = 20) -> list[LinksTask]:
+    """``num_tasks`` tasks of ``min_items`` to ``max_items`` paths each, all drawn from ``seed``."""
+    _check_int("num_tasks", num_tasks, 1, 1_000_000)
+    _check_int("seed", seed, -(1 << 63), (1 << 63) - 1)
+    _check_int("min_items", min_items, 1, MAX_ITEMS)
+    _check_int("max_items", max_items, min_items, MAX_ITEMS)
+    rng = random.Random(seed)
+    return [make_task(rng.randint(min_items, max_items), rng.randrange(1 << 62), mode) for _ in range(num_tasks)]
+
+
+def prompt(task: LinksTask) -> str:
+    """The prompt the collaborator reads (completions; the chat template renders a user message to the same)."""
+    if not isinstance(task, LinksTask):
+        raise ValueError("task: a LinksTask")
+    links = "".join(f"\n {a} {b}" for a, b in task.links)  # a link: its source, then where it leads
+    starts = " ".join(map(str, task.starts))
+    find = f"\n{FIND_HEAD} {task.target}" if task.target is not None else ""
+    return f"{LINKS_HEAD}{links}\n{STARTS_HEAD} {starts}{find}\n{PATHS_HEAD}"
+
+
+def task_of_prompt(text: str) -> LinksTask:
+    """The task a prompt asks for (the text :func:`prompt` writes)."""
+    if not isinstance(text, str) or len(text) > 16384:
+        raise ValueError("prompt: a string of at most 16384 characters")
+    match = _PROMPT.match(text)
+    if match is None:
+        raise ValueError(f"prompt: expected {LINKS_HEAD!r} lines ' a b', {STARTS_HEAD!r} and {PATHS_HEAD!r}")
+    links = [tuple(line.split()) for line in match.group(1).strip("\n").split("\n")]
+    succ = {}
+    for a, b in links:
+        if int(a) in succ:
+            raise ValueError("prompt: a node with two links")
+        succ[int(a)] = int(b) if b.isdigit() else b
+    paths, order_of = [], {}
+    for start in (int(s) for s in match.group(2).split()):
+        path, node = [start], start
+        while not isinstance(node, str):
+            if node not in succ or len(path) > MAX_HOPS + 1:
+                raise ValueError(f"prompt: the path from {start} does not end at a terminal")
+            node = succ[node]
+            path.append(node)
+        paths.append(tuple(path))
+    in_path_order = [(a, b) for path in paths for a, b in zip(path, path[1:])]
+    position = {link: i for i, link in enumerate(in_path_order)}
+    listed = [(int(a), int(b) if b.isdigit() else b) for a, b in links]
+    if len(listed) != len(in_path_order) or set(listed) != set(in_path_order):
+        raise ValueError("prompt: links that no start reaches")
+    target = match.group(3)
+    return LinksTask(tuple(paths), tuple(position[link] for link in listed), "find" if target else "all", target)
+
+
+def entry(path: Sequence, found: bool = False) -> str:
+    """One worker's entry for a path: ``"\\n{start}: {node} ... {terminal};"`` (``!`` for the find)."""
+    start, *rest = path
+    return f"\n{start}:" + "".join(f" {node}" for node in rest) + (FOUND if found else PATH_END)
+
+
+@dataclass(frozen=True)
+class PathEntry:
+    worker: int
+    start: int
+    nodes: tuple  # what the worker wrote after the start
+    found: bool
+
+
+@dataclass
+class LinksScore:
+    """How a group's texts answer a task."""
+
+    correct: bool  # all: every start's path exactly, nothing else; find: the find, right, and no wrong path
+    entries: list[PathEntry] = field(default_factory=list)  # every finished entry, worker by worker, in writing order
+    missing: tuple[int, ...] = ()  # all: starts nobody finished
+    wrong: tuple[int, ...] = ()  # starts with a wrong path (or not listed), or a wrong find
+    malformed: int = 0  # characters that are no entry (find mode: a worker's unfinished last entry is not)
+    duplicated_items: int = 0  # finished entries beyond the first for a start
+    found: int | None = None  # find: the start reported found (the first, by worker order)
+
+
+def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tuple, bool]], int]:
+    """``(entries, malformed characters)`` of one worker's text; its unfinished last entry is malformed unless
+    ``allow_unfinished`` (a worker that stopped reading a co-worker's find)."""
+    if not isinstance(text, str):
+        raise ValueError("texts: every text is a string")
+    entries, pos, bad = [], 0, 0
+    while pos < len(text):
+        match = _ENTRY.match(text, pos)
+        if match is None:
+            nxt = text.find("\n", pos + 1)
+            end = len(text) if nxt < 0 else nxt
+            if not (allow_unfinished and nxt < 0 and re.fullmatch(r"\n\d{1,3}:(?: (?:\d{1,3}|[A-Z]))*", text[pos:])):
+                bad += len(text[pos:end].strip())
+            pos = end
+            continue
+        nodes = tuple(int(x) if x.isdigit() else x for x in match.group(2).split())
+        entries.append((int(match.group(1)), nodes, match.group(3) == FOUND))
+        pos = match.end()
+    return entries, bad
+
+
+def check(task: LinksTask, texts: Sequence[str]) -> LinksScore:
+    """LinksScore the group's texts (one per worker, in worker order) against ``task``."""
+    if not isinstance(task, LinksTask):
+        raise ValueError("task: a LinksTask")
+    if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
+        raise ValueError("texts: a non-empty sequence of strings, one per worker")
+    truth = {path[0]: tuple(path[1:]) for path in task.paths}
+    find = task.mode == "find"
+    entries, malformed, seen, wrong, found = [], 0, {}, set(), None
+    for worker, text in enumerate(texts):
+        got, bad = parse(text, allow_unfinished=find)
+        malformed += bad
+        for start, nodes, is_find in got:
+            entries.append(PathEntry(worker, start, nodes, is_find))
+            seen[start] = seen.get(start, 0) + 1
+            right = truth.get(start) == nodes
+            if not right or is_find != (find and nodes[-1] == task.target):
+                wrong.add(start)
+            if is_find and found is None:
+                found = start
+    duplicated = sum(c - 1 for c in seen.values())
+    if find:
+        answer = task.paths[task.answer_index][0]
+        correct = found == answer and not wrong and malformed == 0
+        return LinksScore(correct, entries, (), tuple(sorted(wrong)), malformed, duplicated, found)
+    missing = tuple(s for s in task.starts if s not in seen)
+    correct = not missing and not wrong and malformed == 0
+    return LinksScore(correct, entries, missing, tuple(sorted(wrong)), malformed, duplicated)
+
+
+# -- what a split of the work costs, from the true costs (in engine steps: each worker's tokens, its end included)
+
+
+def round_robin_steps(task: LinksTask, num_workers: int) -> int:
+    """Worker ``i`` does items ``i, i + N, ...`` whole, in order; in find mode only the one that finds stops there
+    (no worker knows what the others found)."""
+    _check_int("num_workers", num_workers, 1, 64)
+    costs, answer = task.costs(), task.answer_index
+    totals = []
+    for w in range(num_workers):
+        total = 0
+        for i in range(w, len(costs), num_workers):
+            total += costs[i]
+            if i == answer:
+                break
+        totals.append(total)
+    return max(totals) + 1
+
+
+def ideal_steps(task: LinksTask, num_workers: int) -> int:
+    """Claim as you go with no lag and no collisions: a free worker takes the next start in the prompt's order;
+    in find mode everyone stops the moment the answer is written."""
+    _check_int("num_workers", num_workers, 1, 64)
+    free_at = [0] * num_workers
+    answer = task.answer_index
+    for i, cost in enumerate(task.costs()):
+        w = min(range(num_workers), key=free_at.__getitem__)
+        free_at[w] += cost
+        if i == answer:
+            return free_at[w] + 1
+    return max(free_at) + 1
+
+
+def longest_first_steps(task: LinksTask, num_workers: int) -> int:
+    """All mode: the longest items first, each to the worker free first, by true cost (a bound no real split
+    reaches: it needs the costs in advance). Find mode: the answer's own cost (someone who knew would go there)."""
+    _check_int("num_workers", num_workers, 1, 64)
+    costs = task.costs()
+    if task.answer_index is not None:
+        return costs[task.answer_index] + 1
+    free_at = [0] * num_workers
+    for cost in sorted(costs, reverse=True):
+        w = min(range(num_workers), key=free_at.__getitem__)
+        free_at[w] += cost
+    return max(free_at) + 1
+
+
+def makespan_bound(task: LinksTask, num_workers: int) -> int:
+    """No split does better: the work shared evenly, or its longest item (find: the answer item)."""
+    _check_int("num_workers", num_workers, 1, 64)
+    costs = task.costs()
+    if task.answer_index is not None:
+        return costs[task.answer_index] + 1
+    return max(-(-sum(costs) // num_workers), max(costs)) + 1
+
+
+def _check_int(name: str, value, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name}: an integer in [{low}, {high}]")

@@ -1,0 +1,265 @@
+"""The links collaborator: a small Llama trained to share :mod:`vllm_hogwild.tools.links` tasks with its co-workers.
+
+It is trained on what the engine computes for a Hogwild group in raw mode (``contiguous`` layout): every token's
+K/V computed once, in its writer's own view at the step it was written, and read by co-workers at their view
+positions (:func:`vllm_hogwild.tools.lockstep.group_logits`, teacher forced over whole groups simulated in
+lock-step). A co-worker's token written at step ``j`` is read from step ``j + 1``; workers that claim in the same
+step collide and both do the item.
+
+The policy it imitates (:func:`policy_target`), for worker ``w``'s next token, from what its view shows:
+
+- find mode, a co-worker's find (``!``) in the view: its end of sequence; after its own find: the same;
+- inside an entry: the path's next node (the link from its last node, read off the table), or, after the
+  terminal, ``;`` (``!`` when the terminal is the one to find);
+- between entries: a start nobody has claimed in the view, uniformly (a soft target over all of them), or its
+  end of sequence when every start is claimed.
+
+Nothing tells a worker its index or name: sampling breaks the symmetry (vLLM gives worker ``i`` the seed
+``seed + i``). The tokenizer is byte-level BPE with fixed merges: every node is one token, ``" 12"``, the same
+wherever it stands (a link's source or end, a start, a node on a path), so that following a link is finding the
+token where it is a source and copying the one after it; a claim, ``"\\n12:"``, is a token of its own (what a
+worker reads to know which starts are taken); every terminal ``" A"`` is one token. The weights ship in ``vllm_hogwild/models/links-collaborator``;
+``python -m vllm_hogwild.tools.train_links`` rebuilds them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Sequence
+
+from vllm_hogwild.tools import links as L
+from vllm_hogwild.tools.collaborator import _byte_chars
+
+BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+TEMPERATURE, MIN_P = 1.0, 0.2  # how it is sampled: claims keep their spread, paths their argmax
+MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "links-collaborator"
+CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
+_HEADS = (L.LINKS_HEAD, f"\n{L.STARTS_HEAD}", f"\n{L.FIND_HEAD}", f"\n{L.PATHS_HEAD}")
+
+
+def model_dir() -> Path:
+    """The folder of the shipped links collaborator (an HF folder vLLM loads as it is)."""
+    return MODEL_DIR
+
+
+def _spelled(text: str) -> str:
+    """``text`` in byte-level BPE's characters."""
+    chars = _byte_chars()
+    return "".join(chars[b] for b in text.encode())
+
+
+def _targets() -> list[str]:
+    nodes = range(1, L.MAX_NODE + 1)
+    return ([_spelled(f" {n}") for n in nodes] + [_spelled(f"\n{n}:") for n in nodes]
+            + [_spelled(f" {t}") for t in L.TERMINALS] + [_spelled(h) for h in _HEADS])
+
+
+@lru_cache(maxsize=1)
+def build_tokenizer():
+    """The tokenizer (``tokenizers.Tokenizer``): byte-level BPE over the whole text (no pre-split), whose merges
+    spell exactly :func:`_targets`, each built left to right."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    vocab = {BOS: 0, EOS: 1, PAD: 2}
+    for ch in _byte_chars():
+        vocab[ch] = len(vocab)
+    merges = []
+    for target in _targets():
+        for i in range(2, len(target) + 1):
+            piece = target[:i]
+            if piece not in vocab:
+                merges.append((target[:i - 1], target[i - 1]))
+                vocab[piece] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([BOS, EOS, PAD])
+    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, 0)])
+    return tok
+
+
+def save_tokenizer(folder: Path) -> None:
+    tok = build_tokenizer()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
+        "model_max_length": 4096, "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE,
+    }, indent=1) + "\n")
+
+
+@dataclass(frozen=True)
+class LinksVocab:
+    """The token ids the task uses."""
+
+    size: int
+    bos: int
+    eos: int
+    pad: int
+    node: dict  # node or terminal -> " {node}" (a link's source or end, a start, on a path)
+    claim: dict[int, int]  # node -> "\n{node}:" (an entry's claim)
+    path_end: int
+    found: int
+
+    @classmethod
+    def build(cls, tok=None) -> "LinksVocab":
+        tok = tok or build_tokenizer()
+
+        def one(text: str) -> int:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            if len(ids) != 1:
+                raise AssertionError(f"tokenizer: {text!r} is {ids}")
+            return ids[0]
+
+        nodes = range(1, L.MAX_NODE + 1)
+        node = {n: one(f" {n}") for n in nodes} | {t: one(f" {t}") for t in L.TERMINALS}
+        return cls(tok.get_vocab_size(), tok.token_to_id(BOS), tok.token_to_id(EOS), tok.token_to_id(PAD),
+                   node, {n: one(f"\n{n}:") for n in nodes}, one(L.PATH_END), one(L.FOUND))
+
+    @cached_property
+    def start_of_claim(self) -> dict[int, int]:
+        return {i: n for n, i in self.claim.items()}
+
+    @cached_property
+    def node_of(self) -> dict:
+        return {i: n for n, i in self.node.items()}
+
+    def prompt(self, task: L.LinksTask) -> list[int]:
+        """The prompt's ids, as vLLM's tokenizer gives :func:`links.prompt` (BOS first)."""
+        return [self.bos, *build_tokenizer().encode(task.prompt(), add_special_tokens=False).ids]
+
+
+# -- the policy ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Reader:
+    """What the policy reads of a task: each node's link and the starts."""
+
+    task: L.LinksTask
+    vocab: LinksVocab
+
+    @cached_property
+    def next_of(self) -> dict:
+        return {a: b for a, b in self.task.links}
+
+    @cached_property
+    def starts(self) -> tuple[int, ...]:
+        return self.task.starts
+
+
+def policy_target(reader: Reader, taken: set, found_by_other: bool, own: Sequence[int]) -> int | tuple[int, ...]:
+    """The policy's next token for a worker whose view shows the starts ``taken`` (claimed in any lane it reads,
+    its own included), whether a co-worker's find is in it, and its own tokens ``own``: a token id, or a tuple of
+    ids (a uniform choice)."""
+    v, task = reader.vocab, reader.task
+    if task.mode == "find" and (found_by_other or (own and own[-1] == v.found)):
+        return v.eos
+    if own and own[-1] not in (v.path_end, v.found):  # inside an entry: its path's next node, or its end
+        last = own[-1]
+        node = v.start_of_claim[last] if last in v.start_of_claim else v.node_of[last]
+        if isinstance(node, str):  # a terminal
+            return v.found if node == task.target else v.path_end
+        return v.node[reader.next_of[node]]
+    free = tuple(v.claim[s] for s in reader.starts if s not in taken)
+    return free or v.eos
+
+
+def sample(target, rng: random.Random) -> int:
+    return rng.choice(target) if isinstance(target, tuple) else target
+
+
+class Visible:
+    """What every view of a lock-step group shows at a step besides the reader's own lane: the starts claimed and
+    the finds written before it (a co-worker's token written at step ``j`` is read from step ``j + 1``; the
+    reader's own tokens are all before its next one)."""
+
+    def __init__(self, vocab: LinksVocab, num_workers: int) -> None:
+        self.vocab, self.taken, self.finders = vocab, set(), set()
+
+    def add(self, worker: int, token: int) -> None:
+        if token in self.vocab.start_of_claim:
+            self.taken.add(self.vocab.start_of_claim[token])
+        elif token == self.vocab.found:
+            self.finders.add(worker)
+
+    def found_by_other(self, worker: int) -> bool:
+        return bool(self.finders - {worker})
+
+
+def simulate(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: random.Random, layout: str = "contiguous",
+             max_steps: int = 600) -> list[list[int]]:
+    """One group's lock-step run of the policy, sampled with ``rng``: each worker's output tokens (its end of
+    sequence last, once it stopped). ``isolated``: nobody reads a co-worker."""
+    if layout not in ("contiguous", "isolated"):
+        raise ValueError("layout: contiguous or isolated")
+    reader = Reader(task, vocab)
+    outputs: list[list[int]] = [[] for _ in range(num_workers)]
+    shared = Visible(vocab, num_workers)
+    own_visible = [Visible(vocab, num_workers) for _ in range(num_workers)]  # isolated: each reads itself only
+    for _ in range(max_steps):
+        live = [w for w in range(num_workers) if not outputs[w] or outputs[w][-1] != vocab.eos]
+        if not live:
+            break
+        chosen = []
+        for w in live:
+            seen = own_visible[w] if layout == "isolated" else shared
+            chosen.append(sample(policy_target(reader, seen.taken, seen.found_by_other(w), outputs[w]), rng))
+        for w, token in zip(live, chosen):  # written this step: read from the next
+            outputs[w].append(token)
+            (own_visible[w] if layout == "isolated" else shared).add(w, token)
+    return outputs
+
+
+def text_of(vocab: LinksVocab, output: Sequence[int]) -> str:
+    return build_tokenizer().decode([t for t in output if t != vocab.eos])
+
+
+# -- training examples: whole groups, every output token labeled ---------------------------------------------------
+
+
+def draw(rng: random.Random) -> tuple[L.LinksTask, int]:
+    """A training task and its group size: 1..22 paths, either mode, 1..8 workers."""
+    mode = rng.choice(L.MODES)
+    task = L.make_task(rng.randint(1, 22), rng.randrange(1 << 62), mode)
+    return task, rng.choice((1, 1, 2, 2, 3, 4, 4, 5, 6, 8, 8))
+
+
+def draw_like(rng: random.Random, task: L.LinksTask) -> L.LinksTask:
+    """Another training task of about ``task``'s size, either mode."""
+    k = max(1, min(22, len(task.paths) + rng.randint(-2, 2)))
+    return L.make_task(k, rng.randrange(1 << 62), rng.choice(L.MODES))
+
+
+def labeled_group(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: random.Random):
+    """``(lockstep.TrainingGroup, targets)``: a simulated run and, for every worker and output token, the policy's target
+    given the view the token was written from."""
+    from vllm_hogwild.tools.lockstep import TrainingGroup
+
+    reader = Reader(task, vocab)
+    outputs = simulate(vocab, task, num_workers, rng)
+    targets = [[] for _ in range(num_workers)]
+    seen = Visible(vocab, num_workers)
+    for j in range(max(len(o) for o in outputs)):
+        for w, out in enumerate(outputs):
+            if j < len(out):
+                targets[w].append(policy_target(reader, seen.taken, seen.found_by_other(w), out[:j]))
+        for w, out in enumerate(outputs):
+            if j < len(out):
+                seen.add(w, out[j])
+    return TrainingGroup(tuple(vocab.prompt(task)), tuple(map(tuple, outputs))), targets
+
+
+def model_config(vocab: LinksVocab, num_layers: int = 4, hidden: int = 128):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab.size, hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=num_layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=True,
+        initializer_range=0.05, bos_token_id=vocab.bos, eos_token_id=vocab.eos, pad_token_id=vocab.pad,
+        dtype="float32",
+    )
