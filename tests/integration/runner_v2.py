@@ -45,8 +45,9 @@ NOT_IN_THE_INTERPRETER = ("ngram", "top_k_and_top_p", "blocks_come_back")
 # name -> (the pytest arguments, the fewest tests that must pass)
 RUNS = {
     # raw contiguous at N = 2 and 4, the combined and interleaved layouts, one worker equal to a plain request,
-    # isolated equal to plain seeded requests, plain requests beside groups, named and collab protocols
-    "offline": (["tests/integration/test_offline.py"], 23),
+    # isolated equal to plain seeded requests, plain requests beside groups, named and collab protocols, the
+    # training forward equal to the engine
+    "offline": (["tests/integration/test_offline.py"], 24),
     # groups preempted whole under a small cache and resumed by exact replay; the plain re-prefill control
     "preemption": (["tests/integration/test_preemption.py", "-k", "resume_exactly or plain_re_prefill"], 2),
     # fork/join: isolated and hogwild branches, nested forks, placed headers fed ahead with their log-probabilities,

@@ -98,7 +98,12 @@ def test_every_node_is_one_token_in_each_role() -> None:
     task = L.make_task(20, 1, "find")
     ids = vocab.prompt(task)
     assert tok.decode(ids[1:]) == task.prompt()
-    assert len(ids) == 1 + 1 + 3 * len(task.links) + 1 + len(task.paths) + 2 + 1  # a link: "\n", source, end
+    assert len(ids) == 1 + 1 + len(task.links) + 1 + len(task.paths) + 2 + 1  # a link is one token
+    assert ids[2:2 + len(task.links)] == [vocab.link(a, b) for a, b in task.links]
+    links, sources, ends = C.link_parts(vocab)
+    assert len(set(links)) == len(links) == L.MAX_NODE * (L.MAX_NODE + len(L.TERMINALS))
+    assert tok.decode([links[0]]) == "\n1>1" and (sources[0], ends[0]) == (0, 0)
+    assert tok.decode([links[-1]]) == f"\n{L.MAX_NODE}>Z" and sources[-1] == L.MAX_NODE - 1
     for p in task.paths:
         assert len(tok.encode(L.entry(p), add_special_tokens=False).ids) == len(p) - 1 + L.ITEM_OVERHEAD
 
@@ -127,3 +132,29 @@ def test_labels_are_the_policy_at_every_token() -> None:
         assert len(out) == len(row)
         for token, target in zip(out, row):
             assert token in target if isinstance(target, tuple) else token == target
+
+
+def test_the_trainer_writes_a_plain_llama_whose_links_are_sums(tmp_path) -> None:
+    """Two short runs of the trainer give the same folder (seeded); the folder is a plain tied Llama the engine
+    computes in float32, and a link token's embedding is its source's vector plus its end's."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from vllm_hogwild.tools.train_links import train
+
+    a = train(tmp_path / "a", steps=2, num_layers=1, hidden=32, threads=1, log_every=1)
+    b = train(tmp_path / "b", steps=2, num_layers=1, hidden=32, threads=1, log_every=1)
+    assert a["loss_curve"] == b["loss_curve"]
+    wa, wb = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["dtype"] == "float32"
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "a", dtype=torch.float32)
+    table = model.get_input_embeddings().weight
+    assert model.get_output_embeddings().weight.data_ptr() == table.data_ptr()  # tied
+    vocab = C.LinksVocab.build()
+    link = lambda s, e: table[vocab.link(s, e)]  # noqa: E731
+    assert torch.allclose(link(3, 7) - link(3, "B"), link(90, 7) - link(90, "B"), atol=2e-3)
+    assert not torch.allclose(link(3, 7) - link(3, "B"), link(90, 8) - link(90, "B"), atol=2e-3)

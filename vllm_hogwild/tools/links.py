@@ -15,10 +15,10 @@ what is left when it is free, finish sooner. Two modes:
 The text (one node a token for the trained collaborator's tokenizer)::
 
     Links:
-     12 45
-     7 C
-     45 7
-     88 B
+    12>45
+    7>C
+    45>7
+    88>B
     Starts: 12 88
     Find: C                 <- find mode only
     Paths:
@@ -26,7 +26,7 @@ The text (one node a token for the trained collaborator's tokenizer)::
     88: B;                  <- another worker
 
 Internal nodes are numbers 1..:data:`MAX_NODE`, terminals the letters ``A``.. ``Z`` (a path's terminal is its
-own). Writing ``"\\n{start}:"`` claims the start. The answer is checked by :func:`check`, exactly; every error
+own); a link is written ``source>end``. Writing ``"\\n{start}:"`` claims the start. The answer is checked by :func:`check`, exactly; every error
 in an argument is a ``ValueError`` that names the field. Pure: no torch, no vLLM.
 """
 
@@ -37,18 +37,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-MAX_NODE = 199  # internal nodes 1..199
+MAX_NODE = 149  # internal nodes 1..149
 TERMINALS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
 MAX_ITEMS = len(TERMINALS)  # a terminal per path
 MAX_HOPS = 30  # links on one path
-MAX_TOTAL_HOPS = 160  # a task's paths together (its nodes must fit MAX_NODE)
+MAX_TOTAL_HOPS = 140  # a task's paths together (its starts and inner nodes, one per link, must fit MAX_NODE)
 MODES = ("all", "find")
 LINKS_HEAD, STARTS_HEAD, FIND_HEAD, PATHS_HEAD = "Links:", "Starts:", "Find:", "Paths:"
-PATH_END, FOUND = ";", "!"
+PATH_END, FOUND, LINK = ";", "!", ">"
 ITEM_OVERHEAD = 2  # tokens of an entry besides its hops: the claim ("\n12:") and its end (";" or "!")
 _ENTRY = re.compile(r"\n(\d{1,3}):((?: (?:\d{1,3}|[A-Z]))*)([;!])")
 _PROMPT = re.compile(
-    r"Links:((?:\n \d{1,3} (?:\d{1,3}|[A-Z]))+)\nStarts:((?: \d{1,3})+)(?:\nFind: ([A-Z]))?\nPaths:$")
+    r"Links:((?:\n\d{1,3}>(?:\d{1,3}|[A-Z]))+)\nStarts:((?: \d{1,3})+)(?:\nFind: ([A-Z]))?\nPaths:$")
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def prompt(task: LinksTask) -> str:
     """The prompt the collaborator reads (completions; the chat template renders a user message to the same)."""
     if not isinstance(task, LinksTask):
         raise ValueError("task: a LinksTask")
-    links = "".join(f"\n {a} {b}" for a, b in task.links)  # a link: its source, then where it leads
+    links = "".join(f"\n{a}{LINK}{b}" for a, b in task.links)  # a link: its source, then where it leads
     starts = " ".join(map(str, task.starts))
     find = f"\n{FIND_HEAD} {task.target}" if task.target is not None else ""
     return f"{LINKS_HEAD}{links}\n{STARTS_HEAD} {starts}{find}\n{PATHS_HEAD}"
@@ -171,8 +171,8 @@ def task_of_prompt(text: str) -> LinksTask:
         raise ValueError("prompt: a string of at most 16384 characters")
     match = _PROMPT.match(text)
     if match is None:
-        raise ValueError(f"prompt: expected {LINKS_HEAD!r} lines ' a b', {STARTS_HEAD!r} and {PATHS_HEAD!r}")
-    links = [tuple(line.split()) for line in match.group(1).strip("\n").split("\n")]
+        raise ValueError(f"prompt: expected {LINKS_HEAD!r} lines 'a>b', {STARTS_HEAD!r} and {PATHS_HEAD!r}")
+    links = [tuple(line.split(LINK)) for line in match.group(1).strip("\n").split("\n")]
     succ = {}
     for a, b in links:
         if int(a) in succ:

@@ -16,10 +16,14 @@ The policy it imitates (:func:`policy_target`), for worker ``w``'s next token, f
 
 Nothing tells a worker its index or name: sampling breaks the symmetry (vLLM gives worker ``i`` the seed
 ``seed + i``). The tokenizer is byte-level BPE with fixed merges: every node is one token, ``" 12"``, the same
-wherever it stands (a link's source or end, a start, a node on a path), so that following a link is finding the
-token where it is a source and copying the one after it; a claim, ``"\\n12:"``, is a token of its own (what a
-worker reads to know which starts are taken); every terminal ``" A"`` is one token. The weights ship in ``vllm_hogwild/models/links-collaborator``;
-``python -m vllm_hogwild.tools.train_links`` rebuilds them.
+as a start and on a path, and every terminal ``" A"``; a claim, ``"\\n12:"``, is a token of its own (what a worker
+reads to know which starts are taken); and every link the prompt can list, ``"\\n12>45"``, is one token, so that
+following a link is one attention lookup (the link token whose source is the path's last node) and not two (the
+source's token, then the one after it: an induction head, which this 4-layer model did not learn in a thousand
+steps on two cores, where it learns the one-token lookup in about six hundred; see ``docs/collaborator.md``). In
+training a link token's embedding is the sum of its source's and its end's (:func:`link_parts`), so that what is
+learned of one link carries to every other; the shipped weights hold the sums. The weights ship in
+``vllm_hogwild/models/links-collaborator``; ``python -m vllm_hogwild.tools.train_links`` rebuilds them.
 """
 
 from __future__ import annotations
@@ -46,16 +50,26 @@ def model_dir() -> Path:
     return MODEL_DIR
 
 
+@lru_cache(maxsize=1)
+def _chars() -> tuple[str, ...]:
+    return tuple(_byte_chars())
+
+
 def _spelled(text: str) -> str:
     """``text`` in byte-level BPE's characters."""
-    chars = _byte_chars()
+    chars = _chars()
     return "".join(chars[b] for b in text.encode())
+
+
+def _link_text(source: int, end) -> str:
+    return f"\n{source}{L.LINK}{end}"
 
 
 def _targets() -> list[str]:
     nodes = range(1, L.MAX_NODE + 1)
+    links = [_spelled(_link_text(a, b)) for a in nodes for b in (*nodes, *L.TERMINALS)]
     return ([_spelled(f" {n}") for n in nodes] + [_spelled(f"\n{n}:") for n in nodes]
-            + [_spelled(f" {t}") for t in L.TERMINALS] + [_spelled(h) for h in _HEADS])
+            + [_spelled(f" {t}") for t in L.TERMINALS] + [_spelled(h) for h in _HEADS] + links)
 
 
 @lru_cache(maxsize=1)
@@ -118,6 +132,10 @@ class LinksVocab:
         node = {n: one(f" {n}") for n in nodes} | {t: one(f" {t}") for t in L.TERMINALS}
         return cls(tok.get_vocab_size(), tok.token_to_id(BOS), tok.token_to_id(EOS), tok.token_to_id(PAD),
                    node, {n: one(f"\n{n}:") for n in nodes}, one(L.PATH_END), one(L.FOUND))
+
+    def link(self, source: int, end) -> int:
+        """The token of the link ``source>end``."""
+        return build_tokenizer().token_to_id(_spelled(_link_text(source, end)))
 
     @cached_property
     def start_of_claim(self) -> dict[int, int]:
@@ -221,16 +239,16 @@ def text_of(vocab: LinksVocab, output: Sequence[int]) -> str:
 # -- training examples: whole groups, every output token labeled ---------------------------------------------------
 
 
-def draw(rng: random.Random) -> tuple[L.LinksTask, int]:
-    """A training task and its group size: 1..22 paths, either mode, 1..8 workers."""
+def draw(rng: random.Random, max_items: int = 22) -> tuple[L.LinksTask, int]:
+    """A training task and its group size: 1..``max_items`` paths, either mode, 1..8 workers."""
     mode = rng.choice(L.MODES)
-    task = L.make_task(rng.randint(1, 22), rng.randrange(1 << 62), mode)
+    task = L.make_task(rng.randint(1, max_items), rng.randrange(1 << 62), mode)
     return task, rng.choice((1, 1, 2, 2, 3, 4, 4, 5, 6, 8, 8))
 
 
-def draw_like(rng: random.Random, task: L.LinksTask) -> L.LinksTask:
+def draw_like(rng: random.Random, task: L.LinksTask, max_items: int = 22) -> L.LinksTask:
     """Another training task of about ``task``'s size, either mode."""
-    k = max(1, min(22, len(task.paths) + rng.randint(-2, 2)))
+    k = max(1, min(max_items, len(task.paths) + rng.randint(-2, 2)))
     return L.make_task(k, rng.randrange(1 << 62), rng.choice(L.MODES))
 
 
@@ -251,6 +269,19 @@ def labeled_group(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: r
             if j < len(out):
                 seen.add(w, out[j])
     return TrainingGroup(tuple(vocab.prompt(task)), tuple(map(tuple, outputs))), targets
+
+
+def link_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
+    """The link tokens, each one's source (0-based: node 1 is 0) and its end (nodes 1.. then the terminals, 0-based):
+    what training factors each link token's embedding by."""
+    ends = [*range(1, L.MAX_NODE + 1), *L.TERMINALS]
+    ids, sources, to = [], [], []
+    for a in range(1, L.MAX_NODE + 1):
+        for k, b in enumerate(ends):
+            ids.append(vocab.link(a, b))
+            sources.append(a - 1)
+            to.append(k)
+    return ids, sources, to
 
 
 def model_config(vocab: LinksVocab, num_layers: int = 4, hidden: int = 128):

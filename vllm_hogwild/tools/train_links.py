@@ -1,15 +1,18 @@
 """Train the links collaborator (:mod:`vllm_hogwild.tools.links_collaborator`) on what the engine computes.
 
-    python -m vllm_hogwild.tools.train_links [--out DIR] [--steps 3000] [--seed 0] [--threads 2]
+    python -m vllm_hogwild.tools.train_links [--out DIR] [--steps 1500] [--seed 0] [--threads 2]
 
 Each batch is whole groups simulated in lock-step (the same number of workers in a batch), every worker's every
 output token labeled with the policy's target for the view it was written from, and the logits are the engine's:
 :func:`vllm_hogwild.tools.lockstep.group_logits` computes each token's K/V in its writer's own view at its step
-and lets co-workers read it at their view positions, as vLLM's KV cache and Hogwild's attention do. Seeded and
-reproducible on one machine (the same seed, steps and thread count give the same weights). Without ``--out`` it
-writes a fresh folder under the cache; the shipped weights (``vllm_hogwild/models/links-collaborator``) were
-written with ``--out vllm_hogwild/models/links-collaborator`` (its ``training.json`` holds the arguments, the loss
-curve, the time it took and the machine).
+and lets co-workers read it at their view positions, as vLLM's KV cache and Hogwild's attention do. Tasks grow
+from 1 path to 22 over the first :data:`CURRICULUM` of the steps. A link token's embedding is trained as the sum of
+its source's and its end's (:class:`FactoredTable`); the folder holds the sums, as a plain Llama's embedding,
+stored in float16 (the engine computes in float32). Seeded and reproducible on one machine (the same seed, steps
+and thread count give the same weights). Without ``--out`` it writes a fresh folder under the cache; the shipped
+weights (``vllm_hogwild/models/links-collaborator``) were written with ``--out
+vllm_hogwild/models/links-collaborator`` (its ``training.json`` holds the arguments, the loss curve, the time it
+took and the machine).
 """
 
 from __future__ import annotations
@@ -21,70 +24,115 @@ import random
 import time
 from pathlib import Path
 
+from vllm_hogwild.tools import links as L
 from vllm_hogwild.tools import links_collaborator as C
 from vllm_hogwild.tools.lockstep import group_logits
 from vllm_hogwild.tools.machine import machine
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's
 TOKENS_PER_BATCH = 6000  # about: prompts and outputs of a batch's groups together
+CURRICULUM = 0.3  # the share of the steps over which tasks grow to their full size
+MAX_ITEMS = 22
 
 
-def batches(vocab: C.LinksVocab, seed: int):
-    """Endless ``(groups, target [B, N, T + 1, V], weight [B, N, T + 1])``: position 0 is every worker's token 0
-    (from the prompt), position ``j + 1`` its token ``j + 1`` (from its fed token ``j``)."""
+def batches(vocab: C.LinksVocab, seed: int, max_items):
+    """Endless ``(groups, index [B, N, T, K], share [B, N, T, K], weight [B, N, T])``: each output token's target
+    tokens and their shares (one token, or a uniform choice among ``K`` at most), position 0 every worker's token 0
+    (from the prompt), position ``j + 1`` its token ``j + 1`` (from its fed token ``j``). ``max_items()``: the
+    largest task now."""
     import torch
 
     rng = random.Random(seed)
     while True:
-        task, n = C.draw(rng)  # the batch's group size, and about its tasks' size (little padding)
+        cap = max_items()
+        task, n = C.draw(rng, cap)  # the batch's group size, and about its tasks' size (little padding)
         groups, labels, size = [], [], 0
         while size < TOKENS_PER_BATCH and len(groups) < 48:
             if groups:
-                task = C.draw_like(rng, task)
+                task = C.draw_like(rng, task, cap)
             group, targets = C.labeled_group(vocab, task, n, rng)
             groups.append(group)
             labels.append(targets)
             size += len(group.prompt) + sum(len(o) for o in group.outputs)
         t = max(len(o) for g in groups for o in g.outputs)
-        target = torch.zeros(len(groups), n, t, vocab.size)
+        k = max((len(x) for rows in labels for row in rows for x in row if isinstance(x, tuple)), default=1)
+        index = torch.zeros(len(groups), n, t, k, dtype=torch.long)
+        share = torch.zeros(len(groups), n, t, k)
         weight = torch.zeros(len(groups), n, t)
         for b, targets in enumerate(labels):
             for w, row in enumerate(targets):
                 for j, tgt in enumerate(row):
                     if isinstance(tgt, tuple):
-                        target[b, w, j, list(tgt)] = 1.0 / len(tgt)
+                        index[b, w, j, :len(tgt)] = torch.tensor(tgt)
+                        share[b, w, j, :len(tgt)] = 1.0 / len(tgt)
                         weight[b, w, j] = CLAIM_WEIGHT
                     else:
-                        target[b, w, j, tgt] = 1.0
+                        index[b, w, j, 0] = tgt
+                        share[b, w, j, 0] = 1.0
                         weight[b, w, j] = 1.0
-        yield groups, target, weight
+        yield groups, index, share, weight
 
 
-def logits_of(model, groups, pad: int):
-    """``[B, N, T, V]``: each worker's logits for its output tokens 0..T-1 (token 0's from the prompt)."""
+def _modules():
+    import torch
+    import torch.nn.functional as F
+
+    class FactoredTable(torch.nn.Module):
+        """The embedding (tied to the output layer): a row per token, where a link token's row is its source's
+        vector plus its end's."""
+
+        def __init__(self, vocab: C.LinksVocab, hidden: int, std: float) -> None:
+            super().__init__()
+            ids, sources, ends = C.link_parts(vocab)
+            self.table = torch.nn.Parameter(torch.randn(vocab.size, hidden) * std)
+            self.source = torch.nn.Parameter(torch.randn(L.MAX_NODE, hidden) * std)
+            self.end = torch.nn.Parameter(torch.randn(L.MAX_NODE + len(L.TERMINALS), hidden) * std)
+            self.register_buffer("ids", torch.tensor(ids), persistent=False)
+            self.register_buffer("sources", torch.tensor(sources), persistent=False)
+            self.register_buffer("ends", torch.tensor(ends), persistent=False)
+
+        def forward(self) -> torch.Tensor:
+            return self.table.index_put((self.ids,), self.source[self.sources] + self.end[self.ends])
+
+    class Embedding(torch.nn.Module):
+        def __init__(self, table) -> None:
+            super().__init__()
+            self.table = table
+
+        def forward(self, ids):
+            return F.embedding(ids, self.table())
+
+    return FactoredTable, Embedding
+
+
+def hidden_of(model, groups, pad: int):
+    """``[B, N, T, d]``: each worker's final hidden state for its output tokens 0..T-1 (token 0's from the prompt);
+    the model's output layer is the identity while training."""
     import torch
 
     first, lanes, _, _ = group_logits(model, groups, pad=pad)
-    b, n, t, v = lanes.shape
+    b, n, t, d = lanes.shape
     width = max(len(o) for g in groups for o in g.outputs)
-    out = torch.cat([first[:, None, None, :].expand(b, n, 1, v), lanes], dim=2)
+    out = torch.cat([first[:, None, None, :].expand(b, n, 1, d), lanes], dim=2)
     return out[:, :, :width]
 
 
-def train(out: Path, steps: int = 3000, lr: float = 3e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
-          threads: int = 2, log_every: int = 50, init: Path | None = None) -> dict:
+def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
+          threads: int = 2, log_every: int = 25) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     vocab = C.LinksVocab.build()
-    if init is not None:
-        model = LlamaForCausalLM.from_pretrained(init, dtype=torch.float32)
-        num_layers, hidden = model.config.num_hidden_layers, model.config.hidden_size
-    else:
-        model = LlamaForCausalLM(C.model_config(vocab, num_layers, hidden)).to(torch.float32)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    config = C.model_config(vocab, num_layers, hidden)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    FactoredTable, Embedding = _modules()
+    table = FactoredTable(vocab, hidden, config.initializer_range)
+    model.model.embed_tokens = Embedding(table)
+    model.lm_head = torch.nn.Identity()
+    params = [p for name, p in model.named_parameters()]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     warmup = max(1, steps // 20)
 
     def lr_at(step: int) -> float:
@@ -92,51 +140,79 @@ def train(out: Path, steps: int = 3000, lr: float = 3e-3, seed: int = 0, num_lay
             return lr * (step + 1) / warmup
         return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
 
-    stream = batches(vocab, seed)
+    at = [0]
+    grown = max(1, int(CURRICULUM * steps))
+    stream = batches(vocab, seed, lambda: min(MAX_ITEMS, 1 + (MAX_ITEMS * at[0]) // grown))
+    nodes = torch.zeros(vocab.size, dtype=torch.bool)
+    nodes[list(vocab.node.values())] = True
     curve, t0 = [], time.perf_counter()
     model.train()
     for step in range(steps):
-        groups, target, weight = next(stream)
-        logits = logits_of(model, groups, vocab.pad)
-        loss = -(target * torch.log_softmax(logits, -1)).sum(-1).mul(weight).sum() / weight.sum()
-        floor = -(target * torch.log(target.clamp_min(1e-12))).sum(-1).mul(weight).sum() / weight.sum()
+        at[0] = step
+        groups, index, share, weight = next(stream)
+        h = hidden_of(model, groups, vocab.pad)
+        keep = weight > 0
+        logp = torch.log_softmax(h[keep] @ table().T, -1)  # [M, V]: the labeled positions only
+        idx, sh, w = index[keep], share[keep], weight[keep]
+        nll = -(logp.gather(-1, idx) * sh).sum(-1)
+        loss = (nll * w).sum() / w.sum()
+        floor = (-(sh * sh.clamp_min(1e-12).log()).sum(-1) * w).sum() / w.sum()
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % log_every == 0 or step == steps - 1:
+            hop = (sh[:, 0] == 1) & nodes[idx[:, 0]]  # a path's next node
+            acc = (logp.argmax(-1) == idx[:, 0])[hop].float().mean().item() if hop.any() else float("nan")
             excess = loss.item() - floor.item()
-            curve.append([step, round(loss.item(), 5), round(excess, 5)])
-            print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  loss {loss.item():.4f}  "
-                  f"above the targets' entropy {excess:.4f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
+            curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4)])
+            print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
+                  f"{max(len(g.prompt) for g in groups)} tokens  loss {loss.item():.4f}  above the targets' entropy "
+                  f"{excess:.4f}  next node right {acc:.3f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
                   flush=True)
     seconds = time.perf_counter() - t0
-    out.mkdir(parents=True, exist_ok=True)
-    model.eval()
-    model.save_pretrained(out, safe_serialization=True)
-    C.save_tokenizer(out)
+    export(model, table, config, out)
     record = {"command": "python -m vllm_hogwild.tools.train_links", "steps": steps, "lr": lr, "seed": seed,
-              "num_layers": num_layers, "hidden": hidden, "threads": threads,
-              "tokens_per_batch": TOKENS_PER_BATCH, "claim_weight": CLAIM_WEIGHT,
-              "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
+              "num_layers": num_layers, "hidden": hidden, "threads": threads, "tokens_per_batch": TOKENS_PER_BATCH,
+              "claim_weight": CLAIM_WEIGHT, "curriculum": CURRICULUM, "max_items": MAX_ITEMS,
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
               "loss_curve": curve, "machine": machine(), "torch": torch.__version__}
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
 
+def export(model, table, config, out: Path) -> None:
+    """A plain Llama folder: the layers as trained, the embedding the factored table's rows (float16 on disk)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    plain = LlamaForCausalLM(config)
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith(("model.embed_tokens", "lm_head"))}
+    missing, unexpected = plain.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"model.embed_tokens.weight", "lm_head.weight"}, (missing, unexpected)
+    with torch.no_grad():
+        plain.model.embed_tokens.weight.copy_(table())
+    plain.tie_weights()
+    out.mkdir(parents=True, exist_ok=True)
+    plain.eval().half().save_pretrained(out, safe_serialization=True)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["dtype"] = "float32"  # what the engine computes in
+    cfg.pop("torch_dtype", None)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    C.save_tokenizer(out)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="folder to write (default: under the cache)")
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--init", type=Path, default=None, help="start from this trained folder")
     args = parser.parse_args(argv)
     for name in ("steps", "layers", "hidden", "threads"):
         if getattr(args, name) < 1:
@@ -146,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         from vllm_hogwild.tools.default_model import cache_dir
 
         out = cache_dir() / f"links-collaborator-{args.seed}-{args.steps}"
-    record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads, init=args.init)
+    record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
 
 
