@@ -163,7 +163,7 @@ def links_policy_row(tasks, num_workers: int, seed: int) -> dict:
     """The policy the links collaborator imitates, run in simulated lock-step (no model)."""
     from vllm_hogwild.tools import links as L, links_collaborator as C
 
-    vocab, rng = C.Vocab.build(), random.Random(seed)
+    vocab, rng = C.LinksVocab.build(), random.Random(seed)
     runs = [C.simulate(vocab, t, num_workers, rng) for t in tasks]
     scores = [L.check(t, [C.text_of(vocab, o) for o in r]) for t, r in zip(tasks, runs)]
     return {"workers": num_workers, "layout": "policy (simulated)", "tasks": len(tasks),

@@ -5,8 +5,10 @@
 Each batch is whole groups simulated in lock-step (the same number of workers in a batch), every worker's every
 output token labeled with the policy's target for the view it was written from, and the logits are the engine's:
 :func:`vllm_hogwild.tools.lockstep.group_logits` computes each token's K/V in its writer's own view at its step
-and lets co-workers read it at their view positions, as vLLM's KV cache and Hogwild's attention do. Tasks grow
-from 1 path to 22 over the first :data:`CURRICULUM` of the steps. A link token's embedding is trained as the sum of
+and lets co-workers read it at their view positions, as vLLM's KV cache and Hogwild's attention do. Tasks start
+at :data:`FIRST_ITEMS` paths and grow by one after each batch whose next-node accuracy reaches :data:`GROW_AT`, up
+to :data:`MAX_ITEMS` (a run whose tasks grew on a schedule, from 1 path to 22 over 450 steps, had not learned to
+follow a link after 325). A link token's embedding is trained as the sum of
 its source's and its end's (:class:`FactoredTable`); the folder holds the sums, as a plain Llama's embedding,
 stored in float16 (the engine computes in float32). Seeded and reproducible on one machine (the same seed, steps
 and thread count give the same weights). Without ``--out`` it writes a fresh folder under the cache; the shipped
@@ -31,8 +33,7 @@ from vllm_hogwild.tools.machine import machine
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's
 TOKENS_PER_BATCH = 6000  # about: prompts and outputs of a batch's groups together
-CURRICULUM = 0.3  # the share of the steps over which tasks grow to their full size
-MAX_ITEMS = 22
+FIRST_ITEMS, GROW_AT, MAX_ITEMS = 2, 0.9, 22
 
 
 def batches(vocab: C.LinksVocab, seed: int, max_items):
@@ -118,17 +119,22 @@ def hidden_of(model, groups, pad: int):
 
 
 def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
-          threads: int = 2, log_every: int = 25) -> dict:
+          threads: int = 2, log_every: int = 25, init: Path | None = None, first_items: int = FIRST_ITEMS) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     vocab = C.LinksVocab.build()
+    before = None if init is None else LlamaForCausalLM.from_pretrained(init, dtype=torch.float32)
+    if before is not None:
+        num_layers, hidden = before.config.num_hidden_layers, before.config.hidden_size
     config = C.model_config(vocab, num_layers, hidden)
     model = LlamaForCausalLM(config).to(torch.float32)
     FactoredTable, Embedding = _modules()
     table = FactoredTable(vocab, hidden, config.initializer_range)
+    if before is not None:
+        carry_over(before, model, table)
     model.model.embed_tokens = Embedding(table)
     model.lm_head = torch.nn.Identity()
     params = [p for name, p in model.named_parameters()]
@@ -140,15 +146,14 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
             return lr * (step + 1) / warmup
         return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
 
-    at = [0]
-    grown = max(1, int(CURRICULUM * steps))
-    stream = batches(vocab, seed, lambda: min(MAX_ITEMS, 1 + (MAX_ITEMS * at[0]) // grown))
+    cap = [first_items]
+    grew = []  # (step, paths) each time tasks grew
+    stream = batches(vocab, seed, lambda: cap[0])
     nodes = torch.zeros(vocab.size, dtype=torch.bool)
     nodes[list(vocab.node.values())] = True
     curve, t0 = [], time.perf_counter()
     model.train()
     for step in range(steps):
-        at[0] = step
         groups, index, share, weight = next(stream)
         h = hidden_of(model, groups, vocab.pad)
         keep = weight > 0
@@ -163,24 +168,46 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        hop = (sh[:, 0] == 1) & nodes[idx[:, 0]]  # a path's next node
+        acc = (logp.argmax(-1) == idx[:, 0])[hop].float().mean().item() if hop.any() else 0.0
+        if acc >= GROW_AT and cap[0] < MAX_ITEMS:
+            cap[0] += 1
+            grew.append([step, cap[0]])
         if step % log_every == 0 or step == steps - 1:
-            hop = (sh[:, 0] == 1) & nodes[idx[:, 0]]  # a path's next node
-            acc = (logp.argmax(-1) == idx[:, 0])[hop].float().mean().item() if hop.any() else float("nan")
             excess = loss.item() - floor.item()
             curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4)])
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
-                  f"{max(len(g.prompt) for g in groups)} tokens  loss {loss.item():.4f}  above the targets' entropy "
+                  f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
                   f"{excess:.4f}  next node right {acc:.3f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
                   flush=True)
     seconds = time.perf_counter() - t0
     export(model, table, config, out)
     record = {"command": "python -m vllm_hogwild.tools.train_links", "steps": steps, "lr": lr, "seed": seed,
               "num_layers": num_layers, "hidden": hidden, "threads": threads, "tokens_per_batch": TOKENS_PER_BATCH,
-              "claim_weight": CLAIM_WEIGHT, "curriculum": CURRICULUM, "max_items": MAX_ITEMS,
+              "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
+                                                          "max_items": MAX_ITEMS, "grew": grew},
+              "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
               "loss_curve": curve, "machine": machine(), "torch": torch.__version__}
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def carry_over(before, model, table) -> None:
+    """Start from a trained folder: its layers, its token rows (the ids it had keep their meaning: new tokens come
+    after them), and each link's source and end vectors recovered from its sums (a link row ``S[a] + D[b]``:
+    ``S[a]`` the mean over ``b``, ``D[b]`` the mean over ``a`` less the mean of all)."""
+    import torch
+
+    state = {k: v for k, v in before.state_dict().items() if not k.startswith(("model.embed_tokens", "lm_head"))}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"model.embed_tokens.weight", "lm_head.weight"}, (missing, unexpected)
+    old = before.get_input_embeddings().weight.detach()
+    with torch.no_grad():
+        table.table[:old.shape[0]] = old
+        links = old[table.ids].reshape(table.source.shape[0], table.end.shape[0], -1)
+        table.source.copy_(links.mean(1))
+        table.end.copy_(links.mean(0) - links.mean((0, 1)))
 
 
 def export(model, table, config, out: Path) -> None:
@@ -213,7 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--init", type=Path, default=None, help="go on from this trained folder")
+    parser.add_argument("--first-items", type=int, default=FIRST_ITEMS, help="the paths of the first tasks")
     args = parser.parse_args(argv)
+    if not 1 <= args.first_items <= MAX_ITEMS:
+        parser.error(f"--first-items: 1 to {MAX_ITEMS}")
     for name in ("steps", "layers", "hidden", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: at least 1")
@@ -222,7 +253,8 @@ def main(argv: list[str] | None = None) -> None:
         from vllm_hogwild.tools.default_model import cache_dir
 
         out = cache_dir() / f"links-collaborator-{args.seed}-{args.steps}"
-    record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads)
+    record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads, init=args.init,
+                   first_items=args.first_items)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
 
 
