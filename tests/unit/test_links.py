@@ -100,6 +100,9 @@ def test_every_node_is_one_token_in_each_role() -> None:
     assert tok.decode(ids[1:]) == task.prompt()
     assert len(ids) == 1 + 1 + len(task.links) + 1 + len(task.paths) + 2 + 1  # a link is one token
     assert ids[2:2 + len(task.links)] == [vocab.link(a, b) for a, b in task.links]
+    # a start in the list and the terminal to find are tokens of their own, not the nodes a path writes
+    listed = [tok.decode([i]) for i in ids[3 + len(task.links):3 + len(task.links) + len(task.paths)]]
+    assert listed == [f" {s}," for s in task.starts] and tok.decode([ids[-2]]) == f" {task.target}."
     links, sources, ends = C.link_parts(vocab)
     assert len(set(links)) == len(links) == L.MAX_NODE * (L.MAX_NODE + len(L.TERMINALS))
     assert tok.decode([links[0]]) == "\n1>1" and (sources[0], ends[0]) == (0, 0)

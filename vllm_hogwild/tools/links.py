@@ -19,14 +19,15 @@ The text (one node a token for the trained collaborator's tokenizer)::
     7>C
     45>7
     88>B
-    Starts: 12 88
-    Find: C                 <- find mode only
+    Starts: 12, 88,
+    Find: C.                <- find mode only
     Paths:
     12: 45 7 C!             <- a worker: the find ("!" where ";" ends any other path)
     88: B;                  <- another worker
 
 Internal nodes are numbers 1..:data:`MAX_NODE`, terminals the letters ``A``.. ``Z`` (a path's terminal is its
-own); a link is written ``source>end``. Writing ``"\\n{start}:"`` claims the start. The answer is checked by :func:`check`, exactly; every error
+own); a link is written ``source>end``, each start is followed by a comma and
+the terminal to find by a full stop. Writing ``"\\n{start}:"`` claims the start. The answer is checked by :func:`check`, exactly; every error
 in an argument is a ``ValueError`` that names the field. Pure: no torch, no vLLM.
 """
 
@@ -48,7 +49,7 @@ PATH_END, FOUND, LINK = ";", "!", ">"
 ITEM_OVERHEAD = 2  # tokens of an entry besides its hops: the claim ("\n12:") and its end (";" or "!")
 _ENTRY = re.compile(r"\n(\d{1,3}):((?: (?:\d{1,3}|[A-Z]))*)([;!])")
 _PROMPT = re.compile(
-    r"Links:((?:\n\d{1,3}>(?:\d{1,3}|[A-Z]))+)\nStarts:((?: \d{1,3})+)(?:\nFind: ([A-Z]))?\nPaths:$")
+    r"Links:((?:\n\d{1,3}>(?:\d{1,3}|[A-Z]))+)\nStarts:((?: \d{1,3},)+)(?:\nFind: ([A-Z])\.)?\nPaths:$")
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,8 @@ def prompt(task: LinksTask) -> str:
     if not isinstance(task, LinksTask):
         raise ValueError("task: a LinksTask")
     links = "".join(f"\n{a}{LINK}{b}" for a, b in task.links)  # a link: its source, then where it leads
-    starts = " ".join(map(str, task.starts))
-    find = f"\n{FIND_HEAD} {task.target}" if task.target is not None else ""
+    starts = " ".join(f"{s}," for s in task.starts)  # a start, then a comma
+    find = f"\n{FIND_HEAD} {task.target}." if task.target is not None else ""
     return f"{LINKS_HEAD}{links}\n{STARTS_HEAD} {starts}{find}\n{PATHS_HEAD}"
 
 
@@ -179,7 +180,7 @@ def task_of_prompt(text: str) -> LinksTask:
             raise ValueError("prompt: a node with two links")
         succ[int(a)] = int(b) if b.isdigit() else b
     paths, order_of = [], {}
-    for start in (int(s) for s in match.group(2).split()):
+    for start in (int(s) for s in match.group(2).replace(",", " ").split()):
         path, node = [start], start
         while not isinstance(node, str):
             if node not in succ or len(path) > MAX_HOPS + 1:

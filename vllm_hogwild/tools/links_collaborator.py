@@ -68,8 +68,11 @@ def _link_text(source: int, end) -> str:
 def _targets() -> list[str]:
     nodes = range(1, L.MAX_NODE + 1)
     links = [_spelled(_link_text(a, b)) for a in nodes for b in (*nodes, *L.TERMINALS)]
+    # after the links: the start and find tokens (added by a second training phase; earlier ids unchanged)
+    starts = [_spelled(f" {n},") for n in nodes]
+    finds = [_spelled(f" {t}.") for t in L.TERMINALS]
     return ([_spelled(f" {n}") for n in nodes] + [_spelled(f"\n{n}:") for n in nodes]
-            + [_spelled(f" {t}") for t in L.TERMINALS] + [_spelled(h) for h in _HEADS] + links)
+            + [_spelled(f" {t}") for t in L.TERMINALS] + [_spelled(h) for h in _HEADS] + links + starts + finds)
 
 
 @lru_cache(maxsize=1)
@@ -98,7 +101,7 @@ def build_tokenizer():
 
 def save_tokenizer(folder: Path) -> None:
     tok = build_tokenizer()
-    tok.save(str(folder / "tokenizer.json"))
+    tok.save(str(folder / "tokenizer.json"), pretty=False)  # compact: 27,154 tokens and their merges
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
         "model_max_length": 4096, "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE,
