@@ -161,3 +161,13 @@ def test_the_trainer_writes_a_plain_llama_whose_links_are_sums(tmp_path) -> None
     link = lambda s, e: table[vocab.link(s, e)]  # noqa: E731
     assert torch.allclose(link(3, 7) - link(3, "B"), link(90, 7) - link(90, "B"), atol=2e-3)
     assert not torch.allclose(link(3, 7) - link(3, "B"), link(90, 8) - link(90, "B"), atol=2e-3)
+    # a node in each role: its vector plus the role's (a claim, a listed start and the node on a path share it)
+    ids, _, _ = C.role_parts(vocab)
+    start = {n: ids[3 * (n - 1) + 2] for n in (5, 77)}
+    assert torch.allclose(table[vocab.claim[5]] - table[vocab.node[5]], table[vocab.claim[77]] - table[vocab.node[77]],
+                          atol=2e-3)
+    assert torch.allclose(table[start[5]] - table[vocab.node[5]], table[start[77]] - table[vocab.node[77]], atol=2e-3)
+    assert C.build_tokenizer().decode([start[77]]) == " 77,"
+    # going on from a folder: its training record is kept
+    c = train(tmp_path / "c", steps=1, threads=1, log_every=1, init=tmp_path / "a")
+    assert c["init"]["loss_curve"] == a["loss_curve"] and c["hidden"] == 32

@@ -287,6 +287,29 @@ def link_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
     return ids, sources, to
 
 
+ROLES = ("node", "claim", "start", "find")  # " 12" or " C" on a path; "\n12:" a claim; " 12," listed; " C." to find
+
+
+def role_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
+    """Every token that stands for one node or terminal in one role (:data:`ROLES`), its entity (nodes 1.. then the
+    terminals, 0-based) and its role: what training factors these tokens' embeddings by (the entity's vector plus
+    the role's), so that a start listed, the same start claimed and the node on a path share a direction."""
+    tok = build_tokenizer()
+    entities = [*range(1, L.MAX_NODE + 1), *L.TERMINALS]
+    ids, which, roles = [], [], []
+    for e, x in enumerate(entities):
+        texts = {"node": f" {x}"}
+        if isinstance(x, int):
+            texts |= {"claim": f"\n{x}:", "start": f" {x},"}
+        else:
+            texts["find"] = f" {x}."
+        for role, text in texts.items():
+            ids.append(tok.token_to_id(_spelled(text)))
+            which.append(e)
+            roles.append(ROLES.index(role))
+    return ids, which, roles
+
+
 def model_config(vocab: LinksVocab, num_layers: int = 4, hidden: int = 128):
     from transformers import LlamaConfig
 

@@ -80,20 +80,29 @@ def _modules():
 
     class FactoredTable(torch.nn.Module):
         """The embedding (tied to the output layer): a row per token, where a link token's row is its source's
-        vector plus its end's."""
+        vector plus its end's, and a node's or terminal's token in a role (on a path, a claim, a listed start, the
+        find) is the entity's vector plus the role's."""
 
         def __init__(self, vocab: C.LinksVocab, hidden: int, std: float) -> None:
             super().__init__()
             ids, sources, ends = C.link_parts(vocab)
+            entities = L.MAX_NODE + len(L.TERMINALS)
             self.table = torch.nn.Parameter(torch.randn(vocab.size, hidden) * std)
             self.source = torch.nn.Parameter(torch.randn(L.MAX_NODE, hidden) * std)
-            self.end = torch.nn.Parameter(torch.randn(L.MAX_NODE + len(L.TERMINALS), hidden) * std)
+            self.end = torch.nn.Parameter(torch.randn(entities, hidden) * std)
+            self.entity = torch.nn.Parameter(torch.randn(entities, hidden) * std)
+            self.role = torch.nn.Parameter(torch.randn(len(C.ROLES), hidden) * std)
             self.register_buffer("ids", torch.tensor(ids), persistent=False)
             self.register_buffer("sources", torch.tensor(sources), persistent=False)
             self.register_buffer("ends", torch.tensor(ends), persistent=False)
+            role_ids, which, roles = C.role_parts(vocab)
+            self.register_buffer("role_ids", torch.tensor(role_ids), persistent=False)
+            self.register_buffer("which", torch.tensor(which), persistent=False)
+            self.register_buffer("roles", torch.tensor(roles), persistent=False)
 
         def forward(self) -> torch.Tensor:
-            return self.table.index_put((self.ids,), self.source[self.sources] + self.end[self.ends])
+            rows = self.table.index_put((self.ids,), self.source[self.sources] + self.end[self.ends])
+            return rows.index_put((self.role_ids,), self.entity[self.which] + self.role[self.roles])
 
     class Embedding(torch.nn.Module):
         def __init__(self, table) -> None:
@@ -208,6 +217,18 @@ def carry_over(before, model, table) -> None:
         links = old[table.ids].reshape(table.source.shape[0], table.end.shape[0], -1)
         table.source.copy_(links.mean(1))
         table.end.copy_(links.mean(0) - links.mean((0, 1)))
+        # a token in a role: the entity's vector its token on a path had, each role the mean of its rows less that
+        # (tokens the folder did not have start from the role's mean alone)
+        known = table.role_ids < old.shape[0]
+        rows = torch.where(known[:, None], old[table.role_ids.clamp_max(old.shape[0] - 1)], 0.0)
+        node = table.roles == 0
+        table.entity[table.which[node]] = rows[node]
+        for r in range(table.role.shape[0]):
+            mine = (table.roles == r) & known
+            if r and mine.any():
+                table.role[r] = (rows[mine] - table.entity[table.which[mine]]).mean(0)
+            elif not r:
+                table.role[r] = 0.0
 
 
 def export(model, table, config, out: Path) -> None:
