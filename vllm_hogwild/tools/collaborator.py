@@ -88,20 +88,28 @@ def _targets() -> list[str]:
 @lru_cache(maxsize=1)
 def build_tokenizer():
     """The tokenizer (``tokenizers.Tokenizer``): byte-level BPE whose merges spell exactly :func:`_targets`."""
+    return bpe_tokenizer(_targets())
+
+
+def bpe_tokenizer(targets, split_words: bool = True):
+    """Byte-level BPE whose merges spell exactly ``targets`` (in byte-level characters), each built left to right:
+    (prefix, next character). ``split_words``: the usual pre-split into words; without it merges span the whole
+    text (a token may start with a new line). BOS first when encoding with special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
     vocab = {BOS: 0, EOS: 1, PAD: 2}
     for ch in _byte_chars():
         vocab[ch] = len(vocab)
     merges = []
-    for target in _targets():  # each target built left to right: (prefix, next character)
+    for target in targets:
         for i in range(2, len(target) + 1):
             piece = target[:i]
             if piece not in vocab:
                 merges.append((target[:i - 1], target[i - 1]))
                 vocab[piece] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.ByteLevel(add_prefix_space=False) if split_words
+                         else pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([BOS, EOS, PAD])
     tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, 0)])
@@ -109,11 +117,15 @@ def build_tokenizer():
 
 
 def save_tokenizer(folder: Path) -> None:
-    tok = build_tokenizer()
-    tok.save(str(folder / "tokenizer.json"))
+    write_tokenizer(folder, build_tokenizer(), max_len=2048)
+
+
+def write_tokenizer(folder: Path, tok, max_len: int, pretty: bool = True) -> None:
+    """``tokenizer.json`` and a ``tokenizer_config.json`` vLLM and transformers load as they are."""
+    tok.save(str(folder / "tokenizer.json"), pretty=pretty)
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
-        "model_max_length": 2048, "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE,
+        "model_max_length": max_len, "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE,
     }, indent=1) + "\n")
 
 

@@ -28,7 +28,6 @@ learned of one link carries to every other; the shipped weights hold the sums. T
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -36,12 +35,10 @@ from pathlib import Path
 from typing import Sequence
 
 from vllm_hogwild.tools import links as L
-from vllm_hogwild.tools.collaborator import _byte_chars
+from vllm_hogwild.tools.collaborator import BOS, EOS, PAD, _byte_chars, bpe_tokenizer, write_tokenizer
 
-BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 TEMPERATURE, MIN_P = 1.0, 0.2  # how it is sampled: claims keep their spread, paths their argmax
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "links-collaborator"
-CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
 _HEADS = (L.LINKS_HEAD, f"\n{L.STARTS_HEAD}", f"\n{L.FIND_HEAD}", f"\n{L.PATHS_HEAD}")
 
 
@@ -78,34 +75,12 @@ def _targets() -> list[str]:
 @lru_cache(maxsize=1)
 def build_tokenizer():
     """The tokenizer (``tokenizers.Tokenizer``): byte-level BPE over the whole text (no pre-split), whose merges
-    spell exactly :func:`_targets`, each built left to right."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-
-    vocab = {BOS: 0, EOS: 1, PAD: 2}
-    for ch in _byte_chars():
-        vocab[ch] = len(vocab)
-    merges = []
-    for target in _targets():
-        for i in range(2, len(target) + 1):
-            piece = target[:i]
-            if piece not in vocab:
-                merges.append((target[:i - 1], target[i - 1]))
-                vocab[piece] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([BOS, EOS, PAD])
-    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, 0)])
-    return tok
+    spell exactly :func:`_targets`."""
+    return bpe_tokenizer(_targets(), split_words=False)
 
 
 def save_tokenizer(folder: Path) -> None:
-    tok = build_tokenizer()
-    tok.save(str(folder / "tokenizer.json"), pretty=False)  # compact: 27,154 tokens and their merges
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
-        "model_max_length": 4096, "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE,
-    }, indent=1) + "\n")
+    write_tokenizer(folder, build_tokenizer(), max_len=4096, pretty=False)  # compact: 27,154 tokens and merges
 
 
 @dataclass(frozen=True)
