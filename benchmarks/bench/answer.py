@@ -78,20 +78,8 @@ def answer(llm, args) -> dict:
         return collab_answer(llm, args)
     tasks = roman.make_tasks(args.tasks, args.seed, args.min_items, args.max_items)
     tokenizer = llm.get_tokenizer()
-    results, per_task = [], {}
-    for layout in args.layouts:
-        for n in args.workers:
-            if layout != "contiguous" and n == 1:
-                continue  # one worker reads nobody in any layout: the contiguous row is it
-            outs, wall = solve.run_groups(llm, tasks, n, layout, args.seed)
-            scores = [roman.check(t, solve.texts_of(o)) for t, o in zip(tasks, outs)]
-            steps = [solve.steps_of(o) for o in outs]
-            per_task[(n, layout)] = steps
-            row = {"workers": n, "layout": layout, "tasks": len(tasks), "accuracy": _share(s.correct for s in scores),
-                   "mean_sequential_steps": statistics.mean(steps),
-                   "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": wall}
-            results.append(row)
-            print(json.dumps(row), flush=True)
+    results, per_task = run_layouts(args, tasks, lambda n, layout: solve.run_groups(llm, tasks, n, layout, args.seed),
+                                    roman.check)
     for n in args.workers:
         steps = [fixed_split_steps(tokenizer, t, n) for t in tasks]
         results.append({"workers": n, "layout": "fixed split", "tasks": len(tasks), "accuracy": None,
@@ -120,20 +108,8 @@ def links_answer(llm, args) -> dict:
 
     lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else LINKS_ITEMS
     tasks = L.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
-    results, per_task = [], {}
-    for layout in args.layouts:
-        for n in args.workers:
-            if layout != "contiguous" and n == 1:
-                continue
-            outs, wall = solve.run_links_groups(llm, tasks, n, layout, args.seed)
-            scores = [L.check(t, solve.texts_of(o)) for t, o in zip(tasks, outs)]
-            steps = [solve.steps_of(o) for o in outs]
-            per_task[(n, layout)] = steps
-            row = {"workers": n, "layout": layout, "tasks": len(tasks), "accuracy": _share(s.correct for s in scores),
-                   "mean_sequential_steps": statistics.mean(steps),
-                   "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": wall}
-            results.append(row)
-            print(json.dumps(row), flush=True)
+    results, per_task = run_layouts(args, tasks,
+                                    lambda n, layout: solve.run_links_groups(llm, tasks, n, layout, args.seed), L.check)
     computed = {"round-robin split": L.round_robin_steps, "ideal policy": L.ideal_steps,
                 "longest-first (true cost)": L.longest_first_steps, "makespan bound": L.makespan_bound}
     for n in args.workers:
@@ -184,6 +160,26 @@ def policy_row(tasks: list[roman.Task], num_workers: int, seed: int) -> dict:
             "accuracy": _share(s.correct for s in scores),
             "mean_sequential_steps": statistics.mean(r.num_steps for r in runs),
             "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": None}
+
+
+def run_layouts(args, tasks, run, check) -> tuple[list[dict], dict]:
+    """Every ``--layouts`` x ``--workers`` run of ``tasks`` (``run(n, layout)`` -> (outputs, wall s)), each scored
+    by ``check(task, texts)``: the rows, and each run's per-task steps."""
+    results, per_task = [], {}
+    for layout in args.layouts:
+        for n in args.workers:
+            if layout != "contiguous" and n == 1:
+                continue  # one worker reads nobody in any layout: the contiguous row is it
+            outs, wall = run(n, layout)
+            scores = [check(t, solve.texts_of(o)) for t, o in zip(tasks, outs)]
+            steps = [solve.steps_of(o) for o in outs]
+            per_task[(n, layout)] = steps
+            row = {"workers": n, "layout": layout, "tasks": len(tasks), "accuracy": _share(s.correct for s in scores),
+                   "mean_sequential_steps": statistics.mean(steps),
+                   "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": wall}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    return results, per_task
 
 
 def planner_check(per_task: dict, workers) -> dict:
