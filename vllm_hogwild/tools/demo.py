@@ -1,17 +1,23 @@
-"""The main job: the trained collaborator solves one task with 1 worker, then as a Hogwild group of 4.
+"""The main job: a trained collaborator solves one task with 1 worker, then as a Hogwild group of 4.
 
-    python -m vllm_hogwild.tools.demo [--workers 4] [--items 20] [--seed 0] [--layout contiguous]
+    python -m vllm_hogwild.tools.demo [--workers 4] [--items 18] [--seed 0] [--mode find] [--layout contiguous]
+    python -m vllm_hogwild.tools.demo --roman [--items 20] ...  # the Roman-numeral collaborator
     python -m vllm_hogwild.tools.demo --smollm2 [--help]      # the SmolLM2 collab demo
 
-The task lists numbers to be written in Roman numerals
-(:mod:`vllm_hogwild.core.roman`). The collaborator
-(:mod:`vllm_hogwild.tools.collaborator`, shipped in the package) takes a number
-by writing it, and a co-worker that reads the claim takes another: with one
-shared KV cache, a co-worker's tokens are readable one engine step after they
-are written. Both runs stream who took which number as they write; each ends
-with the answer's check, its sequential decode steps and its wall time, and
-the summary sets the group's steps beside one worker's. ``--layout isolated``
-runs the control where workers cannot read each other.
+By default the task is a *find* (:mod:`vllm_hogwild.tools.links`): a table of
+links and a list of starts, and exactly one start's path ends at the named
+terminal. What a path costs nobody knows until it is followed. The links
+collaborator (:mod:`vllm_hogwild.tools.links_collaborator`, shipped in the
+package) takes a start by writing it, follows its path link by link, and a
+co-worker that reads the claim takes another start; a worker that reads a
+co-worker's find stops. With one shared KV cache, a co-worker's tokens are
+readable one engine step after they are written. Both runs stream who took
+which start, what each path came to and the find; the summary sets the group's
+steps beside one worker's and beside the steps a split made in advance would
+take on the same task (worker i takes starts i, i + N, ...: no worker can stop
+at the find, since none knows what the others found). ``--mode all`` follows
+every path; ``--layout isolated`` runs the control where workers cannot read
+each other; ``--roman`` runs the first collaborator (Roman numerals).
 """
 
 from __future__ import annotations
@@ -204,11 +210,114 @@ def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
             "wall_s": wall}
 
 
+class PathBoard:
+    """Who took which start, each path's end and the find, printed as the workers write."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.texts = [""] * num_workers
+        self.num_entries = [0] * num_workers
+        self.claimed: dict[int, list[str]] = {}
+
+    def update(self, step: int, worker: int, text: str) -> None:
+        from vllm_hogwild.tools import links
+
+        entries, _ = links.parse(text, allow_unfinished=True)
+        for start, nodes, found in entries[self.num_entries[worker]:]:
+            what = f"FOUND: {start} leads to {nodes[-1]}" if found else f"{start} leads to {nodes[-1]}"
+            print(f"  step {step:4d}  {NAMES[worker]:<5}  {what} ({len(nodes)} links)")
+        self.num_entries[worker] = len(entries)
+        claim = re.search(r"\n(\d+):[^;!\n]*$", text)  # an entry started, not ended
+        if claim and text != self.texts[worker]:
+            start = int(claim.group(1))
+            takers = self.claimed.setdefault(start, [])
+            if NAMES[worker] not in takers:
+                takers.append(NAMES[worker])
+                also = f"   (also taken by {', '.join(takers[:-1])})" if len(takers) > 1 else ""
+                print(f"  step {step:4d}  {NAMES[worker]:<5}  takes {start}{also}")
+        self.texts[worker] = text
+
+
+def run_links(llm, task, num_workers: int, layout: str, seed: int) -> dict:
+    """One group (``num_workers`` 1: a plain request) on a links task, printed as it is written."""
+    from vllm.sampling_params import RequestOutputKind
+
+    from vllm_hogwild.tools import links, solve
+
+    params = solve.links_params(num_workers, layout, seed, solve.links_budget([task]))
+    params.output_kind = RequestOutputKind.CUMULATIVE
+    engine = llm.llm_engine
+    board = PathBoard(num_workers)
+    t0 = time.perf_counter()
+    engine.add_request(f"demo-links-{num_workers}-{layout}-{seed}", task.prompt(), params)
+    step, num_tokens = 0, [0] * num_workers
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        step += 1
+        for out in outs:
+            for completion in out.outputs:
+                board.update(step, completion.index, completion.text)
+                num_tokens[completion.index] = len(completion.token_ids)
+    return {"workers": num_workers, "texts": board.texts, "score": links.check(task, board.texts),
+            "steps": max(num_tokens), "wall_s": time.perf_counter() - t0}
+
+
+def links_demo(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
+    parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 26)")
+    parser.add_argument("--seed", type=int, default=0, help="draws the task and seeds the sampling")
+    parser.add_argument("--mode", default="find", choices=["find", "all"])
+    parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
+    parser.add_argument("--model", default=None, help="HF folder (default: the shipped links collaborator)")
+    parser.add_argument("--roman", action="store_true", help="run the Roman-numeral collaborator instead")
+    parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
+    args = parser.parse_args(argv)
+    if not 1 <= args.workers <= 8:
+        parser.error("--workers: 1 to 8")
+    from vllm_hogwild.tools import links
+
+    try:
+        task = links.make_task(args.items, args.seed, args.mode)
+    except ValueError as err:
+        parser.error(f"--{err}")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm_hogwild.tools import solve
+
+    t0 = time.perf_counter()
+    llm = solve.links_engine(args.model)
+    what = f"find the start whose path ends at {task.target}" if task.mode == "find" else "follow every path"
+    lines = task.prompt().split("\n")
+    shown = "\n".join(lines[:7] + [f"... ({len(task.links)} links in all)"] + lines[1 + len(task.links):])
+    print(f"\nengine start-up {time.perf_counter() - t0:.1f} s\n\nTask ({len(task.paths)} starts, {what}; seed "
+          f"{args.seed}; the paths take 1 to {max(task.hops())} links, nowhere written):\n{shown}\n")
+    runs = []
+    for n in (1, args.workers):
+        print(f"--- {n} worker{'s' if n > 1 else ''} ({'raw mode, ' + args.layout if n > 1 else 'a plain request'}) ---")
+        run = run_links(llm, task, n, args.layout, args.seed)
+        score = run["score"]
+        verdict = "correct" if score.correct else (f"WRONG (missing {list(score.missing)}, wrong {list(score.wrong)}, "
+                                                   f"{score.malformed} malformed characters)")
+        print(f"  answer: {verdict}; {score.duplicated_items} duplicated item(s); {run['steps']} sequential decode "
+              f"steps; {run['wall_s']:.2f} s\n")
+        runs.append(run)
+    one, group = runs
+    split = links.round_robin_steps(task, args.workers)
+    print(f"{args.workers} workers: {group['steps']} steps against {one['steps']} for one worker "
+          f"({group['steps'] / one['steps']:.2f}x) and {split} for a split made in advance (worker i takes starts "
+          f"i, i + {args.workers}, ...; {group['steps'] / split:.2f}x); wall {group['wall_s']:.2f} s against "
+          f"{one['wall_s']:.2f} s; both answers "
+          f"{'correct' if one['score'].correct and group['score'].correct else 'checked above'}.")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if "--smollm2" in argv:
         return smollm2_demo([a for a in argv if a != "--smollm2"])
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
+    if "--roman" not in argv:
+        return links_demo(argv)
+    argv = [a for a in argv if a != "--roman"]
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --roman", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
     parser.add_argument("--items", type=int, default=20, help="numbers in the task (1 to 39)")
