@@ -179,15 +179,18 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         opt.step()
         hop = (sh[:, 0] == 1) & nodes[idx[:, 0]]  # a path's next node
         acc = (logp.argmax(-1) == idx[:, 0])[hop].float().mean().item() if hop.any() else 0.0
+        claims = w == CLAIM_WEIGHT  # between entries: a start nobody has claimed, any of them
+        picked = ((idx == logp.argmax(-1, keepdim=True)) & (sh > 0)).any(-1)
+        claim_acc = picked[claims].float().mean().item() if claims.any() else 0.0
         if acc >= GROW_AT and cap[0] < MAX_ITEMS:
             cap[0] += 1
             grew.append([step, cap[0]])
         if step % log_every == 0 or step == steps - 1:
             excess = loss.item() - floor.item()
-            curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4)])
+            curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4)])
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
                   f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
-                  f"{excess:.4f}  next node right {acc:.3f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
+                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
                   flush=True)
     seconds = time.perf_counter() - t0
     export(model, table, config, out)
