@@ -7,8 +7,8 @@ the front end's request checks, accept steps, fork/join output assembly,
 metrics), each of which calls straight through unless
 ``additional_config["hogwild"]`` is given or the request carries Hogwild
 options. What
-the switch itself changes for requests without Hogwild options is in the
-README's opening paragraph.
+the switch itself changes for requests without Hogwild options is in
+docs/user_guide.md, "What the switch changes, for a GPU operator".
 """
 
 from __future__ import annotations

