@@ -41,7 +41,7 @@ import torch
 from vllm_hogwild.attention.kv_layout import KVQuant, PlainPagedKV
 from vllm_hogwild.attention import segment_attention
 from vllm_hogwild.attention.segment_attention import QueryRow, Segment
-from vllm_hogwild.core.views import View
+from vllm_hogwild.core.views.spans import View
 
 # vLLM 0.32 KVCacheLayout: physical order of the logical axes [L, B, H, N, C].
 FA_LAYOUTS = {
@@ -193,7 +193,7 @@ def default_inv_freq(rotary_dim: int, theta: float) -> torch.Tensor:
 
 def rope_config(num_q_heads: int, num_kv_heads: int, head_dim: int, theta: float,
                 partial_rotary: float = 1.0) -> dict:
-    """A Llama-like config mapping for :meth:`vllm_hogwild.core.rope.RopeSpec.from_hf_config` (no transformers)."""
+    """A Llama-like config mapping for :meth:`vllm_hogwild.core.views.rope.RopeSpec.from_hf_config` (no transformers)."""
     params = {"rope_type": "default", "rope_theta": theta}
     if partial_rotary != 1.0:
         params["partial_rotary_factor"] = partial_rotary

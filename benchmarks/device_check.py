@@ -171,8 +171,8 @@ def main() -> int:  # noqa: C901 - one linear script
     from vllm_hogwild.attention import segment_attention as sa
     from vllm_hogwild.attention import triton_attention as ta
     from vllm_hogwild.attention.kv_layout import KVQuant
-    from vllm_hogwild.core.rope import RopeSpec
-    from vllm_hogwild.core.views import build_views, Span
+    from vllm_hogwild.core.views.rope import RopeSpec
+    from vllm_hogwild.core.views.spans import build_views, Span
 
     smoke = args.cpu_smoke
     if smoke:  # tiny views would plan chunks of one block: force chunks of several, as long views make them

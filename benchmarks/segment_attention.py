@@ -23,7 +23,7 @@ The two sides, measured in the same run:
   worker: token-granular gather of its view's K and V out of the paged cache into
   contiguous ``[L, Hkv, D]`` tensors (one ``index_select`` per tensor on the
   cache's own layout, see :class:`TokenGather`), re-rotation of every key from
-  its stored position to its view position (:func:`vllm_hogwild.core.rope.rotate`
+  its stored position to its view position (:func:`vllm_hogwild.core.views.rope.rotate`
   with cos/sin of the per-token position difference), rotation of the query to
   its view position, and
   ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
@@ -79,9 +79,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vllm_hogwild.attention import segment_attention as sa  # noqa: E402
 from vllm_hogwild.attention.kv_layout import PagedKV, PlainPagedKV  # noqa: E402
-from vllm_hogwild.core.rope import RopeSpec, rotate  # noqa: E402
+from vllm_hogwild.core.views.rope import RopeSpec, rotate  # noqa: E402
 from tools.synthetic import KV_LAYOUTS, SyntheticGroup  # noqa: E402
-from vllm_hogwild.core.views import View, contiguous_views  # noqa: E402
+from vllm_hogwild.core.views.spans import View, contiguous_views  # noqa: E402
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE = 9, 3, 64, 32
 ROPE_THETA = 1e5

@@ -37,7 +37,7 @@ from segment_attention import (BLOCK_SIZE, DTYPE, HEAD_DIM, NUM_KV_HEADS, NUM_Q_
                                alternate, median_time, rel_err, rope_spec)
 
 from vllm_hogwild.attention import segment_attention as sa  # noqa: E402
-from vllm_hogwild.core.views import contiguous_views  # noqa: E402
+from vllm_hogwild.core.views.spans import contiguous_views  # noqa: E402
 from tools.synthetic import SyntheticGroup  # noqa: E402
 
 

@@ -6,7 +6,7 @@ One engine; each group is one ``LLM.chat`` call with ``n`` workers and
 ``extra_args={"hogwild": {"protocol": "collab"}}`` (math template: the answer
 goes in ``\\boxed{}``). For each group it prints the shared history in the
 order the steps joined it, the tokens per worker and the final answer, read
-with ``vllm_hogwild.core.collab.answer``. The embedded 135M model is far too small
+with ``vllm_hogwild.core.protocol.collab.answer``. The embedded 135M model is far too small
 to reason well; pass ``--model`` with a reasoning model to see real teamwork.
 """
 
@@ -31,7 +31,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM, SamplingParams
 
-    from vllm_hogwild.core.collab import answer, render_transcript, transcript
+    from vllm_hogwild.core.protocol.collab import answer, render_transcript, transcript
     from vllm_hogwild.tools.default_model import prepare
 
     llm = LLM(model=args.model or str(prepare()), dtype="float32", enforce_eager=True, max_model_len=4096,

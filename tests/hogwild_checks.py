@@ -36,7 +36,7 @@ def max_err(got: list[list[float]], expected: list[list[float]]) -> float:
 
 def header_ranges(tokenizer, prompt: list[int]) -> tuple[int, dict[str, tuple[int, int]]]:
     """``(prompt_end, headers)``: where the collab section headers sit at the tail of a stored prompt."""
-    from vllm_hogwild.core.protocol import HEADER_ORDER, HEADERS
+    from vllm_hogwild.core.protocol_text import HEADER_ORDER, HEADERS
 
     headers, pos = {}, len(prompt)
     for name in reversed(HEADER_ORDER):

@@ -50,7 +50,7 @@ from tests.unit.test_segment_attention import Case, config_of, oracle, rel_err, 
 from vllm_hogwild.attention import segment_attention as sa
 from vllm_hogwild.attention import triton_attention as ta
 from vllm_hogwild.attention.kv_layout import PlainPagedKV
-from vllm_hogwild.core.rope import RopeSpec
+from vllm_hogwild.core.views.rope import RopeSpec
 
 # Small shapes (the interpreter runs every program in numpy); every axis the kernel branches on.
 CASES = [

@@ -17,7 +17,7 @@ import torch
 
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, KVQuant, PagedKV, PlainPagedKV, write_tokens
 from vllm_hogwild.attention.segment_attention import QueryRow, Segment
-from vllm_hogwild.core.views import View
+from vllm_hogwild.core.views.spans import View
 
 KV_LAYOUTS = ("cpu_k_transposed", "cpu", "plain")
 

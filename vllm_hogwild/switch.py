@@ -104,7 +104,7 @@ def _select_flash_attention(engine_args) -> None:
 
 def check_model(model_config) -> None:
     """Refuse models whose attention Hogwild cannot re-position (raises naming the field)."""
-    from vllm_hogwild.core.rope import RopeSpec
+    from vllm_hogwild.core.views.rope import RopeSpec
 
     hf = model_config.hf_text_config
     RopeSpec.from_hf_config(hf)  # no RoPE, MRoPE, LongRoPE, ...: raises naming the field

@@ -21,7 +21,8 @@ A development tool beside the package, not in it: run it from the checkout's roo
 - ``decode``: decode tokens/s of a Hogwild group of N workers vs stock ``n=N``
   sampling of the same prompt. Decode time is a run's wall time minus the
   wall time of the same request with ``max_tokens=1`` (prefill and first
-  token), so both sides pay the same prefill. Runs alternate stock and
+  token), so both sides pay the same prefill; the two run in turn (the whole
+  run first in even rounds, second in odd ones). Runs alternate stock and
   Hogwild with fresh prompts (no prefix-cache reuse between runs); medians.
   Also the KV memory: the blocks the group held at its end (from the
   scheduler) against N independent copies of the final view, which is what N
@@ -75,7 +76,8 @@ A development tool beside the package, not in it: run it from the checkout's roo
   per decode step for the weights and the rest of the model, the native
   attention (plain rows, and the Hogwild rows' K/V writes), the segment
   attention, the plan, the runner's Python, sampling and the scheduler; a
-  run's parts minus those of its ``max_tokens=1`` twin, over the decode steps.
+  run's parts minus those of its ``max_tokens=1`` twin (the two in turn, as in
+  ``decode``), over the decode steps.
   Timed like ``verify``.
 - ``capacity``: many groups with long budgets whose workers mostly stop early
   (at one of a few stop tokens, the reasoning-serving case), all submitted at

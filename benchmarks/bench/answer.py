@@ -4,13 +4,13 @@
                                               [--layouts contiguous isolated interleaved] [--json F] [--plot F]
 
 Every task lists 12 to 24 numbers (``--seed`` draws them) to be written in
-Roman numerals (:mod:`vllm_hogwild.core.roman`); the collaborator
+Roman numerals (:mod:`vllm_hogwild.tools.roman`); the collaborator
 (:mod:`vllm_hogwild.tools.collaborator`) runs as a Hogwild group of N workers
 in raw mode, sampled at temperature 1 with ``min_p`` 0.2 and the request's
 seed (worker i: seed + i). For each N and layout, over the same tasks:
 
 - ``accuracy``: the share of tasks whose workers' entries, together, give every
-  number exactly its numeral (:func:`vllm_hogwild.core.roman.check`);
+  number exactly its numeral (:func:`vllm_hogwild.tools.roman.check`);
 - ``mean_sequential_steps``: engine steps until the group's last worker ended
   (its longest output, end of sequence included);
 - ``duplicated_items``: entries beyond the first for a number, per task;
@@ -27,7 +27,7 @@ so nothing breaks the workers' symmetry).
 as the collaborator writes them. ``policy (simulated)`` rows run the policy the
 model was trained to imitate on the simulated views, no model: what a perfect
 imitation would take. The wall-clock model of
-:mod:`vllm_hogwild.core.planner` is fitted on the N=1 and N=2 contiguous runs
+:mod:`vllm_hogwild.tools.planner` is fitted on the N=1 and N=2 contiguous runs
 (per task) and its prediction for every other N is set beside the measurement.
 """
 
@@ -39,7 +39,7 @@ import random
 import statistics
 import time
 
-from vllm_hogwild.core import planner, roman
+from vllm_hogwild.tools import planner, roman
 from vllm_hogwild.tools import solve
 from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
 
@@ -258,7 +258,7 @@ def collab_answer(llm, args) -> dict:
     of the group's boxed answer against its sequential steps, per width and budget."""
     from vllm import SamplingParams
 
-    from vllm_hogwild.core.collab import answer as group_answer
+    from vllm_hogwild.core.protocol.collab import answer as group_answer
 
     tasks = sum_tasks(args.tasks, args.parts, seed=args.seed)
     results = []

@@ -251,7 +251,7 @@ def _time_scheduler(llm, totals: dict) -> None:
 def split(llm, args) -> dict:
     """Milliseconds per decode step of stock ``n=N`` and a Hogwild group, split by part (SPLIT_ROWS). A run's parts
     minus those of the same request with ``max_tokens=1`` (its prefill and first token), over ``max_tokens - 1``
-    steps; runs alternate, medians over rounds."""
+    steps; runs alternate (stock and Hogwild, and each run and its twin), medians over rounds."""
     totals: dict[str, float] = {}
     _time_parts(totals, SPLIT_PARTS)  # before the engine exists (the runner's adapter wraps the runner as it is then)
     length = max(2048, args.prompt_len + args.workers * args.max_tokens + 16)
@@ -260,17 +260,18 @@ def split(llm, args) -> dict:
     steps = c.count_steps(llm)
     samples: dict[str, list[dict]] = {"stock": [], "hogwild": []}
     salt = 50_000
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         for kind in ("stock", "hogwild"):
             hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
-            parts = []
-            for max_tokens in (args.max_tokens, 1):
+            parts = {}
+            # The run and its max_tokens=1 twin in turn: the whole run first in even rounds, second in odd ones.
+            for max_tokens in (args.max_tokens, 1) if r % 2 == 0 else (1, args.max_tokens):
                 salt += 1
                 totals.clear()
                 before = steps[0]
                 wall, _ = c.timed(llm, [c.prompt(args.prompt_len, salt)], c.params(args.workers, max_tokens, salt, hogwild))
-                parts.append({**totals, "wall": wall, "steps": steps[0] - before})
-            full, first = parts
+                parts[max_tokens] = {**totals, "wall": wall, "steps": steps[0] - before}
+            full, first = parts[args.max_tokens], parts[1]
             decode_steps = full["steps"] - first["steps"]
             samples[kind].append({k: 1e3 * (full.get(k, 0.0) - first.get(k, 0.0)) / decode_steps
                                   for k in {*full, *first} if k != "steps"})

@@ -13,6 +13,12 @@ from . import common as c
 # -- decode -------------------------------------------------------------------
 
 
+def median_known(values: list[float]) -> float:
+    """The median of the values that are not nan (unknown); nan when none is known."""
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else math.nan
+
+
 def decode(llm, args) -> dict:
     scheduler = c.scheduler_of(llm)
     bs = llm.llm_engine.vllm_config.cache_config.block_size
@@ -20,26 +26,29 @@ def decode(llm, args) -> dict:
     for n in args.workers:
         for p in args.prompt_lens:
             times: dict[str, list[float]] = {"stock": [], "hogwild": []}
-            for _ in range(args.rounds):
+            for r in range(args.rounds):
                 for kind in ("stock", "hogwild"):
                     hogwild = {"layout": "contiguous"} if kind == "hogwild" else None
-                    # Decode time: a whole run less a run of its first token alone. With few tokens the two
-                    # differ by milliseconds, and a hiccup of the machine in the short run can make the
-                    # difference negative: such a pair is measured again (up to 3 times), else it counts as
-                    # unknown (nan), never as a negative rate.
+                    # Decode time: a whole run less a run of its first token alone, the two in turn (the whole
+                    # run first in even rounds, second in odd ones). With few tokens the two differ by
+                    # milliseconds, and a hiccup of the machine in the short run can make the difference
+                    # negative: such a pair is measured again (up to 3 times), else it counts as unknown (nan),
+                    # never as a negative rate, and the median leaves it out.
                     for _attempt in range(3):
-                        salt += 1
-                        full, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, args.max_tokens, salt, hogwild))
-                        if kind == "hogwild":
-                            group = scheduler.table.stats.ended[-1]
-                        salt += 1
-                        first, _ = c.timed(llm, [c.prompt(p, salt)], c.params(n, 1, salt, hogwild))
+                        runs = {}
+                        for max_tokens in (args.max_tokens, 1) if r % 2 == 0 else (1, args.max_tokens):
+                            salt += 1
+                            runs[max_tokens], _ = c.timed(llm, [c.prompt(p, salt)],
+                                                          c.params(n, max_tokens, salt, hogwild))
+                            if kind == "hogwild" and max_tokens == args.max_tokens:
+                                group = scheduler.table.stats.ended[-1]
+                        full, first = runs[args.max_tokens], runs[1]
                         if full > first:
                             break
                         print(f"decode: {kind} N={n} prompt {p}: the whole run ({full:.4f} s) took no longer than "
                               f"its first token alone ({first:.4f} s); measuring again", flush=True)
                     times[kind].append(full - first if full > first else math.nan)
-            tps = {k: n * (args.max_tokens - 1) / statistics.median(v) for k, v in times.items()}
+            tps = {k: n * (args.max_tokens - 1) / median_known(v) for k, v in times.items()}
             view = p + sum(length - p for length in group.lane_lens)  # every worker's final view
             copies = n * -(-view // bs)
             row = {

@@ -36,7 +36,7 @@ def main() -> None:
     from tests.integration.conftest import make_llm, scheduler_of, shutdown
     from tests.integration.test_offline import hogwild_params, prompt_ids, sampled_logprobs
     from vllm_hogwild.attention.paths import path_of
-    from vllm_hogwild.core.protocol import FINISHER_SUFFIX
+    from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX
 
     model, out_path = sys.argv[1], sys.argv[2]
     llm = make_llm(model, additional_config={"hogwild": {"max_workers": 4}}, num_gpu_blocks_override=NUM_BLOCKS,

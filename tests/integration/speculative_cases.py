@@ -476,7 +476,7 @@ def collab_runs(proposer_llm):
 def test_collab_combined_matches_the_oracle_with_prefixes_and_the_finisher(collab_runs, oracle) -> None:
     """Placed tokens (step prefixes, the finisher) follow exactly the token that called for them when
     several are accepted at once: the scheduler keeps an accepted run only up to there."""
-    from vllm_hogwild.core.protocol import FINISHER_SUFFIX, paragraph_prefix
+    from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX, paragraph_prefix
 
     runs, tokenizer = collab_runs
     suffix = tokenizer.encode(FINISHER_SUFFIX["math"], add_special_tokens=False)

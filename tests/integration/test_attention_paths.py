@@ -38,7 +38,8 @@ def runs(tiny_model, tmp_path_factory) -> dict:
             cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     results = {}
     for name, proc in procs.items():
-        log, _ = proc.communicate(timeout=1200)
+        # A hang guard: both runs took 147-161 s in a whole suite's run on 2 cores; 1,800 s is 11 times that.
+        log, _ = proc.communicate(timeout=1800)
         assert proc.returncode == 0, log[-4000:]
         results[name] = json.loads((tmp / f"{name}.json").read_text())
     return results

@@ -15,7 +15,7 @@ import pytest
 from benchmarks import bench
 from benchmarks.bench import answer as answer_bench
 from tests.integration.conftest import make_llm, shutdown
-from vllm_hogwild.core import roman
+from vllm_hogwild.tools import roman
 from vllm_hogwild.tools import collaborator as C
 from vllm_hogwild.tools import solve
 from vllm_hogwild.tools import collaborator_forkjoin as F

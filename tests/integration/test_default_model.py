@@ -63,8 +63,8 @@ def test_collab_math_group_ends_with_a_final_answer(llm, n) -> None:
     (a worker's, or the finisher's), and a transcript that puts every step back in join order."""
     from vllm import SamplingParams
 
-    from vllm_hogwild.core.collab import answer, transcript
-    from vllm_hogwild.core.protocol import NAMES
+    from vllm_hogwild.core.protocol.collab import answer, transcript
+    from vllm_hogwild.core.protocol_text import NAMES
 
     params = SamplingParams(n=n, temperature=0.6, seed=11, max_tokens=128, extra_args={"hogwild": {"protocol": "collab"}})
     (out,) = llm.chat([{"role": "user", "content": QUESTION}], params, use_tqdm=False)

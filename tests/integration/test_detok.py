@@ -28,7 +28,7 @@ def _stream(tok, prompt: str):
 
 
 def test_a_character_split_across_tokens_arrives_whole_and_ends_a_step() -> None:
-    from vllm_hogwild.core.paragraphs import ParagraphTracker
+    from vllm_hogwild.core.protocol.paragraphs import ParagraphTracker
 
     tok = _tokenizer()
     ids = tok.encode("One 漢 two.", add_special_tokens=False)

@@ -64,6 +64,7 @@ def llm(tiny_model):
 def stock(tiny_model) -> dict:
     """Stock vLLM: same install, the plugin kept out by vLLM's own allow-list (in its own process)."""
     env = {**os.environ, "VLLM_PLUGINS": "none"}
+    # A hang guard: under 50 s on 2 cores in a whole suite's run; 600 s is 12 times that.
     proc = subprocess.run([sys.executable, "-c", STOCK_SCRIPT, str(tiny_model)],
                           env=env, capture_output=True, text=True, timeout=600, cwd=os.getcwd())
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]

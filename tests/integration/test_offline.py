@@ -265,7 +265,7 @@ def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle)
 
 
 def test_a_group_stops_one_token_after_any_worker_writes_the_answer(llm, oracle) -> None:
-    from vllm_hogwild.core.protocol import group_answer
+    from vllm_hogwild.core.protocol_text import group_answer
 
     n, prompt, pattern = 3, prompt_ids(30, seed=901), "(k)"  # frequent in the tiny model's random text
     params = hogwild_params(n, 64, seed=91, layout="contiguous")
@@ -306,7 +306,7 @@ def collab_run(llm):
 
 
 def test_collab_prompt_holds_the_preamble_and_the_headers_once(collab_run) -> None:
-    from vllm_hogwild.core.protocol import HEADER_ORDER, HEADERS, preamble
+    from vllm_hogwild.core.protocol_text import HEADER_ORDER, HEADERS, preamble
 
     prompt, out, tokenizer, _ = collab_run
     enc = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
@@ -319,7 +319,7 @@ def test_collab_prompt_holds_the_preamble_and_the_headers_once(collab_run) -> No
 def test_collab_matches_the_oracle_with_headers_prefixes_and_the_finisher(collab_run, oracle) -> None:
     """Every token, placed or sampled, is scored by the dense oracle given the documented views:
     the prompt up to its headers, each header where the view puts it, the finisher's lane last."""
-    from vllm_hogwild.core.protocol import FINISHER_SUFFIX
+    from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX
 
     prompt, out, tokenizer, end = collab_run
     full = list(out.prompt_token_ids)
@@ -350,7 +350,7 @@ def test_every_placed_token_is_in_exactly_one_lane_once(collab_run) -> None:
     """Token accounting: each step prefix is in its writer's text once and nowhere else, the
     finisher's suffix once in the finisher's lane, and the cache holds each lane's tokens once."""
     from vllm_hogwild.core.options import blocks_for_group
-    from vllm_hogwild.core.protocol import FINISHER_SUFFIX, NAMES
+    from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX, NAMES
 
     prompt, out, tokenizer, end = collab_run
     texts = [c.text for c in out.outputs]
@@ -373,7 +373,7 @@ def test_every_placed_token_is_in_exactly_one_lane_once(collab_run) -> None:
 def test_collab_chat_gets_the_preamble_as_a_system_message(llm) -> None:
     from vllm import SamplingParams
 
-    from vllm_hogwild.core.protocol import HEADERS, preamble
+    from vllm_hogwild.core.protocol_text import HEADERS, preamble
 
     params = SamplingParams(n=2, max_tokens=8 * TEXT_SCALE, seed=3,
                             extra_args={"hogwild": {"protocol": "collab", "person": "first"}})

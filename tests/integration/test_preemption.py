@@ -115,7 +115,7 @@ def errors(oracle, run) -> list[float]:
             continue
         forced = range(0)
         if record.finisher is not None:
-            from vllm_hogwild.core.protocol import FINISHER_SUFFIX
+            from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX
 
             suffix = tokenizer.encode(FINISHER_SUFFIX["math"], add_special_tokens=False)
             own = tokens[record.finisher]
@@ -228,7 +228,7 @@ def test_a_streamed_group_delivers_every_token_once_across_preemptions(fcfs, ora
 
 @pytest.mark.parametrize("when", ["preempted", "replaying"])
 def test_aborting_a_preempted_or_replaying_group_frees_everything(fcfs, when: str) -> None:
-    from vllm_hogwild.core.group import Phase
+    from vllm_hogwild.core.groups.group import Phase
 
     engine, scheduler = fcfs.llm_engine, scheduler_of(fcfs)
     start = free_blocks(fcfs)

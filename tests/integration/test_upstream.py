@@ -255,7 +255,7 @@ def test_scheduler_output_attribute_survives_the_executors_transports() -> None:
     ready.join()
     try:
         writer.enqueue(output)
-        received = [reader.dequeue(timeout=30)]
+        received = [reader.dequeue(timeout=30)]  # a hang guard: one message in shared memory, milliseconds
     finally:
         writer.shutdown()
         reader.shutdown()

@@ -1,6 +1,6 @@
 """`vllm serve <the trained collaborator> --plugin hogwild`, called with the stock `openai` client.
 
-One server for the module. Every answer is checked (:func:`vllm_hogwild.core.roman.check`), and a group of
+One server for the module. Every answer is checked (:func:`vllm_hogwild.tools.roman.check`), and a group of
 4 that reads each other finishes in fewer steps than one worker, through both routes, whole and streamed.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.server.conftest import Server
-from vllm_hogwild.core import roman
+from vllm_hogwild.tools import roman
 from vllm_hogwild.tools import solve
 from vllm_hogwild.tools.collaborator import model_dir
 

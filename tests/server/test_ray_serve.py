@@ -154,6 +154,9 @@ def test_killed_replica_is_replaced_its_clients_get_errors_the_other_keeps_servi
     assert len(server_tree) >= 3, server_tree  # API server, engine core, model worker
     ray.kill(_replica_actor(victim_id), no_restart=True)
     mark(f"replica {victim_id[:8]} killed")
+    # The limits from here on are hang guards, each over 10 times what it waits for on 2 busy cores
+    # (docs/deploying.md): the other replica's streams end 12 s after the kill, the killed replica's processes
+    # exit within seconds of it, a replacement starts in 48 s.
     for t in threads:
         t.join(150)
     assert not any(t.is_alive() for t in threads), "a client hung after its replica died"
@@ -182,7 +185,7 @@ def test_killed_replica_is_replaced_its_clients_get_errors_the_other_keeps_servi
         time.sleep(1)
     mark("the killed replica's vLLM server, engine core and worker exited")
 
-    deadline = time.monotonic() + 420
+    deadline = time.monotonic() + 600
     while _running_replicas() < 2 or len(set(_replica_ids(app_url))) < 2:
         assert time.monotonic() < deadline, "Ray Serve did not replace the replica"
         time.sleep(2)

@@ -44,6 +44,8 @@ def client(server: Server):
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    # A hang guard: `vllm --version` takes 10 s on a loaded 2-core machine, the other commands as long or a
+    # little longer.
     return subprocess.run([str(VLLM), *args], capture_output=True, text=True, env=server_env(), timeout=timeout)
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from vllm_hogwild.core.group_admission import Room
-from vllm_hogwild.core.group_table import GroupTable
-from vllm_hogwild.core.group_views import BatchRow
+from vllm_hogwild.core.groups.admit import Room
+from vllm_hogwild.core.groups.table import GroupTable
+from vllm_hogwild.core.views.registry import BatchRow
 from vllm_hogwild.core.options import RequestOptions, RequestSpec, parse_request
 from vllm_hogwild.core.wire import ARGMAX, StepWire
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.core.admission import Decision, Fairness
+from vllm_hogwild.core.groups.policy import Decision, Fairness
 
 F = Fairness(max_plain_wait=2.0)
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vllm_hogwild.core.collab import (
+from vllm_hogwild.core.protocol.collab import (
     answer_of_texts,
     extend_prompt,
     extended_len,
@@ -17,7 +17,7 @@ from vllm_hogwild.core.collab import (
     with_preamble,
 )
 from vllm_hogwild.core.options import COLLAB_DEFAULTS, HogwildOptionError, RequestOptions, RequestSpec, parse_request
-from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, HEADER_ORDER, HEADERS, preamble
+from vllm_hogwild.core.protocol_text import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX, HEADER_ORDER, HEADERS, preamble
 
 
 class CharTokenizer:

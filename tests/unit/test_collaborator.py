@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from vllm_hogwild.core import roman
-from vllm_hogwild.core.views import contiguous_views
+from vllm_hogwild.tools import roman
+from vllm_hogwild.core.views.spans import contiguous_views
 from vllm_hogwild.tools import collaborator as C
 
 
@@ -91,7 +91,7 @@ def test_bad_layout(vocab) -> None:
 def test_forkjoin_training_tree_is_the_engines_views(tok, vocab) -> None:
     """Every token of a training request sits where the engine's fork/join views put it, and reads what they
     show: the text before the fork and its own branch (a branch), or everything (after the join)."""
-    from vllm_hogwild.core.fork_views import ForkNode, ForkState, fork_view
+    from vllm_hogwild.core.views.forks import ForkNode, ForkState, fork_view
     from vllm_hogwild.tools import collaborator_forkjoin as F
 
     task = roman.make_task(7, 3)

@@ -25,8 +25,9 @@ import pytest
 import vllm_hogwild.patches as hooks
 from vllm_hogwild.attention.paths import PATHS
 from vllm_hogwild.attention.segment_attention import PlanKind
-from vllm_hogwild.core import options, paragraphs, wire
-from vllm_hogwild.core.group import Phase
+from vllm_hogwild.core import options, wire
+from vllm_hogwild.core.protocol import paragraphs
+from vllm_hogwild.core.groups.group import Phase
 from vllm_hogwild.switch import SPECULATIVE_METHODS
 from vllm_hogwild.patches import TOUCH_POINTS
 from vllm_hogwild.serving import cli
@@ -162,6 +163,15 @@ def test_layer_order_is_the_contract() -> None:
     layers = [line.strip() for line in config["importlinter:contract:layers"]["layers"].splitlines() if line.strip()]
     block = re.search(r"as `\.importlinter` states them.*?```text\n(.*?)```", DOC, re.S)
     assert block, "the doc lost its layer block"
+    assert [line.strip() for line in block.group(1).splitlines() if line.strip()] == layers
+
+
+def test_core_layer_order_is_the_contract() -> None:
+    config = _importlinter()
+    layers = [line.strip() for line in config["importlinter:contract:core-layers"]["layers"].splitlines()
+              if line.strip()]
+    block = re.search(r"as `\.importlinter`\s+states them for `core`.*?```text\n(.*?)```", DOC, re.S)
+    assert block, "the doc lost its core layer block"
     assert [line.strip() for line in block.group(1).splitlines() if line.strip()] == layers
 
 

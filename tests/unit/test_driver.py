@@ -6,10 +6,10 @@ The runs go through the group table, in the order the scheduler calls it.
 from __future__ import annotations
 
 from tests.unit.table_engine import FakeEngine, encode
-from vllm_hogwild.core.driver import ProtocolDriver
+from vllm_hogwild.core.protocol.driver import ProtocolDriver
 from vllm_hogwild.core.options import HISTORY_LAYOUTS, parse_request
-from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
-from vllm_hogwild.core.protocol import FINISHER_SUFFIX, REDUNDANCY_CHECK, paragraph_prefix
+from vllm_hogwild.core.protocol.paragraphs import PARAGRAPH_END, ParagraphTracker
+from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX, REDUNDANCY_CHECK, paragraph_prefix
 
 P = 10
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tests.unit.test_segment_attention import Case, oracle, ours, paths_for, rel_err
-from vllm_hogwild.core.fork_views import ForkNode, ForkState, fork_view
-from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, Watch, decide, parts_of
-from vllm_hogwild.core.views import Span, View
+from vllm_hogwild.core.views.forks import ForkNode, ForkState, fork_view
+from vllm_hogwild.core.forkjoin.families import FAMILIES, ForkTooWide, Watch, decide, parts_of
+from vllm_hogwild.core.views.spans import Span, View
 from tools.synthetic import SyntheticGroup
 
 MULTIVERSE = FAMILIES["multiverse"]
@@ -39,7 +39,7 @@ def test_each_family_places_its_own_headers() -> None:
 
 
 def test_the_families_rules_decide_when_no_fork_starts_and_say_why() -> None:
-    from vllm_hogwild.core.forkjoin import NoFork
+    from vllm_hogwild.core.forkjoin.families import NoFork
 
     def reason(*args, **kwargs) -> str:
         out = decide(*args, **kwargs)
@@ -157,8 +157,8 @@ def _waiting(lanes, computed, sampled, live=None):
 
 
 def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes
-    from vllm_hogwild.core.lane_channel import RECORD_VERSION, LaneRecord
+    from vllm_hogwild.core.forkjoin.families import ForkJoinLanes
+    from vllm_hogwild.core.forkjoin.lane_channel import RECORD_VERSION, LaneRecord
 
     P = 20
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=5, prompt_len=P, max_tokens=500)
@@ -221,7 +221,7 @@ SUB_GOAL = "<Parallel>\n<Goal>\n<Outline>\n1.1: x</Outline>\n<Outline>\n1.2: y</
 
 
 def test_a_branch_forks_again_nested_and_the_trunk_forks_again_after_its_join() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+    from vllm_hogwild.core.forkjoin.families import ForkJoinLanes
 
     P = 10
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=6, prompt_len=P, max_tokens=500)
@@ -283,7 +283,7 @@ def test_a_branch_forks_again_nested_and_the_trunk_forks_again_after_its_join() 
 
 
 def test_hogwild_branches_do_not_nest_and_no_fork_may_reach_past_the_context() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+    from vllm_hogwild.core.forkjoin.families import ForkJoinLanes
 
     P = 10
     hog = ForkJoinLanes(MULTIVERSE, num_lanes=6, prompt_len=P, max_tokens=500, hogwild=True)
@@ -301,7 +301,7 @@ def test_hogwild_branches_do_not_nest_and_no_fork_may_reach_past_the_context() -
 def test_tags_that_are_special_tokens_fork_though_the_clients_text_leaves_them_out() -> None:
     """Multiverse's tags are special tokens of its tokenizer: a request's text skips them by default. The protocol
     reads them (``hidden``); the fork point counts the characters the client's text has."""
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+    from vllm_hogwild.core.forkjoin.families import ForkJoinLanes
 
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=4, max_tokens=500)
     pieces = [("Split.\n", ""), ("", "<Goal>"), ("\n", ""), ("", "<Outline>"), ("\n1: a", ""), ("", "</Outline>"),
@@ -316,7 +316,7 @@ def test_tags_that_are_special_tokens_fork_though_the_clients_text_leaves_them_o
 
 
 def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules() -> None:
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes, prompt_goal
+    from vllm_hogwild.core.forkjoin.families import ForkJoinLanes, prompt_goal
 
     lanes = ForkJoinLanes(MULTIVERSE, num_lanes=3, prompt_len=5, max_tokens=500)
     assert lanes.observe(0, GOAL_MV, 40) == {} and lanes.state is None  # three parts, two branch lanes
@@ -342,7 +342,7 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     the fork; the branches decode while the trunk waits; each ends with its end of sequence once it wrote its
     end; the trunk goes on with the join header once every branch has stopped; every lane is freed."""
     from tests.unit.table_engine import EOS, FakeEngine, decode
-    from vllm_hogwild.core.lane_channel import RECORD_VERSION, LaneRecord
+    from vllm_hogwild.core.forkjoin.lane_channel import RECORD_VERSION, LaneRecord
 
     engine = FakeEngine(prompt_len=6)
     trunk_script = "Go <Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>" + "x" * 200
@@ -479,7 +479,7 @@ def test_lanes_kept_back_for_a_fork_take_no_kv_until_it_comes_with_on_demand() -
 def test_lanes_no_fork_can_take_go_back_at_once() -> None:
     """A request's spare lanes are released (each to end at once) as soon as no sequence may fork any more by
     the family's rules, not when the trunk ends; a goal written after that says the family's reason."""
-    from vllm_hogwild.core.forkjoin import ForkJoinLanes
+    from vllm_hogwild.core.forkjoin.families import ForkJoinLanes
 
     # NPR: the trunk forks only with 1,024 tokens of budget left; with 1,500 it may until it has written 476.
     npr = ForkJoinLanes(NPR, num_lanes=4, prompt_len=5, max_tokens=1500)
@@ -508,7 +508,7 @@ def test_a_lane_that_must_end_next_cuts_an_accepted_run_there() -> None:
     """With speculative decoding a lane may accept several tokens in a step; a branch's run is cut where its end
     of sequence must come next, as one token per step would reach it: one token short of its budget (so the token
     before is fed and the join reads it), or right after it wrote its end. The trunk has no budget end here."""
-    from vllm_hogwild.core.driver import ForkJoinDriver
+    from vllm_hogwild.core.protocol.driver import ForkJoinDriver
     from vllm_hogwild.core.options import parse_request
 
     options = parse_request({"hogwild_protocol": "multiverse", "hogwild_branch_end": "[jqyz]"})

@@ -1,8 +1,8 @@
-"""A fork/join request's lanes assembled into one completion (serving/forkjoin.py), whole and streamed.
+"""A fork/join request's lanes assembled into one completion (serving/assembly.py), whole and streamed.
 
 The lanes' outputs are vLLM's own CompletionOutput objects, fed as the output processor would: one
 lane's delta at a time, in the order the engine produces them around a fork the trunk wrote (every lane
-samples before the trunk's first token after the fork; see core/forkjoin.ForkJoinLanes). The engine-level
+samples before the trunk's first token after the fork; see core/forkjoin/families.ForkJoinLanes). The engine-level
 runs (tests/integration/test_forkjoin.py) start their forks at once: a random model writes no goal.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.core.lane_channel import new_record
+from vllm_hogwild.core.forkjoin.lane_channel import new_record
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
-from vllm_hogwild.serving.forkjoin import Assembly
+from vllm_hogwild.serving.assembly import Assembly
 
 EOS = 2
 SPEC = RequestSpec(RequestOptions(layout="forkjoin", protocol="multiverse"), num_workers=4)
@@ -208,7 +208,7 @@ def test_a_lane_record_crosses_vllms_own_wire_only_with_the_plugins_types() -> N
     from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
     from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
 
-    from vllm_hogwild.core.lane_channel import LaneRecord, check, output_types, record_of, with_record
+    from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord, check, output_types, record_of, with_record
 
     output_type, outputs_type = output_types(EngineCoreOutput, EngineCoreOutputs)
     assert output_types(EngineCoreOutput, EngineCoreOutputs) == (output_type, outputs_type), "one pair per process"

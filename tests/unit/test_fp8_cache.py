@@ -115,7 +115,7 @@ def triton_errors() -> dict[str, float]:
     control's, scales ignored)."""
     from tests.unit import test_segment_attention as tsa
     from vllm_hogwild.attention import segment_attention as sa
-    from vllm_hogwild.core.rope import RopeSpec
+    from vllm_hogwild.core.views.rope import RopeSpec
 
     out = {}
     for encoding in ENCODINGS:
@@ -134,6 +134,7 @@ def triton_errors() -> dict[str, float]:
 
 def test_the_triton_kernel_reads_an_fp8_cache_in_place() -> None:
     code = "import json; from tests.unit.test_fp8_cache import triton_errors; print(json.dumps(triton_errors()))"
+    # A hang guard: under 50 s on 2 cores in a whole suite's run; 600 s is 12 times that.
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]

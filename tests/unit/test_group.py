@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from tests.unit.table_engine import FakeEngine
-from vllm_hogwild.core.group import Group, Worker
-from vllm_hogwild.core.group_kinds import new_group
-from vllm_hogwild.core.group_views import BatchRow, GroupViews, ViewRegistry
+from vllm_hogwild.core.groups.group import Group, Worker
+from vllm_hogwild.core.groups.all_kinds import new_group
+from vllm_hogwild.core.views.registry import BatchRow, GroupViews, ViewRegistry
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
-from vllm_hogwild.core.views import Separators, Span, build_views, segments_of
+from vllm_hogwild.core.views.spans import Separators, Span, build_views, segments_of
 from vllm_hogwild.core.wire import GroupStep, StepWire, lengths_array
 
 P = 5  # prompt length

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.table_engine import EOS, FakeEngine
-from vllm_hogwild.core.group import Phase
-from vllm_hogwild.core.protocol import FINISHER_SUFFIX
+from vllm_hogwild.core.groups.group import Phase
+from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX
 
 P = 10
 
@@ -233,8 +233,8 @@ def test_a_group_whose_workers_await_their_outputs_is_not_in_lock_step() -> None
 def test_steady_lengths_stay_exact_past_32_bits_of_engine_steps() -> None:
     """The steady groups' tick grows for the engine's life: past 2**31 steps a group's lengths are still its
     log's (against StepLog.advance, the one-group rule), and its log catches up exactly when it leaves."""
-    from vllm_hogwild.core.replay import StepLog
-    from vllm_hogwild.core.steady import SteadyGroups
+    from vllm_hogwild.core.replay.step_log import StepLog
+    from vllm_hogwild.core.replay.steady import SteadyGroups
 
     steady, log, twin = SteadyGroups(), StepLog(3, P), StepLog(3, P)
     steady._tick = 2**31 - 2

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_hogwild.serving.loadtest import Outcome, make_mix, markdown, percentile, summarize
+from vllm_hogwild.serving.loadtest import Outcome, fairness, make_mix, markdown, percentile, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +47,33 @@ def test_summary_counts_outcomes_and_latency_percentiles() -> None:
     assert sum(r["requests"] for r in rows[:-1]) == 10
     assert "APIStatusError 500: 1" in markdown(rows)
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
+
+
+
+def _rows(plain: tuple[float, float], two: tuple[float, float], four: tuple[float, float]) -> list[dict]:
+    """``summarize``-shaped rows with the given (p50, p95) per kind."""
+    return [{"kind": kind, "p50_s": p50, "p95_s": p95, "errored": 0}
+            for kind, (p50, p95) in (("plain", plain), ("hogwild-2", two), ("hogwild-4", four), ("all", (1, 1)))]
+
+
+def test_fairness_is_plain_over_the_lowest_group_class_at_either_percentile() -> None:
+    rows = _rows(plain=(1.5, 2.4), two=(2.0, 3.0), four=(3.0, 2.0))
+    assert fairness(rows) == pytest.approx(1.2) and fairness(rows, "p50_s") == pytest.approx(0.75)
+    assert fairness(_rows(plain=(1.0, 1.0), two=(0.0, 0.0), four=(0.0, 0.0))) == 0.0  # no group completed
+
+
+def test_the_fairness_benchmark_reports_every_round_and_the_medians() -> None:
+    from benchmarks import load_fairness as bench
+
+    rounds = [bench.round_row(k, 7 + k, _rows(plain=(1.0, p95), two=(2.0, 2.0), four=(2.5, 2.2)), 10.0)
+              for k, p95 in enumerate([2.0, 3.0, 2.4])]
+    assert [r["p95_ratio"] for r in rounds] == pytest.approx([1.0, 1.5, 1.2])
+    assert rounds[0]["group_p50_s"] == 2.0 and rounds[0]["group_p95_s"] == 2.0 and rounds[0]["p50_ratio"] == 0.5
+    rep = bench.report(rounds)
+    assert rep["median_p95_ratio"] == pytest.approx(1.2) and rep["meets_target"]
+    assert not bench.report(rounds, target=1.1)["meets_target"]
+    text = bench.markdown(rep)
+    assert text.count("\n| ") == 3 and "plain p95 / group p95 1.20 (target at most 1.25: met)" in text
 
 
 def test_serve_config_names_the_app_builder() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.core.group import parse_request_id
+from vllm_hogwild.core.groups.group import parse_request_id
 from vllm_hogwild.core.options import (
     EngineOptions,
     HogwildOptionError,

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
-from vllm_hogwild.core.views import Span, build_views, combined_views, interleaved_views
+from vllm_hogwild.core.protocol.paragraphs import PARAGRAPH_END, ParagraphTracker
+from vllm_hogwild.core.views.spans import Span, build_views, combined_views, interleaved_views
 
 P = 5  # prompt length
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from vllm_hogwild.core.planner import Workload, main, optimum, plan, route, steps
+from vllm_hogwild.tools.planner import Workload, main, optimum, plan, route, steps
 
 
 def test_the_worked_example() -> None:
@@ -74,7 +74,7 @@ def test_the_cli(capsys) -> None:
 
 
 def test_fit_recovers_p_and_c_from_one_and_two_workers() -> None:
-    from vllm_hogwild.core.planner import fit, steps
+    from vllm_hogwild.tools.planner import fit, steps
 
     one = [80.0, 100.0, 130.0, 170.0]
     two = [steps(t, 0.9, 3.0, 2) for t in one]

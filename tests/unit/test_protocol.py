@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.core.protocol import (
+from vllm_hogwild.core.protocol_text import (
     HEADERS,
     NAMES,
     PERSONS,
@@ -52,7 +52,7 @@ def test_bad_template_fields_are_named() -> None:
 @pytest.mark.parametrize("task", TASKS)
 def test_the_finisher_suffix_leads_into_the_default_answer_pattern(task) -> None:
     """Suffix + a short answer + its closing text matches the task's pattern."""
-    from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX
+    from vllm_hogwild.core.protocol_text import DEFAULT_ANSWER_PATTERN, FINISHER_SUFFIX
 
     tail = {"math": "42}", "code": "print(42)\n```", "general": " 42\n"}[task]
     assert final_answer("some work" + FINISHER_SUFFIX[task] + tail, task) in ("42", "print(42)")
@@ -84,7 +84,7 @@ def test_final_answer_with_a_configured_pattern() -> None:
 
 
 def test_group_answer_is_the_first_worker_that_wrote_one() -> None:
-    from vllm_hogwild.core.protocol import group_answer
+    from vllm_hogwild.core.protocol_text import group_answer
 
     pattern = r"\\boxed\{([^}]*)\}"
     assert group_answer(["thinking", "so \\boxed{ 7 }", "\\boxed{8}"], pattern) == (1, "7")

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import pytest
 
 from tests.unit.table_engine import FakeEngine
-from vllm_hogwild.core.group import Worker
-from vllm_hogwild.core.group_kinds import new_group
-from vllm_hogwild.core.group_views import BatchRow, GroupViews
+from vllm_hogwild.core.groups.group import Worker
+from vllm_hogwild.core.groups.all_kinds import new_group
+from vllm_hogwild.core.views.registry import BatchRow, GroupViews
 from vllm_hogwild.core.options import RequestOptions, RequestSpec
-from vllm_hogwild.core.replay import PROMPT, Replay
-from vllm_hogwild.core.views import Segment
+from vllm_hogwild.core.replay.step_log import PROMPT, Replay
+from vllm_hogwild.core.views.spans import Segment
 
 P = 6
 
@@ -73,7 +73,7 @@ def test_views_rebuilt_from_the_log_equal_the_live_ones(layout: str, protocol: s
     scripts = {r.request_id: "".join(rng.choice(["a", "b ", ".", "!", "cd"]) for _ in range(7)) for r in requests}
     scripts[requests[0].request_id] += "\0"  # worker 0 stops early
     live: dict[tuple[int, int], tuple] = {}
-    from vllm_hogwild.core.group_views import ViewRegistry
+    from vllm_hogwild.core.views.registry import ViewRegistry
 
     registry = ViewRegistry()
     for _ in range(70):
@@ -212,7 +212,7 @@ def test_fork_join_views_rebuilt_from_the_log_equal_the_live_ones(seed: int, bra
     after its join; hogwild branches do not nest) through the group table, lanes left out of steps by vLLM's
     token budget: every re-fed token's view, from the log and the forks as they are at the end, equals the
     view it was produced under (a view reads only text before its reader, where forks no longer change)."""
-    from vllm_hogwild.core.group_views import ViewRegistry
+    from vllm_hogwild.core.views.registry import ViewRegistry
 
     rng = random.Random(seed)
     n = 6

@@ -1,4 +1,4 @@
-"""RoPE re-rotation (vllm_hogwild.core.rope) against transformers and against vLLM.
+"""RoPE re-rotation (vllm_hogwild.core.views.rope) against transformers and against vLLM.
 
 - Frequencies and attention factors are compared with transformers'
   ``ROPE_INIT_FUNCTIONS`` (through ``tests.oracle.hf_inv_freq``).
@@ -20,7 +20,7 @@ from transformers import GPT2Config, GPTJConfig, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from tests.oracle import hf_inv_freq, rotate_by
-from vllm_hogwild.core.rope import SUPPORTED_ROPE_TYPES, RopeSpec, rotate
+from vllm_hogwild.core.views.rope import SUPPORTED_ROPE_TYPES, RopeSpec, rotate
 
 ROPES = {
     "default": {"rope_type": "default", "rope_theta": 1e5},

@@ -13,9 +13,9 @@ from transformers import LlamaConfig
 
 from tests.oracle import dense_view_attention, hf_inv_freq
 from vllm_hogwild.attention import segment_attention as sa
-from vllm_hogwild.core.rope import RopeSpec
+from vllm_hogwild.core.views.rope import RopeSpec
 from tools.synthetic import KV_LAYOUTS, SyntheticGroup
-from vllm_hogwild.core.views import Separators, Span, build_views
+from vllm_hogwild.core.views.spans import Separators, Span, build_views
 
 ROPES = {
     "default": {"rope_type": "default", "rope_theta": 1e5},
@@ -229,7 +229,7 @@ def test_rows_given_as_columns_plan_like_rows_given_as_segments(split: int) -> N
     """A contiguous group's decoding rows as columns (what the worker builds at scale: no object per row or
     segment) run exact against the oracle on every path, alone (``split`` 0) or after rows given as objects (the
     compiled op plans both in one pass; the other paths take the columns as rows)."""
-    from vllm_hogwild.core.views import SegmentColumns
+    from vllm_hogwild.core.views.spans import SegmentColumns
 
     c = Case(num_workers=5, layout="contiguous", max_gen=40, seed=21)
     group, views, rows, query = setup(c)

@@ -19,6 +19,7 @@ import pytest
 from benchmarks.device_cases import FA_LAYOUTS
 
 ROOT = Path(__file__).parents[2]
+# The subprocesses' 600 s limits are hang guards: each test took under 50 s in a whole suite's run on 2 cores.
 
 
 def test_kernel_matches_the_oracle_and_loads_each_block_once() -> None:

@@ -1,4 +1,4 @@
-"""Views (vllm_hogwild.core.views) against DESIGN.md section 1, written independently.
+"""Views (vllm_hogwild.core.views.spans) against DESIGN.md section 1, written independently.
 
 Expected views are built here token by token as lists of ``(lane, stored_pos)``,
 never through the module's spans, so a mistake in span bookkeeping cannot
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_hogwild.core.views import (
+from vllm_hogwild.core.views.spans import (
     LAYOUTS,
     Separators,
     Span,
@@ -535,7 +535,7 @@ def test_contiguous_segments_built_directly_equal_the_views_segments(seed: int) 
     and without text, an empty prompt, a reader alone."""
     import random
 
-    from vllm_hogwild.core.views import build_views, contiguous_segments, segments_of
+    from vllm_hogwild.core.views.spans import build_views, contiguous_segments, segments_of
 
     rng = random.Random(seed)
     n = rng.randint(1, 6)

@@ -1,6 +1,6 @@
 """The compiled CPU op's plan (compressed rows -> pairs -> pieces) and its run, for :mod:`segment_attention`.
 
-The plan is built in tensor ops over flat columns of segments (:class:`~vllm_hogwild.core.views.SegmentColumns`),
+The plan is built in tensor ops over flat columns of segments (:class:`~vllm_hogwild.core.views.spans.SegmentColumns`),
 with no Python loop per segment: a step at scale has thousands of decoding rows.
 """
 
@@ -13,8 +13,8 @@ import torch
 
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, PagedKV
 from vllm_hogwild.attention.plan_types import DecodeCSR, PlanKind, SegmentAttentionPlan
-from vllm_hogwild.core.rope import RopeSpec
-from vllm_hogwild.core.views import SegmentColumns
+from vllm_hogwild.core.views.rope import RopeSpec
+from vllm_hogwild.core.views.spans import SegmentColumns
 
 
 def plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None,

@@ -10,7 +10,7 @@ from enum import Enum
 
 import torch
 
-from vllm_hogwild.core.rope import RopeSpec
+from vllm_hogwild.core.views.rope import RopeSpec
 
 
 class PlanKind(Enum):

@@ -1,7 +1,7 @@
 """Segment attention: every query row reads an ordered list of segments of lanes in a paged KV cache.
 
 Each segment is attended with the query rotated by the segment's ``delta``
-(see :mod:`vllm_hogwild.core.views`); the keys are read as stored. The work is
+(see :mod:`vllm_hogwild.core.views.spans`); the keys are read as stored. The work is
 split in two: :func:`plan` (once per step) turns the rows into index tensors,
 :func:`run` (every layer) executes them. Four paths, all exact against the
 dense oracle in the tests (the Triton one on CPU through Triton's interpreter):
@@ -38,8 +38,8 @@ import torch
 from vllm_hogwild.attention import cpu_plan
 from vllm_hogwild.attention.kv_layout import PagedKV
 from vllm_hogwild.attention.plan_types import Bucket, DecodeBatch, PlanKind, SegmentAttentionPlan
-from vllm_hogwild.core.views import Segment, SegmentColumns
-from vllm_hogwild.core.rope import RopeSpec, rotate
+from vllm_hogwild.core.views.spans import Segment, SegmentColumns
+from vllm_hogwild.core.views.rope import RopeSpec, rotate
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ Same plan and contract as the PyTorch block-bucket path of
   ``input_precision="ieee"`` (exact fp32, no tf32);
 - **the query is rotated inside the kernel**, in fp32, by the reader's segment
   delta from the plan's per-pair cos/sin (computed from the model's RoPE
-  frequencies by :class:`vllm_hogwild.core.rope.RopeSpec`, which also decides NeoX
+  frequencies by :class:`vllm_hogwild.core.views.rope.RopeSpec`, which also decides NeoX
   or GPT-J pairing and a partial ``rotary_dim``; a YaRN attention factor is
   already in the stored q and k and cancels out of a pure rotation), then
   rounded to the cache dtype for the product;

@@ -1,2 +1,16 @@
-"""The pure core: options, patterns, views, paragraphs, the group table and its step log, RoPE, the protocol,
-admission, the planner. No vLLM import."""
+"""The pure core, imported by every process: no vLLM import, nothing of vllm_hogwild outside ``core``.
+
+One sub-package per subsystem, over shared base modules. Layers, highest first (``.importlinter``'s
+"core's sub-packages" contract; a module imports only from its own layer's package or below):
+
+- ``groups``: the group table and a group's life (kinds, admission, drafts, preemption);
+- ``protocol``: the protocol driver, paragraphs, the collab protocol's answer and transcript;
+- ``forkjoin``: fork/join families' rules and the lane records sent to the front end;
+- ``views`` | ``replay``: what each worker reads (and RoPE) | the step log and replay;
+- the base modules: ``options`` (engine and request options), ``protocol_text`` (the protocol's
+  words), ``patterns`` (RE2 patterns), ``wire`` (engine core to worker processes), ``stats`` and
+  ``stats_channel`` (metrics to the front end), ``errors``, ``log``.
+
+Each package's ``__init__`` says what it owns and who calls it. The user's tools that only use
+``core`` (the planner, the Roman-numeral task) live in :mod:`vllm_hogwild.tools`.
+"""

@@ -11,7 +11,7 @@ OpenAI server's flat ``vllm_xargs`` spell the same option ``hogwild_<name>``)::
 
 ``layout`` is ``contiguous``, ``isolated``, ``combined`` or ``interleaved``;
 the last two cut each worker's text into steps (``step_end``, a regular
-expression, default :data:`vllm_hogwild.core.paragraphs.PARAGRAPH_END`). ``protocol`` is
+expression, default :data:`vllm_hogwild.core.protocol.paragraphs.PARAGRAPH_END`). ``protocol`` is
 ``raw`` (nothing injected), ``named`` (step layouts only: the engine starts
 every step of a worker with its name and step number, ``**Alice [2]:** ``) or
 ``collab``, the whole collaboration protocol: ``named`` plus a preamble that
@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.core.patterns import compile_pattern
-from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN, PERSONS, TASKS
+from vllm_hogwild.core.protocol_text import DEFAULT_ANSWER_PATTERN, PERSONS, TASKS
 
 ENGINE_KEY = "hogwild"  # in additional_config
 REFUSED_KEY = "hogwild_refused"  # in additional_config: switched on for a model Hogwild cannot serve
@@ -51,7 +51,7 @@ REQUEST_LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
 HISTORY_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
 FORKJOIN_PROTOCOLS = ("multiverse", "npr")  # parallel-reasoning models: one request forks into branches and joins
 PROTOCOLS = ("raw", "named", "collab", *FORKJOIN_PROTOCOLS)
-FORKJOIN_LAYOUT = "forkjoin"  # the layout of a fork/join request's lanes (core/fork_views.fork_view); not a client's
+FORKJOIN_LAYOUT = "forkjoin"  # the layout of a fork/join request's lanes (core/views/forks.fork_view); not a client's
 BRANCH_MODES = ("isolated", "hogwild")
 NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every step with the writer's name
 COLLAB_DEFAULTS = {"layout": "combined", "redundancy_every": 512, "finisher": 16}  # answer_pattern: the task's

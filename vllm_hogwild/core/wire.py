@@ -70,7 +70,7 @@ class GroupStep:
 
 @dataclass(frozen=True)
 class ReplayStep:
-    """A past step of a group, as a re-fed token's view needs it (see :mod:`vllm_hogwild.core.replay`)."""
+    """A past step of a group, as a re-fed token's view needs it (see :mod:`vllm_hogwild.core.replay.step_log`)."""
 
     lane_lens: tuple[int, ...]  # what each lane's co-workers read then
     num_history: int  # paragraphs in the shared history after that step's joins
@@ -92,7 +92,7 @@ class GroupFork:
     """A fork/join group's forks as its lanes' views need them: sent when a fork starts and when one joins."""
 
     group_id: str
-    state: Any  # core.fork_views.ForkState: every fork so far (parent, point, branch lanes, ends once joined)
+    state: Any  # core.views.forks.ForkState: every fork so far (parent, point, branch lanes, ends once joined)
 
 
 def lengths_array(values: Sequence[int] = ()) -> array:

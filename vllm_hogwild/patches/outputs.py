@@ -19,13 +19,13 @@ numbers the step and records it per new token (:func:`process_outputs`),
 the delta's in ``DELTA`` output mode (:func:`new_completion_output`).
 
 **Fork/join.** The same two wraps carry a fork/join lane's record
-(:mod:`vllm_hogwild.core.lane_channel`, sent with its first output and its
+(:mod:`vllm_hogwild.core.forkjoin.lane_channel`, sent with its first output and its
 last): ``process_outputs`` keeps the latest on the lane's request state, and
 every completion of the lane gets it as ``completion.hogwild_lane``. The
 client decodes the engine core's batches with the types that carry the record
 (:func:`client_init`, on ``MPClient.__init__``); ``ParentRequest.get_outputs``
 assembles the lanes into one completion (:func:`get_outputs`, with
-:class:`~vllm_hogwild.serving.forkjoin.Assembly`), and the server's two stream
+:class:`~vllm_hogwild.serving.assembly.Assembly`), and the server's two stream
 generators send the request's tree as one last event before ``[DONE]``
 (:func:`completion_stream`, :func:`chat_stream`).
 
@@ -38,10 +38,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_hogwild.core.lane_channel import output_types, record_of
+from vllm_hogwild.core.forkjoin.lane_channel import output_types, record_of
 from vllm_hogwild.core.options import spec_of
-from vllm_hogwild.serving.forkjoin import ATTR as ASSEMBLY_ATTR
-from vllm_hogwild.serving.forkjoin import Assembly, spec_of_parent
+from vllm_hogwild.serving.assembly import ATTR as ASSEMBLY_ATTR
+from vllm_hogwild.serving.assembly import Assembly, spec_of_parent
 from vllm_hogwild.patches.points import *  # noqa: F401,F403  (the kinds, TouchPoint and the shared names)
 from vllm_hogwild.patches.points import TouchPoint, class_wrap, same_kind  # noqa: F401
 
@@ -118,7 +118,7 @@ def new_completion_output(original, self, token_ids, finish_reason, stop_reason,
 
 def client_init(original, self, *args: Any, **kwargs: Any):
     """vLLM's ``MPClient.__init__``: in an engine with Hogwild on, the client decodes each batch of outputs with
-    the types that carry a fork/join lane's record (:func:`~vllm_hogwild.core.lane_channel.output_types`: vLLM's
+    the types that carry a fork/join lane's record (:func:`~vllm_hogwild.core.forkjoin.lane_channel.output_types`: vLLM's
     own decoder would drop the field)."""
     original(self, *args, **kwargs)
     from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
@@ -231,7 +231,7 @@ def accept_steps() -> list[TouchPoint]:
     ]
 
 
-FORKJOIN = "patches/outputs.get_outputs and serving/forkjoin.Assembly (a fork/join request's lanes as one completion)"
+FORKJOIN = "patches/outputs.get_outputs and serving/assembly.Assembly (a fork/join request's lanes as one completion)"
 
 
 def forkjoin() -> list[TouchPoint]:
@@ -262,7 +262,7 @@ def forkjoin() -> list[TouchPoint]:
     ]
 
 
-LANE_CHANNEL = "core/lane_channel.py (a fork/join lane's record on the plugin's own output field)"
+LANE_CHANNEL = "core/forkjoin/lane_channel.py (a fork/join lane's record on the plugin's own output field)"
 
 
 CORE_CLIENT = "vllm.v1.engine.core_client"

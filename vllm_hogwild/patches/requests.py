@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from vllm_hogwild.core.collab import extend_prompt, extended_len, with_preamble
+from vllm_hogwild.core.protocol.collab import extend_prompt, extended_len, with_preamble
 from vllm_hogwild.core.options import (FLAT_PREFIX, REQUEST_KEY, SPEC_KEY, HogwildOptionError, RequestSpec,
                                        requested)
 from vllm_hogwild.serving.requests import (PARSED_KEY, Parsed, prompt_fork, check_forkjoin_params, check_sizes,

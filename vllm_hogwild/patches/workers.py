@@ -148,7 +148,7 @@ def runner_v1() -> list[TouchPoint]:
         TouchPoint("vllm.v1.worker.gpu_input_batch", "CachedRequestState.block_ids", FIELD,
                    "runner/v1.block_table"),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
-                   "core/group_views.py: the runner extends a request's block list in place",
+                   "core/views/registry.py: the runner extends a request's block list in place",
                    text="block_ids.extend(new_ids)"),
     ]
     return [replace(row, **V1_ONLY) for row in rows]

@@ -45,8 +45,8 @@ from vllm_hogwild.attention.paths import path_of
 from vllm_hogwild.runner.context import StepViews, get_step
 from vllm_hogwild.runner.cpu_layout import probe_k_transposed
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, KVQuant
-from vllm_hogwild.core.rope import RopeSpec
-from vllm_hogwild.core.views import SegmentColumns
+from vllm_hogwild.core.views.rope import RopeSpec
+from vllm_hogwild.core.views.spans import SegmentColumns
 
 CPU_BACKEND_PATH = "vllm_hogwild.runner.backend.HogwildCPUAttentionBackend"
 

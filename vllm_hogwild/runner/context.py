@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from vllm_hogwild.core.group_views import StepSegments
+from vllm_hogwild.core.views.registry import StepSegments
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from vllm_hogwild.core.group_views import BatchRow
+from vllm_hogwild.core.views.registry import BatchRow
 from vllm_hogwild.core.wire import PLACED_LOGPROBS
 from vllm_hogwild.runner.context import get_step
 from vllm_hogwild.runner.forcing import force

@@ -45,7 +45,7 @@ import torch
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
 from vllm_hogwild.core.errors import HogwildOptionError
-from vllm_hogwild.core.group_views import BatchRow
+from vllm_hogwild.core.views.registry import BatchRow
 from vllm_hogwild.core.options import spec_of
 from vllm_hogwild.core.wire import PLACED_LOGPROBS
 from vllm_hogwild.runner.context import StepViews, get_step

@@ -5,10 +5,10 @@ Worker process only. vLLM has two model runners, and a thin adapter drives each:
 0.32/0.33 for users who keep it) and :mod:`vllm_hogwild.runner.v2` (Model Runner V2, ``vllm/v1/worker/gpu/``:
 CUDA's default, and the only runner from vLLM 0.34 on). Per step an adapter reads its runner's batch once the
 runner has ordered it and hands the core what every runner has: the batch's requests in row order, each
-Hogwild lane's tokens before the step, fed this step and drafts (:class:`~vllm_hogwild.core.group_views.BatchRow`),
+Hogwild lane's tokens before the step, fed this step and drafts (:class:`~vllm_hogwild.core.views.registry.BatchRow`),
 and each lane's block list. The core applies the scheduler's wire
 (:class:`~vllm_hogwild.core.wire.StepWire`) to this process's groups
-(:class:`~vllm_hogwild.core.group_views.ViewRegistry`) and returns the step's
+(:class:`~vllm_hogwild.core.views.registry.ViewRegistry`) and returns the step's
 :class:`~vllm_hogwild.runner.context.StepViews`; the attention metadata builder turns them into the step's plan
 (:mod:`vllm_hogwild.runner.backend`, the same on both runners). The tokens the step forces, keyed as the
 adapter's logits processor finds its rows (:meth:`WorkerCore.forced_by`), and the placed tokens fed this step
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Mapping
 
-from vllm_hogwild.core.group_views import BatchRow, BlockTable, ViewRegistry
+from vllm_hogwild.core.views.registry import BatchRow, BlockTable, ViewRegistry
 from vllm_hogwild.core.wire import STEP_ATTR, StepWire
 from vllm_hogwild.runner.context import StepContext, StepViews, get_step
 

@@ -1,12 +1,12 @@
 """The block manager's side of Hogwild groups in the engine core: making room, reserving budgets, private blocks.
 
-The rules live in :class:`~vllm_hogwild.core.group_table.GroupTable`; this
+The rules live in :class:`~vllm_hogwild.core.groups.table.GroupTable`; this
 module applies them to vLLM's KV-cache manager:
 
 - :class:`RoomMaker` (``kv: on-demand``): before vLLM schedules a step, the
   blocks its running requests will ask for are counted as vLLM's own loop
   would ask; when they do not fit, whole units are preempted in vLLM's policy
-  order (:func:`~vllm_hogwild.core.admission.preemption_order`): a plain
+  order (:func:`~vllm_hogwild.core.groups.policy.preemption_order`): a plain
   request with vLLM's own ``_preempt_request``, a group whole
   (:meth:`~vllm_hogwild.scheduler.scheduler.HogwildScheduler.preempt_group`).
   vLLM's loop then never needs to preempt, so it never takes a lone worker;
@@ -32,8 +32,8 @@ import inspect
 import time
 from typing import Any, Callable
 
-from vllm_hogwild.core.admission import Unit, preemption_order
-from vllm_hogwild.core.group_table import GroupTable
+from vllm_hogwild.core.groups.policy import Unit, preemption_order
+from vllm_hogwild.core.groups.table import GroupTable
 
 WRAPPED = "allocate_slots"  # the KVCacheManager method, wrapped on this instance only
 
@@ -194,7 +194,7 @@ class RoomMaker:
     def needs(self, forked: list[tuple[str, int, int]]) -> dict[str, int]:
         """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks
         (its token budget, long-prefill threshold, replay chunk ends and look-ahead), in its order; and the
-        first allocations of lanes a fork took (:meth:`~vllm_hogwild.core.group_admission.Admit.forked_lanes`)."""
+        first allocations of lanes a fork took (:meth:`~vllm_hogwild.core.groups.admit.Admit.forked_lanes`)."""
         s = self.scheduler
         budget, threshold = s.max_num_scheduled_tokens, s.scheduler_config.long_prefill_token_threshold
         num_running, num_waiting = s.get_request_counts()

@@ -2,7 +2,7 @@
 vLLM does not feed it, and sent to the client with the lane's next output, each token in its place.
 
 A fork/join header's tokens after its first are fed in one engine step, not one a step
-(:meth:`vllm_hogwild.core.forkjoin_group.ForkJoinKind.place_ahead` decides which). The
+(:meth:`vllm_hogwild.core.groups.forkjoin_kind.ForkJoinKind.place_ahead` decides which). The
 scheduler appends them to the lane's request before vLLM schedules, so that vLLM's own
 running loop feeds them with the lane's unfed token, within its token budget, and its
 KV allocation and the room the plugin makes under KV pressure count them. What vLLM

@@ -3,7 +3,7 @@
 Selected by the switch (``additional_config={"hogwild": {...}}``); requests
 without Hogwild options take vLLM's own code paths untouched. Every decision
 about a group (admission, lock-step, the wire, the protocol, preemption and
-replay, parking, the end) is :class:`~vllm_hogwild.core.group_table.GroupTable`'s;
+replay, parking, the end) is :class:`~vllm_hogwild.core.groups.table.GroupTable`'s;
 this class only translates: a worker's request arrives (held out of the
 waiting queue), the table's admission is queued, its holds sit out the step,
 its wire rides on the ``SchedulerOutput``, each accepted run is shown to it
@@ -17,7 +17,7 @@ Also here, as engine-core glue: each worker's incremental detokenizer
 (:mod:`vllm_hogwild.scheduler.detok`), the metrics channel, placed text fed ahead
 (:mod:`vllm_hogwild.scheduler.placed`), and each fork/join
 lane's record for the front end, on the plugin's own output field
-(:mod:`vllm_hogwild.core.lane_channel`).
+(:mod:`vllm_hogwild.core.forkjoin.lane_channel`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
 from vllm.v1.request import Request, RequestStatus
 
-from vllm_hogwild.core.group import Phase
-from vllm_hogwild.core.group_admission import Room
-from vllm_hogwild.core.group_table import GroupTable
-from vllm_hogwild.core.lane_channel import LaneRecord, output_types, with_record
+from vllm_hogwild.core.groups.group import Phase
+from vllm_hogwild.core.groups.admit import Room
+from vllm_hogwild.core.groups.table import GroupTable
+from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord, output_types, with_record
 from vllm_hogwild.core.log import get_logger
 from vllm_hogwild.core.options import EngineOptions, runtime_of, spec_of, spec_slack
 from vllm_hogwild.core.stats_channel import StatsSender
@@ -283,7 +283,7 @@ class HogwildScheduler(Scheduler):
 
     def _send_lane_records(self, outputs) -> None:
         """Each fork/join lane's new record goes with its output of this step, in the plugin's own field
-        (:mod:`vllm_hogwild.core.lane_channel`); a record whose lane ended without an output (aborted) is
+        (:mod:`vllm_hogwild.core.forkjoin.lane_channel`); a record whose lane ended without an output (aborted) is
         dropped. O(outputs) in a step with records to send, nothing otherwise."""
         pending = self._lane_records
         output_type = output_types(EngineCoreOutput, EngineCoreOutputs)[0]

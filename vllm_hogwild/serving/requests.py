@@ -91,7 +91,7 @@ def _engine_options(config, extra_args: Mapping[str, Any]) -> EngineOptions:
 
 def forkjoin_lanes(config, options: RequestOptions, n: int) -> int:
     """A fork/join request's lanes (the trunk and its branch lanes); ``n`` must be 1."""
-    from vllm_hogwild.core.forkjoin import branch_lanes
+    from vllm_hogwild.core.forkjoin.families import branch_lanes
 
     try:
         if n != 1:
@@ -111,7 +111,7 @@ def check_sizes(config, options: RequestOptions, num_workers: int, prompt_len: i
         view_lanes = num_workers if options.branches == "hogwild" else 2
     try:
         if options.protocol in ("named", "collab"):
-            from vllm_hogwild.core.protocol import names
+            from vllm_hogwild.core.protocol_text import names
 
             names(num_workers)  # raises naming n
         return check_request(
@@ -136,7 +136,7 @@ def prompt_fork(processor, request, params, options: RequestOptions, num_lanes: 
     A prompt that ends in a complete goal of more parts than the request's branch lanes is refused (HTTP 400
     naming ``hogwild_max_branches``), in every family and before the family's own rules; a goal the family's
     rules do not fork (NPR: more than 5 plans, too little budget) goes on as one sequence, with the reason."""
-    from vllm_hogwild.core.forkjoin import FAMILIES, ForkTooWide, NoFork, decide, prompt_goal
+    from vllm_hogwild.core.forkjoin.families import FAMILIES, ForkTooWide, NoFork, decide, prompt_goal
 
     check_forkjoin_params(params, options)
     if request.prompt_token_ids is None or processor.tokenizer is None:

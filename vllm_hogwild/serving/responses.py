@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-from vllm_hogwild.core.collab import answer_of_texts
+from vllm_hogwild.core.protocol.collab import answer_of_texts
 from vllm_hogwild.core.options import NAMED_PROTOCOLS, RequestOptions
 
 FIELD = "hogwild"
@@ -54,7 +54,7 @@ def with_answer(options: RequestOptions | None, result):
 
 def with_accept_steps(response, outputs, by_index: bool, steps: bool = True) -> None:
     """Each choice of a whole response gets ``hogwild: {"accept_steps": [...]}`` from its completion output
-    (:mod:`vllm_hogwild.patches.outputs`), or a fork/join request's tree (:mod:`vllm_hogwild.serving.forkjoin`),
+    (:mod:`vllm_hogwild.patches.outputs`), or a fork/join request's tree (:mod:`vllm_hogwild.serving.assembly`),
     with its tokens' accept steps when ``steps`` (the request asked for them). ``outputs``: in choice order, or
     matched by ``index``."""
     choices = getattr(response, "choices", None)
@@ -67,7 +67,7 @@ def with_accept_steps(response, outputs, by_index: bool, steps: bool = True) -> 
         pairs = list(zip(choices, outputs)) if len(choices) == len(outputs) else []
     for choice, output in pairs:
         meta = getattr(output, "hogwild", None)
-        if meta is not None and "protocol" in meta:  # a fork/join request's tree (serving/forkjoin.py)
+        if meta is not None and "protocol" in meta:  # a fork/join request's tree (serving/assembly.py)
             setattr(choice, FIELD, meta if steps else {k: v for k, v in meta.items() if k != "accept_steps"})
         elif meta is not None and "accept_steps" in meta:
             setattr(choice, FIELD, {"accept_steps": list(meta["accept_steps"])})

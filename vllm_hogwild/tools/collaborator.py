@@ -3,7 +3,7 @@
 What it is trained on is what the engine shows each worker of a Hogwild group
 in raw mode: the layout's view (``contiguous``, or ``interleaved`` with
 ``step_end=";"``), built by the engine's own view code
-(:func:`vllm_hogwild.core.views.build_views`, :class:`vllm_hogwild.core.paragraphs.ParagraphTracker`)
+(:func:`vllm_hogwild.core.views.spans.build_views`, :class:`vllm_hogwild.core.protocol.paragraphs.ParagraphTracker`)
 for trajectories simulated in lock-step, with the positions the engine gives
 (view positions follow one another from 0). A co-worker's token k is visible
 from engine step k+1, so workers that claim in the same step collide.
@@ -41,9 +41,9 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hogwild.core import roman
-from vllm_hogwild.core.paragraphs import ParagraphTracker
-from vllm_hogwild.core.views import build_views
+from vllm_hogwild.tools import roman
+from vllm_hogwild.core.protocol.paragraphs import ParagraphTracker
+from vllm_hogwild.core.views.spans import build_views
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 TEMPERATURE, MIN_P = 1.0, 0.2  # how the collaborator is sampled: the claims keep their spread, numerals their argmax

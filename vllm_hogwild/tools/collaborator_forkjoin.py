@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from vllm_hogwild.core import roman
+from vllm_hogwild.tools import roman
 from vllm_hogwild.tools.collaborator import CLAIM_WEIGHT, MODEL_DIR, Vocab, build_tokenizer, put_target
 
 MAX_PATHS = 4

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from vllm_hogwild.core import roman
+from vllm_hogwild.tools import roman
 from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
 
 LAYOUTS = ("contiguous", "isolated", "interleaved", "greedy")  # greedy: contiguous, every worker top_k=1

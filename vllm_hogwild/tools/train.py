@@ -30,7 +30,7 @@ import time
 from itertools import islice
 from pathlib import Path
 
-from vllm_hogwild.core import roman
+from vllm_hogwild.tools import roman
 from vllm_hogwild.tools import collaborator as C
 from vllm_hogwild.tools.machine import machine
 

@@ -1,6 +1,6 @@
 """Hogwild groups: N workers in lock-step over one shared cache (the raw and collab protocols). Pure, no vLLM.
 
-This kind's part of a group's life (:class:`~vllm_hogwild.core.group_kind.GroupKind`):
+This kind's part of a group's life (:class:`~vllm_hogwild.core.groups.kind.GroupKind`):
 
 - **holds**: a worker ahead of the group's slowest live worker sits a step out
   (workers finish their prefill in different steps, and vLLM's token budget may
@@ -12,11 +12,11 @@ This kind's part of a group's life (:class:`~vllm_hogwild.core.group_kind.GroupK
   finisher); nothing decodes until every worker has the prompt (a worker that
   has it sits out until then); a group in lock-step (the same workers,
   one token more each, no paragraph to join) costs one counter in its log
-  (:meth:`~vllm_hogwild.core.group_table.GroupTable.lock_step`), and one that
+  (:meth:`~vllm_hogwild.core.groups.table.GroupTable.lock_step`), and one that
   reads and places no text (the raw protocol) is steady: the table advances it
   with the others, without asking this kind, until it falls out of step (from
   its second decoding step when every live worker decodes in its first); any other step
-  is logged (:meth:`~vllm_hogwild.core.group.Group.step`); either way the
+  is logged (:meth:`~vllm_hogwild.core.groups.group.Group.step`); either way the
   lanes' lengths go to the worker processes, which keep none;
 - **after outputs**, **finished**: nothing beyond what every group does;
 - **record**: none, vLLM's outputs carry all a worker's client needs.
@@ -26,17 +26,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from vllm_hogwild.core.admission import ahead_of_group
-from vllm_hogwild.core.driver import ProtocolDriver
-from vllm_hogwild.core.group import Group, GroupCounters
+from vllm_hogwild.core.groups.policy import ahead_of_group
+from vllm_hogwild.core.protocol.driver import ProtocolDriver
+from vllm_hogwild.core.groups.group import Group, GroupCounters
 from vllm_hogwild.core.options import HISTORY_LAYOUTS
-from vllm_hogwild.core.paragraphs import PARAGRAPH_END, ParagraphTracker
-from vllm_hogwild.core.replay import StepLog
+from vllm_hogwild.core.protocol.paragraphs import PARAGRAPH_END, ParagraphTracker
+from vllm_hogwild.core.replay.step_log import StepLog
 
 if TYPE_CHECKING:
-    from vllm_hogwild.core.group import Worker
-    from vllm_hogwild.core.group_kind import KindTable
-    from vllm_hogwild.core.lane_channel import LaneRecord
+    from vllm_hogwild.core.groups.group import Worker
+    from vllm_hogwild.core.groups.kind import KindTable
+    from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupFork, GroupStep
 

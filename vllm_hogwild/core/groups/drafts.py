@@ -1,4 +1,4 @@
-"""Speculative decoding's part of the group table (:class:`~vllm_hogwild.core.group_table.GroupTable`): which
+"""Speculative decoding's part of the group table (:class:`~vllm_hogwild.core.groups.table.GroupTable`): which
 workers verify no drafts, and where an accepted run of tokens is cut. Pure, no vLLM import.
 
 A worker whose next token the engine may place (a paragraph's prefix, an answer,
@@ -7,14 +7,14 @@ sampled row only. An accepted run is kept up to the first token that stops the
 worker or after which the engine must place the next one; the rest is dropped as
 if rejected. The holds compare the engine steps in which each worker accepted
 tokens, counted here. A mixin of the table, as
-:mod:`vllm_hogwild.core.group_replay` is: it reads the table's own indexes.
+:mod:`vllm_hogwild.core.groups.preempt` is: it reads the table's own indexes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from vllm_hogwild.core.group import Worker
+from vllm_hogwild.core.groups.group import Worker
 
 
 class Drafts:

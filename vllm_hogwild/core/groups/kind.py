@@ -1,6 +1,6 @@
 """What differs between kinds of group, behind one interface. Pure, no vLLM import.
 
-The group table (:mod:`vllm_hogwild.core.group_table`) runs every group's life
+The group table (:mod:`vllm_hogwild.core.groups.table`) runs every group's life
 the same way: arrival, admission, KV promises, preemption and replay, parking
 and the end. What a kind of group decides for itself, it decides through a
 :class:`GroupKind`, which the table calls and never branches around:
@@ -14,9 +14,9 @@ and the end. What a kind of group decides for itself, it decides through a
 
 A kind also says which requests it takes (:meth:`~GroupKind.takes`) and builds
 their groups (:meth:`~GroupKind.new_group`). Two kinds exist: Hogwild groups
-(:mod:`vllm_hogwild.core.hogwild_group`: N workers in lock-step, the raw and
-collab protocols) and fork/join requests (:mod:`vllm_hogwild.core.forkjoin_group`:
-a trunk and branch lanes that forks take); :mod:`vllm_hogwild.core.group_kinds`
+(:mod:`vllm_hogwild.core.groups.hogwild_kind`: N workers in lock-step, the raw and
+collab protocols) and fork/join requests (:mod:`vllm_hogwild.core.groups.forkjoin_kind`:
+a trunk and branch lanes that forks take); :mod:`vllm_hogwild.core.groups.all_kinds`
 lists them and picks one for a request. A third kind is a new module with a
 class of these methods, and a line in that list. The kinds see the table only
 through :class:`KindTable`.
@@ -27,14 +27,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from vllm_hogwild.core.group import Group, Worker
-    from vllm_hogwild.core.lane_channel import LaneRecord
+    from vllm_hogwild.core.groups.group import Group, Worker
+    from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupFork, GroupStep
 
 
 class KindTable(Protocol):
-    """What a kind uses of the group table (:class:`~vllm_hogwild.core.group_table.GroupTable` has these)."""
+    """What a kind uses of the group table (:class:`~vllm_hogwild.core.groups.table.GroupTable` has these)."""
 
     speculative: bool  # the engine verifies drafts
 
@@ -92,5 +92,5 @@ class GroupKind(Protocol):
 
     def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
         """What the front end must learn of ``worker`` with its outputs (``finished``: with its last one), sent
-        on the plugin's own field (:mod:`vllm_hogwild.core.lane_channel`); None: nothing beyond vLLM's own
+        on the plugin's own field (:mod:`vllm_hogwild.core.forkjoin.lane_channel`); None: nothing beyond vLLM's own
         output."""

@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 
 from vllm_hogwild.core.options import NAMED_PROTOCOLS, RequestOptions
 from vllm_hogwild.core.patterns import WindowMatcher
-from vllm_hogwild.core.protocol import FINISHER_SUFFIX, RedundancyChecks, answer_regex, paragraph_prefix
-from vllm_hogwild.core.paragraphs import ParagraphTracker
+from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX, RedundancyChecks, answer_regex, paragraph_prefix
+from vllm_hogwild.core.protocol.paragraphs import ParagraphTracker
 from vllm_hogwild.core.wire import ARGMAX
 
 
@@ -167,7 +167,7 @@ class ProtocolDriver(PlacedTokens):
 
 class ForkJoinDriver(PlacedTokens):
     """Protocol driving for a fork/join request (``multiverse``, ``npr``): the same interface as
-    :class:`ProtocolDriver`, over :class:`~vllm_hogwild.core.forkjoin.ForkJoinLanes`.
+    :class:`ProtocolDriver`, over :class:`~vllm_hogwild.core.forkjoin.families.ForkJoinLanes`.
 
     It places each branch's header and each forking sequence's join header (as token ids, one per step),
     and ends every lane ≥ 1 that is done (a branch that wrote its end, a lane no fork took) with its end
@@ -185,7 +185,7 @@ class ForkJoinDriver(PlacedTokens):
     def __init__(self, options: RequestOptions, num_lanes: int, max_tokens: int, prompt_len: int,
                  encode: Callable[[str], list[int]], fork_now: Sequence[str] | None = None,
                  open_goal: str = "", max_positions: int | None = None) -> None:
-        from vllm_hogwild.core.forkjoin import FAMILIES, ForkJoinLanes
+        from vllm_hogwild.core.forkjoin.families import FAMILIES, ForkJoinLanes
 
         self.options = options
         self.num_workers = num_lanes

@@ -21,7 +21,7 @@ produced under:
   request's forks need no record: a view reads only text before its reader's
   position, and a fork before that position had joined, with the branch
   lengths it keeps, by the time the reader got there
-  (:func:`~vllm_hogwild.core.fork_views.fork_view` of the forks now gives the
+  (:func:`~vllm_hogwild.core.views.forks.fork_view` of the forks now gives the
   view of then);
 - prompt positions are plain prefill: the lane from position 0.
 

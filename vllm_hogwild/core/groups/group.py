@@ -6,7 +6,7 @@ A group is the ``n`` requests of one vLLM parent request, one per worker. A
 with a shared history), the protocol driver (placed tokens, answers, the
 finisher) and the counters the metrics report. What crosses to the worker
 processes is built from it by :meth:`Group.step` and :meth:`Group.shape`. Its
-life (arrival, admission, lock-step, the end) is :mod:`vllm_hogwild.core.group_table`'s.
+life (arrival, admission, lock-step, the end) is :mod:`vllm_hogwild.core.groups.table`'s.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from vllm_hogwild.core.driver import ForkJoinDriver, ProtocolDriver
+from vllm_hogwild.core.protocol.driver import ForkJoinDriver, ProtocolDriver
 from vllm_hogwild.core.options import RequestSpec
-from vllm_hogwild.core.paragraphs import ParagraphTracker
-from vllm_hogwild.core.replay import Replay, StepLog
+from vllm_hogwild.core.protocol.paragraphs import ParagraphTracker
+from vllm_hogwild.core.replay.step_log import Replay, StepLog
 from vllm_hogwild.core.stats import GroupEnd
 from vllm_hogwild.core.wire import GroupShape, GroupStep
 
@@ -106,7 +106,7 @@ class Group:
     tracker: ParagraphTracker | None
     driver: ProtocolDriver | ForkJoinDriver
     log: StepLog
-    kind: Any  # its GroupKind (core/group_kind.py): what this kind of group decides for itself
+    kind: Any  # its GroupKind (core/groups/kind.py): what this kind of group decides for itself
     workers: list[Worker | None] = field(default_factory=list)
     phase: Phase = Phase.GATHERING
     shape_sent: bool = False  # the worker processes have this group's shape

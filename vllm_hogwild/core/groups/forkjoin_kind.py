@@ -2,10 +2,10 @@
 
 The request's lanes are its workers: lane 0 the trunk, lanes 1..B a pool of spare lanes kept
 out of the engine's queues until a fork takes them (``Group.spare``). The
-protocol (:class:`~vllm_hogwild.core.forkjoin.ForkJoinLanes`, driven by
-:class:`~vllm_hogwild.core.driver.ForkJoinDriver`) decides forks and joins from
+protocol (:class:`~vllm_hogwild.core.forkjoin.families.ForkJoinLanes`, driven by
+:class:`~vllm_hogwild.core.protocol.driver.ForkJoinDriver`) decides forks and joins from
 the text. This kind's part of the group's life
-(:class:`~vllm_hogwild.core.group_kind.GroupKind`):
+(:class:`~vllm_hogwild.core.groups.kind.GroupKind`):
 
 - **holds**: the protocol's: a lane whose next token must wait for others (a
   join reads every branch to its end) sits the step out; never settled;
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from vllm_hogwild.core.driver import ForkJoinDriver
-from vllm_hogwild.core.group import Group, GroupCounters
-from vllm_hogwild.core.replay import StepLog
+from vllm_hogwild.core.protocol.driver import ForkJoinDriver
+from vllm_hogwild.core.groups.group import Group, GroupCounters
+from vllm_hogwild.core.replay.step_log import StepLog
 from vllm_hogwild.core.wire import GroupFork
 
 if TYPE_CHECKING:
-    from vllm_hogwild.core.group import Worker
-    from vllm_hogwild.core.group_kind import KindTable
-    from vllm_hogwild.core.lane_channel import LaneRecord
+    from vllm_hogwild.core.groups.group import Worker
+    from vllm_hogwild.core.groups.kind import KindTable
+    from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
     from vllm_hogwild.core.wire import GroupStep
 

@@ -8,19 +8,19 @@ a group is decided here:
   order); the scheduler holds it out of vLLM's waiting queue;
 - **admit**: complete groups, oldest first, go to vLLM's waiting queue whole,
   when they fit (the KV rule below) and fairness allows
-  (:mod:`vllm_hogwild.core.group_admission`, on the rules of
-  :mod:`vllm_hogwild.core.admission`); a preempted group comes back the same
+  (:mod:`vllm_hogwild.core.groups.admit`, on the rules of
+  :mod:`vllm_hogwild.core.groups.policy`); a preempted group comes back the same
   way, its finished lanes with replay requests of their own;
 - **hold**, **step**, **observe**: what differs between kinds of group (lock-step
   Hogwild groups, fork/join requests) each kind decides through one interface,
-  :class:`~vllm_hogwild.core.group_kind.GroupKind`: which workers sit a step
+  :class:`~vllm_hogwild.core.groups.kind.GroupKind`: which workers sit a step
   out (:meth:`holds`), its part of the step's wire for the worker processes
   (:meth:`step`), what sampled tokens change (:meth:`after_outputs`; every
   token's text goes to the group's protocol driver first, which may stop it);
   with speculative decoding, what the table says of drafts and accepted runs
-  (:mod:`vllm_hogwild.core.group_drafts`);
+  (:mod:`vllm_hogwild.core.groups.drafts`);
 - **preempt** and **replay**: a whole group out under KV pressure, and back by
-  exact replay (:mod:`vllm_hogwild.core.group_replay`);
+  exact replay (:mod:`vllm_hogwild.core.groups.preempt`);
 - **park** and **finish**: a worker that stops keeps its lane (co-workers
   still read it) until the whole group is done; then every lane is freed
   together (:meth:`finish`).
@@ -37,7 +37,7 @@ allocation takes that whole budget (:meth:`first_allocation`): no group is
 ever preempted.
 
 The table reads a worker's engine request only through
-:class:`~vllm_hogwild.core.group.EngineRequest` (vLLM's ``Request`` has those fields);
+:class:`~vllm_hogwild.core.groups.group.EngineRequest` (vLLM's ``Request`` has those fields);
 per step it works on the groups that changed and sends each decoding group's lane
 lengths: a group decoding in lock-step costs one counter and its N lengths.
 """
@@ -47,17 +47,17 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from vllm_hogwild.core.admission import Fairness, Promises
-from vllm_hogwild.core.group import Group, Phase, Worker, parse_request_id
-from vllm_hogwild.core.group_admission import Admit
-from vllm_hogwild.core.group_kinds import new_group
-from vllm_hogwild.core.group_drafts import Drafts
-from vllm_hogwild.core.group_replay import PreemptAndReplay
-from vllm_hogwild.core.lane_channel import LaneRecord
+from vllm_hogwild.core.groups.policy import Fairness, Promises
+from vllm_hogwild.core.groups.group import Group, Phase, Worker, parse_request_id
+from vllm_hogwild.core.groups.admit import Admit
+from vllm_hogwild.core.groups.all_kinds import new_group
+from vllm_hogwild.core.groups.drafts import Drafts
+from vllm_hogwild.core.groups.preempt import PreemptAndReplay
+from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
 from vllm_hogwild.core.options import KV_MODES, RequestSpec
 from vllm_hogwild.core.stats import HogwildStats
 from vllm_hogwild.core.wire import GroupStep, LaneLengths, StepWire
-from vllm_hogwild.core.steady import SteadyGroups
+from vllm_hogwild.core.replay.steady import SteadyGroups
 
 
 class GroupTable(Admit, PreemptAndReplay, Drafts):
@@ -165,7 +165,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
 
     def holds(self) -> list[Any]:
         """Requests of running workers that sit this step out, as each group's kind decides
-        (:meth:`~vllm_hogwild.core.group_kind.GroupKind.holds`).
+        (:meth:`~vllm_hogwild.core.groups.kind.GroupKind.holds`).
 
         Only unsettled groups are asked: a Hogwild group whose live workers are even stays even while
         all are scheduled (a worker left out of a step by vLLM's token budget unsettles it again).
@@ -214,7 +214,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
     def place_ahead(self, runs: Callable[[Any], bool]) -> list[tuple[Any, list[int]]]:
         """Before vLLM schedules: the placed tokens each lane feeds whole in the coming step, ``(request,
         tokens)`` for the scheduler to append to the request (its kind decides: :meth:`~vllm_hogwild.core.
-        group_kind.GroupKind.place_ahead`); ``runs(request)``: vLLM runs it. Once vLLM has scheduled,
+        groups.kind.GroupKind.place_ahead`); ``runs(request)``: vLLM runs it. Once vLLM has scheduled,
         :meth:`placed_fed` says what was fed. O(groups whose kind places ahead)."""
         if not self.feeds_placed_ahead or not self._observing:
             return []
@@ -330,7 +330,7 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         ``steady``: its kind needs nothing else of it while it stays so (no text placed or read). From the next
         step on, while vLLM schedules every running request and verifies no drafts, :meth:`step` advances it
         with the other steady groups without asking its kind, all their lanes' lengths in one array operation
-        (:class:`~vllm_hogwild.core.steady.SteadyGroups`: at hundreds of groups, a call per group cost most of
+        (:class:`~vllm_hogwild.core.replay.steady.SteadyGroups`: at hundreds of groups, a call per group cost most of
         the step), its log caught up when it leaves. It leaves when a worker of it finishes or is
         held back, when it is preempted, and at any other step (its kind decides again then)."""
         group.log.advance()
@@ -445,8 +445,8 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
 
     def lane_record(self, request_id: str, finished: bool = False) -> LaneRecord | None:
         """What the front end must learn of a worker with its outputs, as its kind says
-        (:meth:`~vllm_hogwild.core.group_kind.GroupKind.record`; ``finished``: with its last one), for the
-        plugin's own output field (:mod:`vllm_hogwild.core.lane_channel`). None: nothing (not a worker, or a
+        (:meth:`~vllm_hogwild.core.groups.kind.GroupKind.record`; ``finished``: with its last one), for the
+        plugin's own output field (:mod:`vllm_hogwild.core.forkjoin.lane_channel`). None: nothing (not a worker, or a
         kind with nothing to say)."""
         worker = self.workers.get(request_id)
         return None if worker is None else worker.group.kind.record(worker, finished)

@@ -2,9 +2,9 @@
 
 A group is steady while the same workers decode, one token more each per engine step, vLLM schedules every
 running request, and its kind needs nothing else of it (no text placed or read; see
-:meth:`~vllm_hogwild.core.group_table.GroupTable.lock_step`). Each engine step then adds one step to its
+:meth:`~vllm_hogwild.core.groups.table.GroupTable.lock_step`). Each engine step then adds one step to its
 log's last run, and its lanes' lengths follow from that run alone: the run's lengths, plus the steps so
-far for the lanes that decode in it (:meth:`~vllm_hogwild.core.replay.StepLog.advance`).
+far for the lanes that decode in it (:meth:`~vllm_hogwild.core.replay.step_log.StepLog.advance`).
 
 :class:`SteadyGroups` keeps those lengths for every steady group as two flat columns (an offset and a 0/1
 growth per lane), so an engine step's lengths of all of them are ``offsets + growth * tick``: one array
@@ -20,7 +20,7 @@ from itertools import chain
 
 import numpy as np
 
-from vllm_hogwild.core.replay import StepLog
+from vllm_hogwild.core.replay.step_log import StepLog
 
 _NONE = np.zeros(0, np.int64)
 

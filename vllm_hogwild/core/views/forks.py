@@ -2,8 +2,8 @@
 
 :class:`ForkState` (every fork so far) crosses to the worker processes when a
 fork starts and when one joins; :func:`fork_view` turns it and the lanes'
-lengths into one lane's :class:`~vllm_hogwild.core.views.View`. The protocol
-that decides forks and joins is :mod:`vllm_hogwild.core.forkjoin`.
+lengths into one lane's :class:`~vllm_hogwild.core.views.spans.View`. The protocol
+that decides forks and joins is :mod:`vllm_hogwild.core.forkjoin.families`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from vllm_hogwild.core.views import Span, View
+from vllm_hogwild.core.views.spans import Span, View
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Where the ``collab`` protocol's text enters a request (the front end's hooks,
 :mod:`vllm_hogwild.serving.requests`, call these; the engine core places step
-prefixes and the finisher, :mod:`vllm_hogwild.core.driver`):
+prefixes and the finisher, :mod:`vllm_hogwild.core.protocol.driver`):
 
 - **Chat** (``LLM.chat``, ``/v1/chat/completions``): the preamble becomes a
   system message (put in front of the conversation's own system message, if
@@ -11,7 +11,7 @@ prefixes and the finisher, :mod:`vllm_hogwild.core.driver`):
 - **Raw prompts** (``LLM.generate``, ``/v1/completions``): the preamble and a
   blank line go in front of the prompt's tokens, after a BOS token if the
   prompt starts with one; a blank line follows the prompt.
-- **Both**: the section headers (:data:`vllm_hogwild.core.protocol.HEADERS`) are
+- **Both**: the section headers (:data:`vllm_hogwild.core.protocol_text.HEADERS`) are
   appended to the prompt's tokens, the own header last. Their K/V is computed
   with the prompt, once per group; views show the prompt up to the first
   header and reference each header where it belongs. The group's first
@@ -31,7 +31,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from vllm_hogwild.core import protocol
+from vllm_hogwild.core import protocol_text
 from vllm_hogwild.core.options import PromptTail, RequestOptions
 
 # -- requests -----------------------------------------------------------------
@@ -39,7 +39,7 @@ from vllm_hogwild.core.options import PromptTail, RequestOptions
 
 def with_preamble(conversation: Sequence[Mapping[str, Any]], options: RequestOptions, num_workers: int) -> list:
     """The conversation with the collaboration preamble as its (first) system message."""
-    text = protocol.preamble(num_workers, options.task, options.person)
+    text = protocol_text.preamble(num_workers, options.task, options.person)
     messages = [dict(m) for m in conversation]
     if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
         messages[0]["content"] = f"{text}\n\n{messages[0]['content']}"
@@ -60,12 +60,12 @@ def extend_prompt(
     if not in_chat:
         bos = getattr(tokenizer, "bos_token_id", None)
         head = 1 if ids and bos is not None and ids[0] == bos else 0
-        preamble = encode(protocol.preamble(num_workers, options.task, options.person) + "\n\n")
+        preamble = encode(protocol_text.preamble(num_workers, options.task, options.person) + "\n\n")
         ids = ids[:head] + preamble + ids[head:] + encode("\n\n")
     prompt_end = len(ids)
     ranges = {}
-    for name in protocol.HEADER_ORDER:
-        run = encode(protocol.HEADERS[name])
+    for name in protocol_text.HEADER_ORDER:
+        run = encode(protocol_text.HEADERS[name])
         ranges[name] = (len(ids), len(ids) + len(run))
         ids += run
     return ids, PromptTail(prompt_end, **ranges)
@@ -95,14 +95,14 @@ class Answer:
 
 def answer_of_texts(texts: Sequence[str], pattern: str, named: bool = True) -> Answer | None:
     """The first worker's (in worker order) first match of ``pattern`` in the group's texts
-    (:func:`vllm_hogwild.core.protocol.first_match`), with who wrote it and how."""
-    found = protocol.first_match(texts, pattern)
+    (:func:`vllm_hogwild.core.protocol_text.first_match`), with who wrote it and how."""
+    found = protocol_text.first_match(texts, pattern)
     if found is None:
         return None
     worker, match = found
     text = texts[worker]
-    at = max((text.rfind(s, 0, match.end()) for s in protocol.FINISHER_SUFFIX.values()), default=-1)
-    name = protocol.NAMES[worker] if named and worker < len(protocol.NAMES) else None
+    at = max((text.rfind(s, 0, match.end()) for s in protocol_text.FINISHER_SUFFIX.values()), default=-1)
+    name = protocol_text.NAMES[worker] if named and worker < len(protocol_text.NAMES) else None
     return Answer(match.group(1).strip(), worker, name, "finisher" if at >= 0 else "worker")
 
 
@@ -112,7 +112,7 @@ def answer(output, pattern: str | None = None, task: str = "math") -> Answer | N
     ``pattern`` is the request's ``answer_pattern``; by default the ``task``'s
     (``math``: ``\\boxed{...}``), as the ``collab`` protocol uses.
     """
-    pattern = pattern or protocol.DEFAULT_ANSWER_PATTERN[task]
+    pattern = pattern or protocol_text.DEFAULT_ANSWER_PATTERN[task]
     texts = [c.text for c in sorted(output.outputs, key=lambda c: c.index)]
     return answer_of_texts(texts, pattern)
 
@@ -121,7 +121,7 @@ def answer(output, pattern: str | None = None, task: str = "math") -> Answer | N
 
 def _prefix(worker: int) -> re.Pattern:
     """The step prefix the engine places for ``worker`` (a model may write other names' prefixes too)."""
-    return re.compile(rf"\*\*{protocol.NAMES[worker]} \[(\d+)\]:\*\* ")
+    return re.compile(rf"\*\*{protocol_text.NAMES[worker]} \[(\d+)\]:\*\* ")
 
 
 @dataclass(frozen=True)

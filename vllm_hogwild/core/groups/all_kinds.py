@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from vllm_hogwild.core.forkjoin_group import FORK_JOIN
-from vllm_hogwild.core.group import Group
-from vllm_hogwild.core.group_kind import GroupKind
-from vllm_hogwild.core.hogwild_group import HOGWILD
+from vllm_hogwild.core.groups.forkjoin_kind import FORK_JOIN
+from vllm_hogwild.core.groups.group import Group
+from vllm_hogwild.core.groups.kind import GroupKind
+from vllm_hogwild.core.groups.hogwild_kind import HOGWILD
 from vllm_hogwild.core.options import RequestSpec
 
 KINDS: tuple[GroupKind, ...] = (FORK_JOIN, HOGWILD)  # the first that takes a request's options makes its group
@@ -15,6 +15,6 @@ KINDS: tuple[GroupKind, ...] = (FORK_JOIN, HOGWILD)  # the first that takes a re
 
 def new_group(group_id: str, spec: RequestSpec, max_tokens: int, prompt_len: int, arrival: float,
               arrival_time: float, encode: Callable[[str], list[int]], max_positions: int | None = None) -> Group:
-    """A new group for ``spec`` (see :meth:`~vllm_hogwild.core.group_kind.GroupKind.new_group`)."""
+    """A new group for ``spec`` (see :meth:`~vllm_hogwild.core.groups.kind.GroupKind.new_group`)."""
     kind = next(k for k in KINDS if k.takes(spec.options))
     return kind.new_group(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, encode, max_positions)

@@ -2,8 +2,8 @@
 
 Pure bookkeeping, no torch and no vLLM. Patterns are RE2's, matched over a
 bounded window of each lane's recent text (:mod:`vllm_hogwild.core.patterns`). Used
-by the ``combined`` and ``interleaved`` layouts (:func:`vllm_hogwild.core.views.combined_views`,
-:func:`vllm_hogwild.core.views.interleaved_views`). Users and the paper call these
+by the ``combined`` and ``interleaved`` layouts (:func:`vllm_hogwild.core.views.spans.combined_views`,
+:func:`vllm_hogwild.core.views.spans.interleaved_views`). Users and the paper call these
 "steps" (the option ``step_end``); in the code a step is always an engine step.
 
 - A worker's text is cut into *paragraphs*. A paragraph ends with the token that
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from vllm_hogwild.core.patterns import LOOKBACK_CHARS, compile_pattern
-from vllm_hogwild.core.views import Span
+from vllm_hogwild.core.views.spans import Span
 
 # A sentence end (optionally closed by quotes, brackets or markdown emphasis),
 # then a blank line.

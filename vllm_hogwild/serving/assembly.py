@@ -4,7 +4,7 @@ The front end sends a fork/join request (``n=1``) as ``1 + B`` lanes (vLLM's
 ``n`` fan-out): lane 0 is the trunk, lanes 1..B a pool the forks take their
 branches from (the engine core keeps a lane out of its queues until a fork
 takes it). Every output of a lane ≥ 1 carries its record
-(``completion.hogwild_lane``, a :class:`~vllm_hogwild.core.lane_channel.LaneRecord`
+(``completion.hogwild_lane``, a :class:`~vllm_hogwild.core.forkjoin.lane_channel.LaneRecord`
 sent on the plugin's own output field): which part it decodes, which lane
 forked it and where (the fork point in that lane's output tokens and
 characters), its siblings; its last also how many of its tokens are the
@@ -35,7 +35,7 @@ from bisect import insort
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_hogwild.core.lane_channel import LaneRecord
+from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
 from vllm_hogwild.core.options import SPEC_KEY, RequestSpec
 
 ATTR = "_hogwild_forkjoin"  # on vLLM's ParentRequest: the assembly of its lanes

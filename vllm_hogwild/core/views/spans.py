@@ -83,7 +83,7 @@ class View:
     ``starts``: the view position of each span's first token. ``None`` (every
     Hogwild layout) places the spans one after another. A fork/join view gives
     them: the branches of a join all start where the prefix ends, and the
-    continuation after the longest (:func:`~vllm_hogwild.core.fork_views.fork_view`). Spans are read in
+    continuation after the longest (:func:`~vllm_hogwild.core.views.forks.fork_view`). Spans are read in
     ``spans`` order either way; the own span is last and starts at or after
     every other span's end.
     """

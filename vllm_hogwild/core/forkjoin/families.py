@@ -20,11 +20,11 @@ A branch may fork again (nested), and any sequence again after a join: a
 request's forks make a tree. Serving one request: :class:`ForkJoinLanes` is
 its lanes' state (the trunk and every branch, each fork, the pool of lanes
 forks take, the order of events around a fork, which lanes sit out a step),
-:func:`~vllm_hogwild.core.fork_views.fork_view` what each lane reads given the forks
-(:class:`~vllm_hogwild.core.fork_views.ForkState`, which crosses to the worker processes), and
+:func:`~vllm_hogwild.core.views.forks.fork_view` what each lane reads given the forks
+(:class:`~vllm_hogwild.core.views.forks.ForkState`, which crosses to the worker processes), and
 :meth:`ForkJoinLanes.record` what a lane ≥ 1 tells the front end
-(:mod:`vllm_hogwild.core.lane_channel`), so that the lanes come out as one
-completion (``vllm_hogwild/serving/forkjoin.py``).
+(:mod:`vllm_hogwild.core.forkjoin.lane_channel`), so that the lanes come out as one
+completion (``vllm_hogwild/serving/assembly.py``).
 
 Detection is bounded per token: the goal end is matched with RE2 over a
 window of the latest text (:class:`~vllm_hogwild.core.patterns.WindowMatcher`)
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from vllm_hogwild.core.errors import HogwildOptionError
-from vllm_hogwild.core.fork_views import ForkNode, ForkState
-from vllm_hogwild.core.lane_channel import LaneRecord, new_record
+from vllm_hogwild.core.views.forks import ForkNode, ForkState
+from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord, new_record
 from vllm_hogwild.core.patterns import WindowMatcher, compile_pattern
 
 MAX_GOAL_CHARS = 16_384  # a goal longer than this (start tag to end tag) counts the entries of its tail only
@@ -473,7 +473,7 @@ class ForkJoinLanes:
 
     def record(self, lane: int, num_output: int | None = None, ends_with_eos: bool = False) -> LaneRecord:
         """What the front end needs of a lane ≥ 1 to assemble the document (a
-        :class:`~vllm_hogwild.core.lane_channel.LaneRecord`), from its first output on: its part (None: no fork
+        :class:`~vllm_hogwild.core.forkjoin.lane_channel.LaneRecord`), from its first output on: its part (None: no fork
         took it), its fork (the parent lane, the fork's lanes, the fork point in the parent's output tokens and
         characters); once it finished (``num_output``: its output tokens), ``keep``: how many are the branch's
         (an end of sequence is not)."""

@@ -1,8 +1,8 @@
 """Is Hogwild worth it for a workload, with how many workers, and what else to use if not.
 
-    python -m vllm_hogwild.core.planner best  --tokens 10000 --parallel 0.7 --coordination 200 [--max-workers 8]
-    python -m vllm_hogwild.core.planner route --tokens 50000 --parallel 0.8 --coordination 500 \\
-                                         [--model-family reasoning] [--answer single] [--draft-model] ...
+    python -m vllm_hogwild.tools.planner best  --tokens 10000 --parallel 0.7 --coordination 200 [--max-workers 8]
+    python -m vllm_hogwild.tools.planner route --tokens 50000 --parallel 0.8 --coordination 500 \\
+                                          [--model-family reasoning] [--answer single] [--draft-model] ...
 
 The wall-clock model counts sequential decode steps. A job that takes
 ``T_serial`` steps for one worker, of which a fraction ``p`` can be split,
@@ -193,7 +193,7 @@ def _plain_or_speculative(w: Workload, p: Sizing, reasons: list[str]) -> Recomme
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.core.planner", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.planner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("best", "route"):

@@ -1,7 +1,7 @@
 """What the engine core tells the front end of a fork/join lane: typed and versioned here, in one place.
 
 The front end assembles a fork/join request's lanes into one completion
-(``vllm_hogwild/serving/forkjoin.py``). For that it must learn, with the first
+(``vllm_hogwild/serving/assembly.py``). For that it must learn, with the first
 output of each lane ≥ 1, which part the lane decodes and which fork took it,
 and with its last, how many of its tokens are the branch's. That is a
 :class:`LaneRecord`. No field of vLLM's per-request output means this, so the

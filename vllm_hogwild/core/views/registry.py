@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
-from vllm_hogwild.core.fork_views import ForkState, fork_view
+from vllm_hogwild.core.views.forks import ForkState, fork_view
 from vllm_hogwild.core.options import FORKJOIN_LAYOUT
-from vllm_hogwild.core.views import Segment, SegmentColumns, Separators, Span, check_lanes, build_views, segments_of
+from vllm_hogwild.core.views.spans import Segment, SegmentColumns, Separators, Span, check_lanes, build_views, segments_of
 from vllm_hogwild.core.wire import GroupReplay, GroupShape, GroupStep, ReplayStep, StepWire
 
 SEPARATOR_NAMES = ("history", "others", "pivot", "own")  # the order of GroupShape.separators
@@ -157,7 +157,7 @@ class GroupViews:
 
     def _views(self, lane_lens, readers, past: ReplayStep | None = None):
         """The readers' views now, or (``past``) as they were at a past step: its history and paragraph starts
-        (a fork/join request's forks now give its views of then: see :mod:`vllm_hogwild.core.replay`)."""
+        (a fork/join request's forks now give its views of then: see :mod:`vllm_hogwild.core.replay.step_log`)."""
         shape = self.shape
         if shape.layout == FORKJOIN_LAYOUT:
             return [fork_view(shape.prompt_len, lane_lens, w, self.fork) for w in readers]

@@ -1,11 +1,11 @@
-"""Preemption and replay of the group table's groups: the half of :class:`~vllm_hogwild.core.group_table.GroupTable`
+"""Preemption and replay of the group table's groups: the half of :class:`~vllm_hogwild.core.groups.table.GroupTable`
 that takes a group out whole under KV pressure and brings it back. Pure, no vLLM import.
 
 Under KV pressure a whole group is the unit (:meth:`PreemptAndReplay.preempt`: never a lone
 worker, co-workers read its blocks); resumed, every lane re-feeds its tokens with the views
 they were produced under (:meth:`~PreemptAndReplay.replay_ends`, :meth:`~PreemptAndReplay.settle`,
-:mod:`vllm_hogwild.core.replay`). A mixin of the table: it reads and changes the table's own
-indexes, which :meth:`GroupTable.__init__ <vllm_hogwild.core.group_table.GroupTable>` declares.
+:mod:`vllm_hogwild.core.replay.step_log`). A mixin of the table: it reads and changes the table's own
+indexes, which :meth:`GroupTable.__init__ <vllm_hogwild.core.groups.table.GroupTable>` declares.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_hogwild.core.group import Group, Phase, Worker
-from vllm_hogwild.core.replay import Replay
+from vllm_hogwild.core.groups.group import Group, Phase, Worker
+from vllm_hogwild.core.replay.step_log import Replay
 
 
 @dataclass

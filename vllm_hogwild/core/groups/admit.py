@@ -1,15 +1,15 @@
-"""Admission of the group table's groups: the part of :class:`~vllm_hogwild.core.group_table.GroupTable` that
+"""Admission of the group table's groups: the part of :class:`~vllm_hogwild.core.groups.table.GroupTable` that
 decides when a complete (or preempted) group goes to the engine's queue, and what its lanes' first allocations
 take. Pure, no vLLM import.
 
 A group goes whole or not at all, oldest first, when it fits (its lanes' first blocks, as the
-table's KV rule counts them: :func:`~vllm_hogwild.core.admission.fits`) and fairness towards
-plain requests allows (:class:`~vllm_hogwild.core.admission.Fairness`). A fork/join request's
+table's KV rule counts them: :func:`~vllm_hogwild.core.groups.policy.fits`) and fairness towards
+plain requests allows (:class:`~vllm_hogwild.core.groups.policy.Fairness`). A fork/join request's
 lanes that no fork took yet (``Group.spare``) stay in the table: with ``on-demand`` they take no
 KV until a fork takes them (then they ask for it like any request, and the room-making pass
 counts them with their group: :meth:`Admit.forked_lanes`); with ``reserve`` their budgets are
 kept aside. A mixin of the table: it reads and changes the table's own indexes, which
-:meth:`GroupTable.__init__ <vllm_hogwild.core.group_table.GroupTable>` declares.
+:meth:`GroupTable.__init__ <vllm_hogwild.core.groups.table.GroupTable>` declares.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from vllm_hogwild.core.admission import Decision, fits
-from vllm_hogwild.core.group import Group, Phase, Worker
+from vllm_hogwild.core.groups.policy import Decision, fits
+from vllm_hogwild.core.groups.group import Group, Phase, Worker
 from vllm_hogwild.core.options import blocks_for_group
 
 
