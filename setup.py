@@ -25,9 +25,9 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["vllm_hogwild", "vllm_hogwild.*"]),
     # The CPU op is compiled on first use; the trained collaborators ship as HF folders (about 4 MB each).
-    # The upstream diffs lie beside the hooks they would retire (vllm_hogwild/patches/).
-    package_data={"vllm_hogwild.attention": ["csrc/*.cpp"], "vllm_hogwild": ["models/*/*"],
-                  "vllm_hogwild.patches": ["*.patch", "README.md"]},
+    # The upstream vLLM diffs (patches/, top level) are development material: MANIFEST.in puts them in the
+    # sdist; they are not package data, so the wheel does not carry them (include_package_data stays off).
+    package_data={"vllm_hogwild.attention": ["csrc/*.cpp"], "vllm_hogwild": ["models/*/*"]},
     # RE2: client regular expressions matched in linear time (vllm_hogwild/core/patterns.py).
     install_requires=["google-re2>=1.1"],
     extras_require={

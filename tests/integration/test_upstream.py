@@ -26,7 +26,7 @@ import pytest
 pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).parents[2]
-PATCHES = sorted((ROOT / "vllm_hogwild" / "patches").glob("[0-9]*.patch"))
+PATCHES = sorted((ROOT / "patches").glob("[0-9]*.patch"))  # the upstream diffs: top level, not in the package
 # The newer vLLM releases the CUDA extra accepts (setup.py); the CPU build stays on 0.32. Each with the rows left out
 # there besides the V1 runner's (which end at 0.33: vLLM 0.34 deleted that runner).
 NEWER_RELEASES = {

@@ -78,7 +78,7 @@ def test_kernel_and_function_rows_are_named_with_their_patch() -> None:
     text = section("**A kernel and a function**")
     for hook in hooks.HOOKS:
         if hook.kind in ("kernel", "function"):
-            assert f"`{hook.method}`" in text and f"`vllm_hogwild/patches/{hook.patch}`" in text, hook
+            assert f"`{hook.method}`" in text and f"`patches/{hook.patch}`" in text, hook
 
 
 def test_class_wraps_by_module() -> None:
@@ -99,7 +99,7 @@ def test_instance_wraps_table_names_every_instance_hook_and_its_patch() -> None:
         if hook.patch.startswith("none"):
             assert row.rstrip().endswith("| none |"), row
         else:
-            assert f"`vllm_hogwild/patches/{hook.patch}`" in row, (hook.patch, row)
+            assert f"`patches/{hook.patch}`" in row, (hook.patch, row)
 
 
 def test_scheduler_overrides_are_named() -> None:
@@ -145,8 +145,7 @@ def test_every_phase_is_named() -> None:
 
 
 def test_patch_count() -> None:
-    assert int(stated(r"`vllm_hogwild/patches/` holds (\d+) patches").group(1)) == len(
-        list((ROOT / "vllm_hogwild" / "patches").glob("*.patch")))
+    assert int(stated(r"`patches/` holds (\d+) patches").group(1)) == len(list((ROOT / "patches").glob("*.patch")))
 
 
 # -- the layering -------------------------------------------------------------------------------------

@@ -1,22 +1,28 @@
-"""The runtime hooks (the rows of vllm_hogwild/patches/ that carry one) against the code and the diffs beside them.
+"""The runtime hooks (the rows of vllm_hogwild/patches/ that carry one) against the code and the upstream diffs.
 
 Both directions: every hook row names code that installs it, and every wrap the code installs has a row.
+The diffs live in the top-level patches/ with their index (patches/README.md): every diff is listed there,
+every diff a hook or an area module names exists there, and every link of the index resolves.
 Pure: no vLLM import.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import vllm_hogwild.patches as hooks
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDER = ROOT / "vllm_hogwild" / "patches"
+FOLDER = ROOT / "vllm_hogwild" / "patches"  # the runtime touch points: the rows, the hooks, the wraps
+DIFFS = ROOT / "patches"  # the upstream diffs and their index
+INDEX = DIFFS / "README.md"
+DIFF_NAME = re.compile(r"\b\d\d-[a-z0-9-]+\.patch\b")
 
 
 def test_every_hook_names_its_upstream_patch_or_why_there_is_none() -> None:
-    patches = {p.name for p in FOLDER.glob("*.patch")}
+    patches = {p.name for p in DIFFS.glob("*.patch")}
     for hook in hooks.HOOKS:
         if hook.patch.startswith("none: "):
             assert len(hook.patch) > 40, hook  # a reason, not a placeholder
@@ -135,5 +141,67 @@ def test_every_diff_in_the_folder_is_named_by_a_hook_or_says_what_it_retires() -
     """No diff without a row: each is some hook's patch, or retires code the folder's docs name (05, 09)."""
     named = {h.patch for h in hooks.HOOKS}
     docs = "".join(path.read_text() for path in FOLDER.glob("*.py"))
-    for diff in FOLDER.glob("*.patch"):
+    for diff in DIFFS.glob("*.patch"):
         assert diff.name in named or diff.name in docs, diff.name
+
+
+def test_the_diffs_are_top_level_not_in_the_package() -> None:
+    assert sorted(p.name for p in DIFFS.glob("*.patch")), "no upstream diffs in patches/"
+    assert not list(FOLDER.glob("*.patch")) and not (FOLDER / "README.md").exists(), \
+        "the upstream diffs and their index live in the top-level patches/, not in vllm_hogwild/patches/"
+
+
+def _diff_names_named_by_the_folder() -> dict[str, set[str]]:
+    """Every ``NN-....patch`` a hook (``HOOKS``' patch) names, or the package's modules (docstrings, comments, log
+    messages: the area modules and the code a diff retires) and the docs name."""
+    named: dict[str, set[str]] = {}
+    for hook in hooks.HOOKS:
+        if not hook.patch.startswith("none: "):
+            named.setdefault(hook.patch, set()).add(f"the hook on {hook.target}")
+    texts = [*(ROOT / "vllm_hogwild").rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    for path in texts:
+        for name in DIFF_NAME.findall(path.read_text()):
+            named.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return named
+
+
+def test_every_diff_a_hook_or_an_area_module_names_exists() -> None:
+    named = _diff_names_named_by_the_folder()
+    assert named, "no hook names an upstream diff"
+    present = {p.name for p in DIFFS.glob("*.patch")}
+    missing = {name: sorted(where) for name, where in named.items() if name not in present}
+    assert not missing, f"named, but not in patches/: {missing}"
+
+
+def _links(text: str) -> list[str]:
+    """The Markdown links' targets (``[text](target)``), anchors dropped."""
+    return [target.split("#")[0] for target in re.findall(r"\]\(([^)\s]+)\)", text)]
+
+
+def test_the_index_lists_every_diff_and_the_hook_module_it_retires() -> None:
+    text = INDEX.read_text()
+    links = _links(text)
+    for diff in sorted(DIFFS.glob("[0-9]*.patch")):
+        assert diff.name in links, f"patches/README.md does not link {diff.name}"
+        row = next((line for line in text.splitlines() if f"]({diff.name})" in line), "")
+        modules = {t for t in _links(row) if t.startswith("../vllm_hogwild/patches/") and t.endswith(".py")}
+        assert modules, f"the index's row for {diff.name} links no hook module in vllm_hogwild/patches/"
+        for module in modules:  # the module it links names the diff
+            assert diff.name in (DIFFS / module).read_text(), (diff.name, module)
+    assert not [t for t in links if DIFF_NAME.fullmatch(t) and not (DIFFS / t).is_file()]
+
+
+def test_every_link_of_the_index_resolves() -> None:
+    links = [t for t in _links(INDEX.read_text()) if t and "://" not in t]
+    assert links
+    broken = [t for t in links if not (DIFFS / t).resolve().exists()]
+    assert not broken, f"patches/README.md links what does not exist: {broken}"
+
+
+def test_the_index_checks_catch_an_unlisted_diff_and_a_broken_link(tmp_path) -> None:
+    """The control: a diff missing from the index, and a link to a module that is not there, are found."""
+    text = INDEX.read_text().replace("](12-runner-placed-tokens.patch)", "](13-gone.patch)")
+    text += "\n[x](../vllm_hogwild/patches/nowhere.py)\n"
+    links = _links(text)
+    assert "12-runner-placed-tokens.patch" not in links
+    assert [t for t in links if not (DIFFS / t).resolve().exists()] == ["13-gone.patch", "../vllm_hogwild/patches/nowhere.py"]

@@ -386,6 +386,18 @@ def test_patches_are_applied_in_order_to_a_copy(tmp_path) -> None:
     assert (root / "vllm/a.py").read_text() == "x = 1\ny = 2\n"  # the sources themselves are untouched
 
 
+def test_patches_without_dir_means_the_checkouts_top_level_folder(tmp_path, capsys) -> None:
+    """``--patches`` alone applies the checkout's ``patches/`` (the diffs are not in the package); a folder with
+    no diff fails, saying where the diffs are, rather than passing with nothing applied."""
+    parser = upstream_cli._parser()
+    assert parser.parse_args(["--runtime", "--patches"]).patches == ROOT / "patches" == upstream_cli.PATCHES
+    assert parser.parse_args(["--runtime", "--patches", "d"]).patches == Path("d")
+    assert parser.parse_args(["--runtime"]).patches is None
+    assert sorted(upstream_cli.PATCHES.glob("[0-9]*.patch"))
+    assert upstream_cli._print_patches(tmp_path, tmp_path) is False
+    assert "no upstream diffs" in capsys.readouterr().out
+
+
 # -- the wheel ----------------------------------------------------------------------------------
 
 

@@ -5,7 +5,8 @@
   subclasses, calls, reads or writes (module, object, kind, the parameters it
   relies on, whether ``patches._wrap`` replaces it in the class's own
   ``__dict__``, where the plugin uses it, and its runtime hook if it has one),
-  kept in ``vllm_hogwild/patches/`` beside the wraps and the upstream diffs.
+  kept in ``vllm_hogwild/patches/`` beside the wraps (the upstream diffs: the
+  checkout's top-level ``patches/``).
 - :mod:`.check`: what each kind of touch point requires, one :class:`Checker`
   over a :class:`Reader`:
 
@@ -26,7 +27,7 @@
 - :mod:`.fetch`: a release's sources from its PyPI wheel, and the upstream
   patches applied in order to a copy.
 - :mod:`.cli`: ``python -m tools.upstream --runtime | --src DIR |
-  --wheel VERSION [--patches DIR] [-q]``.
+  --wheel VERSION [--patches [DIR]] [-q]`` (DIR: the checkout's ``patches/``).
 
 Nothing here imports vLLM at module import time.
 """

@@ -3,7 +3,8 @@
     python -m tools.upstream --runtime          # the installed vLLM, imported
     python -m tools.upstream --src DIR          # DIR holds a vllm/ package's sources (not imported)
     python -m tools.upstream --wheel 0.33.0     # that release's x86_64 wheel from PyPI, sources only
-    (each: [--patches vllm_hogwild/patches/] also applies the upstream patches in order to a copy; [-q] prints only what broke)
+    (each: [--patches [DIR]] also applies the upstream patches, DIR or the checkout's patches/, in order to a copy;
+    [-q] prints only what broke)
 
 Each touch point gets one line, OK / CHANGED: what / MISSING (with the file and
 line where it was found, or where something of that name lives now), and the
@@ -23,6 +24,10 @@ from .fetch import check_patches, default_cache, fetch_sources
 from .runtime import check_runtime
 from .source import release_version
 from .static import check_static
+
+# The upstream diffs live in the checkout's top-level patches/ (with their index, README.md), not in the package:
+# an installed wheel has none, so --patches without DIR needs a checkout (this tool runs from one).
+PATCHES = Path(__file__).resolve().parents[2] / "patches"
 
 
 def report(results: Sequence[Result], label: str, quiet: bool = False, out: TextIO | None = None) -> bool:
@@ -45,16 +50,24 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--runtime", action="store_true", help="import the installed vLLM and check it")
     parser.add_argument("--cache", type=Path, default=None, help=f"where --wheel keeps sources ({default_cache()})")
     parser.add_argument("--keep-wheel", action="store_true", help="keep the downloaded wheel in the cache")
-    parser.add_argument("--patches", type=Path, default=None, metavar="DIR",
-                        help="also apply DIR/[0-9]*.patch in order to a copy of the sources")
+    parser.add_argument("--patches", type=Path, nargs="?", const=PATCHES, default=None, metavar="DIR",
+                        help=f"also apply DIR/[0-9]*.patch in order to a copy of the sources (DIR: {PATCHES})")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only what broke, and the summary")
     return parser
 
 
 def _print_patches(root: Path, directory: Path) -> bool:
-    """Apply ``directory/[0-9]*.patch`` in order to a copy of ``root``; print one line each; True when all apply."""
+    """Apply ``directory/[0-9]*.patch`` in order to a copy of ``root``; print one line each; True when all apply.
+
+    No diff in ``directory`` is a failure, said as such (not an empty success): the diffs are in a checkout's
+    top-level ``patches/``, and an installed wheel carries none."""
+    diffs = sorted(Path(directory).glob("[0-9]*.patch"))
+    if not diffs:
+        print(f"PATCH FAILS   no upstream diffs ([0-9]*.patch) in {directory}: they are in the checkout's "
+              f"top-level patches/ (an installed wheel carries none)")
+        return False
     all_apply = True
-    for name, applies, message in check_patches(root, sorted(directory.glob("[0-9]*.patch"))):
+    for name, applies, message in check_patches(root, diffs):
         first_line = f": {message.splitlines()[0]}" if message else ""
         print(f"PATCH {'applies' if applies else 'FAILS  '} {name}{first_line}")
         for extra in message.splitlines()[1:6]:

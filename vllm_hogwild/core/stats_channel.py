@@ -8,7 +8,7 @@ plain data as JSON) on a ZeroMQ PUSH socket to an IPC address the switch chose
 for this engine (``additional_config["hogwild_runtime"]["stats"]``), and the
 front end's :class:`~vllm_hogwild.serving.metrics.HogwildStatLogger` pulls it.
 Sends never block: with nobody listening (an offline ``LLM`` without stats) a
-snapshot is dropped. ``vllm_hogwild/patches/06-scheduler-plugin-stats.patch`` is the
+snapshot is dropped. ``patches/06-scheduler-plugin-stats.patch`` is the
 upstream field that would retire this channel.
 """
 

@@ -1,12 +1,14 @@
-"""Every place the plugin touches vLLM, in this one folder: the rows, the runtime hooks, the upstream diffs.
+"""Every place the plugin touches vLLM at run time, in this one folder: the rows and the runtime hooks.
 
 One module per area of vLLM the plugin touches, each with what it relies on
 there (its rows: :class:`~vllm_hogwild.patches.points.TouchPoint`), how it
 changes it at run time (its ``HOOKS``: each a
-:class:`~vllm_hogwild.patches.points.Hook` on one of its rows), the class
-wraps themselves, and beside it the diffs to vLLM that would retire them
-(``NN-*.patch``, against the pinned vLLM; ``README.md`` says how to apply
-them):
+:class:`~vllm_hogwild.patches.points.Hook` on one of its rows) and the class
+wraps themselves. The diffs to vLLM that would retire the hooks
+(``NN-*.patch``, against the pinned vLLM, numbered below) are not here: they
+live in the checkout's top-level ``patches/`` folder, whose ``README.md``
+indexes them, links each to the module here whose hook it retires, and says
+how to apply them (a source-distribution file, not in the wheel):
 
 - :mod:`.config`: the switch and the ``--hogwild-*`` flags (01, 05);
 - :mod:`.requests`: the request checks, the collab preamble in chat, the

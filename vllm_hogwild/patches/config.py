@@ -3,7 +3,7 @@
 - ``EngineArgs.create_engine_config`` is wrapped (:func:`create_engine_config`):
   with ``additional_config["hogwild"]`` the switch (:mod:`vllm_hogwild.switch`)
   checks the model and the settings and picks the plugin's classes; without
-  it, stock. Retired by ``01-config-plugins.patch`` beside this module.
+  it, stock. Retired by ``patches/01-config-plugins.patch``.
 - ``EngineArgs.add_cli_args`` / ``from_cli_args`` are wrapped for the
   ``--hogwild-*`` flags (:mod:`vllm_hogwild.serving.cli`): a convenience over
   ``--additional-config``, which needs no hook.

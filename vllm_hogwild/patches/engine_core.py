@@ -7,7 +7,7 @@ the object (``instance``: a wrap of one object needs that object):
 
 - ``KVCacheManager.allocate_slots`` of this engine's manager
   (:mod:`vllm_hogwild.scheduler.kv`): a group's budget is reserved at admission.
-  Retired by ``04-scheduler-lookahead.patch`` beside this module;
+  Retired by ``patches/04-scheduler-lookahead.patch``;
 - ``Scheduler._reserve_prefill_lookahead`` of this scheduler, while groups
   replay: each lane's chunk end. Retired by ``10-scheduler-chunk-limit.patch``;
 - ``Scheduler._update_request_with_output`` (speculative decoding only) and

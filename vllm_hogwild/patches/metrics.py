@@ -4,7 +4,7 @@
 with Hogwild on, :class:`~vllm_hogwild.serving.metrics.HogwildStatLogger` goes
 first among the loggers; it reads the scheduler's snapshots from the plugin's
 own stats channel (:mod:`vllm_hogwild.core.stats_channel`). Both are retired by
-``06-scheduler-plugin-stats.patch`` beside this module.
+``patches/06-scheduler-plugin-stats.patch``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Each row names the vLLM module and the dotted path inside it, the kind of thing
 the plugin relies on (see the kind constants below), what exactly it relies on
 (parameters, decorator, sync/async, a default, a line of source...) and where
 the plugin uses it; a row the plugin changes at run time also carries its
-:class:`Hook` (how it is changed, by which code, and the upstream diff in this
-folder that would retire it, or why none would). Also the vLLM modules and the
+:class:`Hook` (how it is changed, by which code, and the upstream diff in the
+checkout's top-level ``patches/`` that would retire it, or why none would). Also the vLLM modules and the
 places in the plugin that several rows name. The rows live in the area modules
 of this folder beside the code that wraps them; the whole table: :mod:`.table`.
 Pure data: no vLLM import.
@@ -60,7 +60,7 @@ class Hook:
     target: str  # "module:Class.method", or "module:name" for a kernel or a function (the row's own target)
     kind: str  # one of HOOK_KINDS
     where: str  # the plugin module whose code changes it
-    patch: str  # the diff in this folder that would retire it, or "none: why"
+    patch: str  # the diff in the top-level patches/ that would retire it, or "none: why"
     hook: str = ""  # class wraps: "module:function" of the wrapper
 
     @property

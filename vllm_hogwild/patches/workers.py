@@ -9,8 +9,8 @@ V1 (:mod:`vllm_hogwild.runner.v1`):
 
 - the model runner's ``_prepare_inputs``: each step's wire becomes the
   attention metadata's Hogwild rows, and its placed tokens are written into
-  the runner's batch. Retired by ``03-attention-step-extras.patch`` beside
-  this module; its ``_dummy_run`` and ``propose_draft_token_ids`` clear the
+  the runner's batch. Retired by ``patches/03-attention-step-extras.patch``
+  (top-level); its ``_dummy_run`` and ``propose_draft_token_ids`` clear the
   step's views (no diff would retire those: see their reasons); its
   ``_get_prompt_logprobs_dict`` adds placed tokens' log-probabilities,
   retired with the placed tokens' writing by ``12-runner-placed-tokens.patch``;

@@ -20,7 +20,7 @@ fallbacks it registers with its kernel dispatcher
   :func:`apply_top_k_only` returns the empty logits as they are.
 
 :func:`install` probes each bug first and replaces only what is broken, so a
-vLLM that has fixed one keeps its own. ``vllm_hogwild/patches/11-cpu-rejection-sampler.patch``
+vLLM that has fixed one keeps its own. ``patches/11-cpu-rejection-sampler.patch``
 is the upstream fix of both.
 """
 
@@ -96,8 +96,8 @@ def install() -> list[str]:
         topk_topp_sampler.apply_top_k_only = _guard_no_rows(original)
         replaced.append(f"{topk_topp_sampler.__name__}.apply_top_k_only")
     if replaced:
-        logger.info("Hogwild: fixed vLLM's CPU rejection sampler (%s; vllm_hogwild/patches/11-cpu-rejection-sampler.patch "
-                    "is the upstream fix)", ", ".join(replaced))
+        logger.info("Hogwild: fixed vLLM's CPU rejection sampler (%s; the upstream fix is "
+                    "patches/11-cpu-rejection-sampler.patch in the source tree)", ", ".join(replaced))
     return replaced
 
 

@@ -159,7 +159,7 @@ def set_aside_discarded_generators(runner: Any, set_aside: dict[str, Any]) -> No
     from the global RNG (the token is discarded either way) and the seeded
     generator is exactly where an unchunked prefill would find it. vLLM's
     rewind then finds no generator for the row. Put back by
-    :func:`restore_generators` at the next step. ``vllm_hogwild/patches/09-*`` is the
+    :func:`restore_generators` at the next step. ``patches/09-*`` is the
     upstream fix. (V2 samples seeded rows from their seed and position: nothing to keep.)
     """
     batch = runner.input_batch

@@ -17,7 +17,7 @@ module applies them to vLLM's KV-cache manager:
   allocation is to come, and put back after. Wrapping takes whatever the
   instance has then, and unwrapping restores it, so nothing set on the
   instance meanwhile by anyone else (vLLM's own scheduler tests patch it) is
-  lost. ``vllm_hogwild/patches/04-*`` is the upstream change (a lookahead per request) that
+  lost. ``patches/04-*`` is the upstream change (a lookahead per request) that
   would retire the wrap;
 - :class:`LaneHashers`: a lane's prefix-cache hashes past its group's
   prompt are the lane's own, so K/V computed under Hogwild views is never

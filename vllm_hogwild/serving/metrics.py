@@ -7,7 +7,7 @@ the scheduler pushes a plain-data snapshot every step, and
 :class:`HogwildStatLogger`, which the plugin adds to the front end's stat
 loggers when Hogwild is on, pulls every waiting snapshot each time vLLM hands it
 a step's stats. vLLM's own ``SchedulerStats`` are left exactly as vLLM made them.
-``vllm_hogwild/patches/06-scheduler-plugin-stats.patch`` is the upstream field that would
+``patches/06-scheduler-plugin-stats.patch`` is the upstream field that would
 retire the channel.
 
 Series (labels ``model_name`` and ``engine``, like vLLM's):

