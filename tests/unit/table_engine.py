@@ -136,7 +136,7 @@ class FakeEngine:
             request.output_token_ids.append(token)
             if token == EOS or request.num_output_tokens >= request.max_tokens:
                 self.stop(request)
-        table.after_outputs()
+        table.take_sampled()
         self.wires.append(wire)
         self.num_steps += 1
         self.now += 0.01

@@ -468,7 +468,7 @@ def test_lanes_kept_back_for_a_fork_take_no_kv_until_it_comes_with_on_demand() -
     engine.step(sample)
     assert a[0].status == "running" and b[0].status == "running", "the kept lanes took no block"
     assert all(r.status == "held" for r in a[1:] + b[1:])
-    assert engine.table._spare() == (6, 0), "slots kept, no block"
+    assert engine.table.admitter.spare() == (6, 0), "slots kept, no block"
     for _ in range(len(goal) + 14):  # (the goal ends with the trunk's 73rd token)
         engine.step(sample)
     forked = [lanes for lanes in seen if lanes]

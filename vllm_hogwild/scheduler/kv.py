@@ -194,7 +194,7 @@ class RoomMaker:
     def needs(self, forked: list[tuple[str, int, int]]) -> dict[str, int]:
         """The blocks each running request's allocation will ask for this step, as vLLM's running loop asks
         (its token budget, long-prefill threshold, replay chunk ends and look-ahead), in its order; and the
-        first allocations of lanes a fork took (:meth:`~vllm_hogwild.core.groups.admit.Admit.forked_lanes`)."""
+        first allocations of lanes a fork took (:meth:`~vllm_hogwild.core.groups.table.GroupTable.forked_lanes`)."""
         s = self.scheduler
         budget, threshold = s.max_num_scheduled_tokens, s.scheduler_config.long_prefill_token_threshold
         num_running, num_waiting = s.get_request_counts()

@@ -276,7 +276,7 @@ class HogwildScheduler(Scheduler):
         self._placed_ahead.take_logprobs(model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)  # workers that end are seen there
         self._placed_ahead.add_to_outputs(outputs)
-        self.table.after_outputs()
+        self.table.take_sampled()  # where the step's sampled tokens enter the groups
         if self._lane_records:
             self._send_lane_records(outputs)
         return outputs

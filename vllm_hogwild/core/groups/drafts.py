@@ -5,52 +5,48 @@ A worker whose next token the engine may place (a paragraph's prefix, an answer,
 the finisher's room) verifies no drafts: forced tokens apply to a request's first
 sampled row only. An accepted run is kept up to the first token that stops the
 worker or after which the engine must place the next one; the rest is dropped as
-if rejected. The holds compare the engine steps in which each worker accepted
-tokens, counted here. A mixin of the table, as
-:mod:`vllm_hogwild.core.groups.preempt` is: it reads the table's own indexes.
+if rejected; each kept token enters its group's state as it is accepted
+(:meth:`~vllm_hogwild.core.groups.group.Group.accept_sampled`). The holds compare
+the engine steps in which each worker accepted tokens (``Worker.sampled_steps``,
+counted by :meth:`GroupTable.accept <vllm_hogwild.core.groups.table.GroupTable.accept>`).
+Functions of the data they are given: this part keeps no index of its own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
-from vllm_hogwild.core.groups.group import Worker
+from vllm_hogwild.core.groups.group import Group, Worker
 
 
-class Drafts:
-    def drafts_to_drop(self) -> list[Any]:
-        """Speculative decoding: requests whose next token the engine may place verify no drafts (forced
-        tokens apply to a request's first sampled row only)."""
-        out = []
-        for group in self._running.values():
-            if not group.driver.places_tokens:
-                continue
-            for w in group.workers:
-                if not w.finished and group.driver.may_place(w.index, w.request.num_output_tokens):
-                    out.append(w.request)
-        return out
+def drafts_to_drop(running: Iterable[Group]) -> list[Any]:
+    """Requests of the ``running`` groups whose next token the engine may place: they verify no drafts (forced
+    tokens apply to a request's first sampled row only)."""
+    out = []
+    for group in running:
+        if not group.driver.places_tokens:
+            continue
+        for w in group.workers:
+            if not w.finished and group.driver.may_place(w.index, w.request.num_output_tokens):
+                out.append(w.request)
+    return out
 
-    def accept(self, request_id: str) -> Worker | None:
-        """Speculative decoding: the request accepted tokens this step (one or more): its worker, with the
-        step counted; None: a plain request."""
-        worker = self.workers.get(request_id)
-        if worker is not None:
-            worker.sampled_steps += 1
-        return worker
 
-    def must_place(self, worker: Worker) -> bool:
-        """After each token of an accepted run: whether the engine must place the worker's next token (a
-        paragraph ended and queued its prefix, an answer, the finisher's room); the run is cut there."""
-        self._observe(worker)
-        return worker.group.driver.may_place(worker.index, worker.request.num_output_tokens)
+def must_place(worker: Worker) -> bool:
+    """After each token of an accepted run: whether the engine must place the worker's next token (a
+    paragraph ended and queued its prefix, an answer, the finisher's room); the run is cut there."""
+    group = worker.group
+    group.accept_sampled(worker)
+    return group.driver.may_place(worker.index, worker.request.num_output_tokens)
 
-    def accept_run(self, worker: Worker, tokens: list[int], accept) -> tuple[int, bool]:
-        """Speculative decoding: ``accept(token) -> stopped`` for each token of an accepted run, up to the first
-        that stops the worker or after which the engine must place the next token. ``(accepted, stopped)``."""
-        accepted, stopped = 0, False
-        for token in tokens:
-            stopped = accept(token)
-            accepted += 1
-            if stopped or self.must_place(worker):
-                break
-        return accepted, stopped
+
+def accept_run(worker: Worker, tokens: list[int], accept) -> tuple[int, bool]:
+    """``accept(token) -> stopped`` for each token of an accepted run, up to the first that stops the worker or
+    after which the engine must place the next token. ``(accepted, stopped)``."""
+    accepted, stopped = 0, False
+    for token in tokens:
+        stopped = accept(token)
+        accepted += 1
+        if stopped or must_place(worker):
+            break
+    return accepted, stopped

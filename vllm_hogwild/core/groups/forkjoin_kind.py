@@ -16,7 +16,8 @@ the text. This kind's part of the group's life
   joins, the worker processes get the new fork state
   (:class:`~vllm_hogwild.core.wire.GroupFork`); every step that decodes is logged;
 - **after outputs**: lanes the protocol is done with end next (a branch at its
-  budget's last token, lanes no fork can take), lanes a fork took go to the queue;
+  budget's last token, lanes no fork can take); the lanes a fork took are returned
+  to the table, for the queue;
 - **finished**: the trunk's end ends the request; a branch's end lets its join go on;
 - **record**: a lane ≥ 1's part in the document (its branch, its fork point),
   for the front end, which assembles one completion from every lane.
@@ -24,19 +25,17 @@ the text. This kind's part of the group's life
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 from vllm_hogwild.core.protocol.driver import ForkJoinDriver
-from vllm_hogwild.core.groups.group import Group, GroupCounters
+from vllm_hogwild.core.groups.group import Group, GroupCounters, StepInput, StepResult
 from vllm_hogwild.core.replay.step_log import StepLog
 from vllm_hogwild.core.wire import GroupFork
 
 if TYPE_CHECKING:
     from vllm_hogwild.core.groups.group import Worker
-    from vllm_hogwild.core.groups.kind import KindTable
     from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
-    from vllm_hogwild.core.wire import GroupStep
 
 
 class ForkJoinKind:
@@ -95,21 +94,21 @@ class ForkJoinKind:
                 out.append((w, n, driver.take(w.index, n, limit)))
         return out
 
-    def step(self, table: "KindTable", group: Group, scheduled: Mapping[str, int],
-             drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
-             all_scheduled: bool) -> tuple["GroupStep | None", GroupFork | None]:
+    def step(self, group: Group, step: StepInput, sits_out: bool) -> StepResult:
         if group.driver.places_tokens:
-            group.place_tokens(scheduled, forced, drafts)
+            group.place_tokens(step.scheduled, step.forced, step.drafts)
         lanes, fork = group.driver.lanes, None
         if lanes.version != group.fork_sent:  # a fork started or joined: the worker processes' views change
             fork = GroupFork(group.group_id, lanes.state)
             group.fork_sent = lanes.version
-        group.count_prefill(scheduled)
+        group.count_prefill(step.scheduled)
         # (the decoding lanes change as forks start and join: every step is logged, none is lock-step)
-        return table.decode_step(group, scheduled, drafts, fed_ahead=True), fork
+        out = group.decode(step, fed_ahead=True)
+        out.fork = fork
+        return out
 
-    def after_outputs(self, table: "KindTable", group: Group) -> None:
-        driver = group.driver
+    def after_outputs(self, group: Group) -> list["Worker"]:
+        driver, released = group.driver, []
         for w in group.workers[1:]:  # a branch at its budget's last token ends with its end of sequence: the
             # token before is fed (the join reads it), as after a branch end the model wrote
             if not w.finished and w.index not in group.spare and w.request.num_output_tokens == group.max_tokens - 1:
@@ -118,14 +117,15 @@ class ForkJoinKind:
         for lane in driver.lanes.take_released():
             if lane in group.spare:
                 group.spare.discard(lane)
-                table.release(group.workers[lane])
+                released.append(group.workers[lane])
+        return released
 
-    def finished(self, table: "KindTable", group: Group, worker: "Worker") -> None:
+    def finished(self, group: Group, worker: "Worker") -> list["Worker"]:
         if worker.index == 0:
             group.driver.lanes.trunk_finished()
-            self.after_outputs(table, group)
-        else:
-            group.driver.lanes.stopped(worker.index, worker.lane_len)
+            return self.after_outputs(group)
+        group.driver.lanes.stopped(worker.index, worker.lane_len)
+        return []
 
     def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
         lanes = worker.group.driver.lanes

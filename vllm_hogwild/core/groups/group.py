@@ -7,6 +7,12 @@ with a shared history), the protocol driver (placed tokens, answers, the
 finisher) and the counters the metrics report. What crosses to the worker
 processes is built from it by :meth:`Group.step` and :meth:`Group.shape`. Its
 life (arrival, admission, lock-step, the end) is :mod:`vllm_hogwild.core.groups.table`'s.
+
+Sampled tokens enter a group's state in one place, :meth:`Group.accept_sampled`: its
+driver reads each new token's text (paragraph ends, answers, forks). In a step, the
+table hands a group's kind the step's data (:class:`StepInput`), the kind works on the
+group (:meth:`Group.decode`, :meth:`Group.lock_step`) and returns what the table must
+record (:class:`StepResult`): nothing calls back into the table.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from vllm_hogwild.core.options import RequestSpec
 from vllm_hogwild.core.protocol.paragraphs import ParagraphTracker
 from vllm_hogwild.core.replay.step_log import Replay, StepLog
 from vllm_hogwild.core.stats import GroupEnd
-from vllm_hogwild.core.wire import GroupShape, GroupStep
+from vllm_hogwild.core.wire import GroupFork, GroupShape, GroupStep
 
 
 class EngineRequest(Protocol):
@@ -42,6 +48,30 @@ class Phase(Enum):
     ADMITTED = "admitted"  # its requests are in the engine's queues: they prefill, then decode in lock-step
     PREEMPTED = "preempted"  # out whole under KV pressure, every block freed; waits to be admitted again
     REPLAYING = "replaying"  # admitted again: every lane re-feeds its tokens with their views, then decodes on
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """What a group's kind reads of the step being built, once vLLM has scheduled it (token counts advanced): the
+    step's data, never the table. Kinds fill ``forced`` in."""
+
+    scheduled: Mapping[str, int]  # tokens per request this step
+    drafts: Mapping[str, Sequence[int]]  # each request's draft tokens this step
+    forced: dict[str, int]  # request id -> the token the engine places (filled in by the kinds)
+    all_scheduled: bool  # vLLM scheduled every running request (none fell out of the token budget)
+    speculative: bool  # the engine verifies drafts
+
+
+@dataclass(slots=True)
+class StepResult:
+    """A group's part of the step, as its kind returns it to the table, which records it in its own indexes."""
+
+    wire: GroupStep | None = None  # joins or drafts for the worker processes (None: only lengths)
+    fork: GroupFork | None = None  # the fork state, when a fork started or joined (fork/join)
+    lane_lens: list[int] | None = None  # its lanes' lengths for the wire (None: no row of it decodes)
+    steady: bool = False  # steady from the next step on: the table advances it with the other steady groups
+    settled: bool | None = None  # True: even from the next step on (holds need not be asked); False: it fell
+    # out of step (ask again); None: no change
 
 
 @dataclass
@@ -179,6 +209,50 @@ class Group:
         return GroupStep(self.group_id, tuple((s.lane, s.start, s.end) for s in joined),
                          tuple(drafts) if any(drafts) else ())
 
+    def accept_sampled(self, worker: Worker) -> None:
+        """Where sampled tokens enter the group's state: its driver reads the text of every token ``worker``
+        sampled since last time (groups that read no text: nothing). The table calls it after each step's
+        outputs (:meth:`~vllm_hogwild.core.groups.table.GroupTable.take_sampled`), for a worker that finishes,
+        and token by token in a speculative accepted run (:func:`~vllm_hogwild.core.groups.drafts.must_place`)."""
+        driver = self.driver
+        if not driver.observes_text:
+            return
+        tokens = worker.request.output_token_ids
+        for i in range(driver.num_observed[worker.index], len(tokens)):
+            token = tokens[i]
+            driver.observe(worker.index, i, worker.text(token), worker.hidden(token) if worker.hidden else "")
+
+    def lock_step(self) -> list[int]:
+        """A step in lock-step (the same workers, one token more each): a counter in its log; its lanes' lengths
+        for the wire."""
+        self.log.advance()
+        return self.lane_lens()
+
+    def decode(self, step: StepInput, fed_ahead: bool = False) -> StepResult:
+        """A step in which its workers decode: logged, its lanes' lengths for the wire, its joins and drafts, if any.
+        ``fed_ahead``: a lane's tokens beyond its first this step count as drafts (placed text fed ahead:
+        :meth:`~vllm_hogwild.core.groups.table.GroupTable.place_ahead`): co-workers read them from the next step
+        on, and the step is a run of its own."""
+        workers, scheduled, out = self.workers, step.scheduled, StepResult()
+        decoding = [w.index for w in workers if not w.finished and (n := scheduled.get(w.request_id))
+                    and w.request.num_computed_tokens - n >= self.prompt_len]  # a prefill chunk reads its lane
+        if self.in_step and len(decoding) < self.num_live:
+            self.in_step = False  # a live worker sat this step out: it is behind now
+            out.settled = False
+        if not decoding:
+            return out  # prefill rows read their own lane: plain attention
+        if fed_ahead:  # a lane's tokens past its first: its drafts, or placed text fed ahead (see lane_lens)
+            num_drafts = [0] * len(workers)
+            for i in decoding:
+                num_drafts[i] = scheduled[workers[i].request_id] - 1
+            if not step.speculative and not any(num_drafts):
+                num_drafts = None
+        else:
+            num_drafts = [len(step.drafts.get(w.request_id, ())) for w in workers] if step.speculative else None
+        out.lane_lens = lens = self.lane_lens(num_drafts)
+        out.wire = self.step(lens, decoding, num_drafts or (), exact=num_drafts is not None)
+        return out
+
     def stop(self, keep: int | None = None) -> None:
         """Every live worker samples its end next (``keep``: but this one, the finisher)."""
         live = [w.index for w in self.workers if not w.request.is_finished()]
@@ -192,7 +266,7 @@ class Group:
 
         A worker verifying drafts this step (its queue filled after scheduling: the finisher started)
         gets its token next step: a forced token applies to a request's bonus row only. Its accepted
-        run is then cut after its first token (``GroupTable.must_place``).
+        run is then cut after its first token (:func:`~vllm_hogwild.core.groups.drafts.must_place`).
         """
         driver = self.driver
         finisher = driver.maybe_start_finisher(

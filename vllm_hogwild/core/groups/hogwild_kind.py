@@ -12,33 +12,33 @@ This kind's part of a group's life (:class:`~vllm_hogwild.core.groups.kind.Group
   finisher); nothing decodes until every worker has the prompt (a worker that
   has it sits out until then); a group in lock-step (the same workers,
   one token more each, no paragraph to join) costs one counter in its log
-  (:meth:`~vllm_hogwild.core.groups.table.GroupTable.lock_step`), and one that
+  (:meth:`~vllm_hogwild.core.groups.group.Group.lock_step`), and one that
   reads and places no text (the raw protocol) is steady: the table advances it
   with the others, without asking this kind, until it falls out of step (from
   its second decoding step when every live worker decodes in its first); any other step
-  is logged (:meth:`~vllm_hogwild.core.groups.group.Group.step`); either way the
-  lanes' lengths go to the worker processes, which keep none;
+  is logged (:meth:`~vllm_hogwild.core.groups.group.Group.decode`); either way the
+  lanes' lengths go to the worker processes, which keep none. The kind returns
+  all of it to the table (:class:`~vllm_hogwild.core.groups.group.StepResult`)
+  and never calls the table;
 - **after outputs**, **finished**: nothing beyond what every group does;
 - **record**: none, vLLM's outputs carry all a worker's client needs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable
 
 from vllm_hogwild.core.groups.policy import ahead_of_group
 from vllm_hogwild.core.protocol.driver import ProtocolDriver
-from vllm_hogwild.core.groups.group import Group, GroupCounters
+from vllm_hogwild.core.groups.group import Group, GroupCounters, StepInput, StepResult
 from vllm_hogwild.core.options import HISTORY_LAYOUTS
 from vllm_hogwild.core.protocol.paragraphs import PARAGRAPH_END, ParagraphTracker
 from vllm_hogwild.core.replay.step_log import StepLog
 
 if TYPE_CHECKING:
     from vllm_hogwild.core.groups.group import Worker
-    from vllm_hogwild.core.groups.kind import KindTable
     from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
-    from vllm_hogwild.core.wire import GroupFork, GroupStep
 
 
 class HogwildKind:
@@ -69,38 +69,35 @@ class HogwildKind:
     def place_ahead(self, group: Group, runs, max_positions):
         return []
 
-    def step(self, table: "KindTable", group: Group, scheduled: Mapping[str, int],
-             drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
-             all_scheduled: bool) -> tuple["GroupStep | None", "GroupFork | None"]:
+    def step(self, group: Group, step: StepInput, sits_out: bool) -> StepResult:
         if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
-            group.place_tokens(scheduled, forced, drafts)
+            group.place_tokens(step.scheduled, step.forced, step.drafts)
         if not group.prefilled:
-            prefilled, sample_together = group.count_prefill(scheduled)
+            prefilled, sample_together = group.count_prefill(step.scheduled)
             if not prefilled:
-                return None, None  # someone still prefills: no row decodes (a worker with the prompt sits out)
+                return StepResult()  # someone still prefills: no row decodes (a worker with the prompt sits out)
             group.prefilled = True
-            if sample_together and not table.speculative:
+            if sample_together and not step.speculative:
                 # Every row prefills (none decodes) and each worker samples its first token now, together: the
                 # group is even from the next step on, without asking :meth:`holds`.
-                table.keep_in_step(group)
-                return None, None
+                group.in_step = True
+                return StepResult(settled=True)
         # A group that reads no text and places none is steady while in lock-step: the table advances it with
         # the others until it falls out of step.
         steady = not (group.driver.places_tokens or group.driver.observes_text)
-        if in_lock_step(table, group, all_scheduled):
+        if in_lock_step(group, step, sits_out):
             # The same workers, one token more each: a counter, and the lanes' lengths.
-            table.lock_step(group, steady=steady)
-            return None, None
-        wire = table.decode_step(group, scheduled, drafts)
-        if steady and wire is None and in_lock_step(table, group, all_scheduled):
-            table.keep_steady(group)  # this step's run has every live worker: in lock-step from the next on
-        return wire, None
+            return StepResult(lane_lens=group.lock_step(), steady=steady)
+        out = group.decode(step)
+        if steady and out.wire is None and in_lock_step(group, step, sits_out):
+            out.steady = True  # this step's run has every live worker: in lock-step from the next on
+        return out
 
-    def after_outputs(self, table: "KindTable", group: Group) -> None:
-        return None
+    def after_outputs(self, group: Group) -> list["Worker"]:
+        return []
 
-    def finished(self, table: "KindTable", group: Group, worker: "Worker") -> None:
-        return None
+    def finished(self, group: Group, worker: "Worker") -> list["Worker"]:
+        return []
 
     def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
         return None
@@ -109,12 +106,13 @@ class HogwildKind:
 HOGWILD = HogwildKind()
 
 
-def in_lock_step(table: "KindTable", group: Group, all_scheduled: bool) -> bool:
+def in_lock_step(group: Group, step: StepInput, sits_out: bool) -> bool:
     """Whether the group's next step is its log's last run going on: that run's decoding workers are the live
     ones (as many, none of them finished since: a worker that stopped and one that sat out may leave the count
-    equal), every request was scheduled in this step, none of the group's held back, no paragraph pending."""
+    equal), every request was scheduled in this step, none of the group's held back (``sits_out``), no paragraph
+    pending."""
     log = group.log
-    return (all_scheduled and not table.speculative and not table.sits_out(group) and bool(log.runs)
+    return (step.all_scheduled and not step.speculative and not sits_out and bool(log.runs)
             and len(log.runs[-1].decoding) == group.num_live
             and not any(group.workers[w].finished for w in log.runs[-1].decoding)
             and not (group.tracker is not None and group.tracker.pending))

@@ -18,38 +18,24 @@ their groups (:meth:`~GroupKind.new_group`). Two kinds exist: Hogwild groups
 collab protocols) and fork/join requests (:mod:`vllm_hogwild.core.groups.forkjoin_kind`:
 a trunk and branch lanes that forks take); :mod:`vllm_hogwild.core.groups.all_kinds`
 lists them and picks one for a request. A third kind is a new module with a
-class of these methods, and a line in that list. The kinds see the table only
-through :class:`KindTable`.
+class of these methods, and a line in that list.
+
+A kind never sees the table, and nothing in a step calls back into it: the table
+calls the kind with the data it needs (the group, the step's
+:class:`~vllm_hogwild.core.groups.group.StepInput`), the kind works on the group,
+and returns what the table must record (a
+:class:`~vllm_hogwild.core.groups.group.StepResult`; the lanes a fork took, from
+:meth:`~GroupKind.after_outputs` and :meth:`~GroupKind.finished`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from vllm_hogwild.core.groups.group import Group, Worker
+    from vllm_hogwild.core.groups.group import Group, StepInput, StepResult, Worker
     from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
     from vllm_hogwild.core.options import RequestOptions, RequestSpec
-    from vllm_hogwild.core.wire import GroupFork, GroupStep
-
-
-class KindTable(Protocol):
-    """What a kind uses of the group table (:class:`~vllm_hogwild.core.groups.table.GroupTable` has these)."""
-
-    speculative: bool  # the engine verifies drafts
-
-    def decode_step(self, group: "Group", scheduled: Mapping[str, int],
-                    drafts: Mapping[str, Sequence[int]], fed_ahead: bool = False) -> "GroupStep | None": ...
-
-    def lock_step(self, group: "Group", steady: bool = False) -> None: ...
-
-    def keep_steady(self, group: "Group") -> None: ...
-
-    def keep_in_step(self, group: "Group") -> None: ...
-
-    def sits_out(self, group: "Group") -> bool: ...
-
-    def release(self, worker: "Worker") -> None: ...
 
 
 class GroupKind(Protocol):
@@ -77,18 +63,21 @@ class GroupKind(Protocol):
         token, as ``(worker, index of the first one among its output tokens, tokens)``; taken from the group's
         driver (the table gives back what vLLM did not feed). ``runs(request)``: vLLM runs it."""
 
-    def step(self, table: KindTable, group: "Group", scheduled: Mapping[str, int],
-             drafts: Mapping[str, Sequence[int]], forced: dict[str, int],
-             all_scheduled: bool) -> tuple["GroupStep | None", "GroupFork | None"]:
-        """The group's part of the step's wire (vLLM has scheduled; token counts are advanced): its
-        :class:`~vllm_hogwild.core.wire.GroupStep` and :class:`~vllm_hogwild.core.wire.GroupFork` (None: the
-        worker processes need none). Tokens the engine places go into ``forced`` (request id -> token)."""
+    def step(self, group: "Group", step: "StepInput", sits_out: bool) -> "StepResult":
+        """The group's part of the step (vLLM has scheduled; token counts are advanced): its lanes' lengths,
+        its :class:`~vllm_hogwild.core.wire.GroupStep` and :class:`~vllm_hogwild.core.wire.GroupFork` (None:
+        the worker processes need none), and whether it is steady or settled, for the table to record. Tokens
+        the engine places go into ``step.forced`` (request id -> token). ``sits_out``: a worker of the group
+        sits this step out."""
 
-    def after_outputs(self, table: KindTable, group: "Group") -> None:
-        """The step's outputs are in and every driver has seen its workers' new text."""
+    def after_outputs(self, group: "Group") -> list["Worker"]:
+        """The step's sampled tokens are in, and the group's driver has read them
+        (:meth:`~vllm_hogwild.core.groups.group.Group.accept_sampled`). Returns the spare lanes a fork took
+        (they go to the engine's queue at the next admission)."""
 
-    def finished(self, table: KindTable, group: "Group", worker: "Worker") -> None:
-        """``worker``'s request ended (its lane's length is final)."""
+    def finished(self, group: "Group", worker: "Worker") -> list["Worker"]:
+        """``worker``'s request ended (its lane's length is final). Returns the spare lanes a fork took, as
+        :meth:`after_outputs` does."""
 
     def record(self, worker: "Worker", finished: bool) -> "LaneRecord | None":
         """What the front end must learn of ``worker`` with its outputs (``finished``: with its last one), sent

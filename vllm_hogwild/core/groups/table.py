@@ -7,34 +7,30 @@ a group is decided here:
 - **arrive**: a worker's request comes in (they arrive one by one, in any
   order); the scheduler holds it out of vLLM's waiting queue;
 - **admit**: complete groups, oldest first, go to vLLM's waiting queue whole,
-  when they fit (the KV rule below) and fairness allows
-  (:mod:`vllm_hogwild.core.groups.admit`, on the rules of
+  when they fit (the KV rule: :mod:`vllm_hogwild.core.groups.admit`) and fairness allows
+  (:class:`~vllm_hogwild.core.groups.admit.Admitter`, on the rules of
   :mod:`vllm_hogwild.core.groups.policy`); a preempted group comes back the same
   way, its finished lanes with replay requests of their own;
-- **hold**, **step**, **observe**: what differs between kinds of group (lock-step
+- **hold**, **step**, **take sampled**: what differs between kinds of group (lock-step
   Hogwild groups, fork/join requests) each kind decides through one interface,
   :class:`~vllm_hogwild.core.groups.kind.GroupKind`: which workers sit a step
   out (:meth:`holds`), its part of the step's wire for the worker processes
-  (:meth:`step`), what sampled tokens change (:meth:`after_outputs`; every
-  token's text goes to the group's protocol driver first, which may stop it);
+  (:meth:`step`), what sampled tokens change (:meth:`take_sampled`: where they
+  enter the groups, their text read by each group's driver, which may stop it);
   with speculative decoding, what the table says of drafts and accepted runs
   (:mod:`vllm_hogwild.core.groups.drafts`);
 - **preempt** and **replay**: a whole group out under KV pressure, and back by
-  exact replay (:mod:`vllm_hogwild.core.groups.preempt`);
+  exact replay (:class:`~vllm_hogwild.core.groups.preempt.Replayer`);
 - **park** and **finish**: a worker that stops keeps its lane (co-workers
   still read it) until the whole group is done; then every lane is freed
-  together (:meth:`finish`).
+  together (:meth:`finish`), and the group leaves every index in one place
+  (:meth:`_end`).
 
-The KV rule (``kv``): ``on-demand`` (the default) admits a group when every
-lane's prompt and first token fit, as vLLM admits a request, and its lanes
-then take blocks as they grow; a preempted group is admitted again when all
-its lanes fit as they were; a fork/join request's lanes that no fork took yet
-take nothing until one does. ``reserve`` admits a group only when every lane
-fits for its whole budget, ``prompt // bs`` shared full blocks plus, per lane,
-the rest of ``prompt + max_tokens``
-(:func:`~vllm_hogwild.core.options.blocks_for_group`), and a lane's first
-allocation takes that whole budget (:meth:`first_allocation`): no group is
-ever preempted.
+The table composes its parts, each owning its own indexes: ``admitter`` and ``replayer``
+(the drafts part keeps none); it owns the groups, workers, running groups and the step being
+built. A step goes one way, table -> kind -> group: a kind gets the step's data
+(:class:`~vllm_hogwild.core.groups.group.StepInput`) and returns a
+:class:`~vllm_hogwild.core.groups.group.StepResult`, which the table records.
 
 The table reads a worker's engine request only through
 :class:`~vllm_hogwild.core.groups.group.EngineRequest` (vLLM's ``Request`` has those fields);
@@ -47,20 +43,19 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from vllm_hogwild.core.groups.policy import Fairness, Promises
-from vllm_hogwild.core.groups.group import Group, Phase, Worker, parse_request_id
-from vllm_hogwild.core.groups.admit import Admit
+from vllm_hogwild.core.groups import drafts as drafts_part
+from vllm_hogwild.core.groups.group import Group, Phase, StepInput, Worker, parse_request_id
+from vllm_hogwild.core.groups.admit import Admission, Admitter, Room
 from vllm_hogwild.core.groups.all_kinds import new_group
-from vllm_hogwild.core.groups.drafts import Drafts
-from vllm_hogwild.core.groups.preempt import PreemptAndReplay
+from vllm_hogwild.core.groups.preempt import Preemption, Replayer
 from vllm_hogwild.core.forkjoin.lane_channel import LaneRecord
 from vllm_hogwild.core.options import KV_MODES, RequestSpec
 from vllm_hogwild.core.stats import HogwildStats
-from vllm_hogwild.core.wire import GroupStep, LaneLengths, StepWire
+from vllm_hogwild.core.wire import LaneLengths, StepWire
 from vllm_hogwild.core.replay.steady import SteadyGroups
 
 
-class GroupTable(Admit, PreemptAndReplay, Drafts):
+class GroupTable:
     def __init__(self, *, block_size: int, max_plain_wait: float, encode: Callable[[str], list[int]],
                  text_for: Callable[[Any], Callable[[int], str]] | None = None,
                  hidden_for: Callable[[Any], Callable[[int], str] | None] | None = None, slack: int = 0,
@@ -81,32 +76,25 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         self.speculative = speculative
         self.on_demand = kv == "on-demand"
         self.max_positions = max_positions
-        self.fairness = Fairness(max_plain_wait)
         self.stats = HogwildStats()
         self._encode = encode
         self._text_for = text_for
         self._hidden_for = hidden_for
         self._clock = clock
+        # The parts, each owning its own indexes (a group that ends leaves them all in one place: :meth:`_end`).
+        self.admitter = Admitter(block_size=block_size, slack=slack, on_demand=self.on_demand,
+                                 max_plain_wait=max_plain_wait, clock=clock)
+        self.replayer = Replayer()
+        # what the holds compare: engine steps in which a worker accepted tokens (without drafts: one token each)
+        self._steps_of = (lambda w: w.sampled_steps) if speculative else (lambda w: w.request.num_output_tokens)
         self.groups: dict[str, Group] = {}  # by group id, in arrival order
         self.workers: dict[str, Worker] = {}  # by request id
-        self.replays: dict[str, Worker] = {}  # replay request id -> the (finished) worker whose lane it re-feeds
-        self._waiting: dict[str, Group] = {}  # groups not admitted (or preempted), oldest first
         self._running: dict[str, Group] = {}  # admitted groups, in admission order
         self._observing: dict[str, Group] = {}  # admitted groups whose text the driver reads
-        self._replaying: dict[str, Group] = {}  # admitted again after a preemption, re-feeding their lanes
-        self._num_held = 0  # requests of waiting groups that have arrived and not finished
-        # requests handed to the engine's waiting queue, not scheduled yet -> slots their first allocation takes
-        # (with `reserve` the whole budget, which that allocation reserves: :meth:`first_allocation`)
-        self.promises = Promises(block_size)
-        self._with_spares: dict[str, Group] = {}  # admitted groups that keep lanes out of the queues (fork/join)
-        self._released: list[Worker] = []  # spare lanes a fork took, for the engine's queue at the next admission
-        self._forked: dict[str, Worker] = {}  # lanes a fork took, handed to the engine's queue (:meth:`forked_lanes`)
         self._unsettled: set[str] = set()  # admitted groups whose kind may hold workers back (:meth:`holds`)
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
-        self._orphans: list[Any] = []  # replay requests of groups that ended: the scheduler aborts them
-        self._lengths = LaneLengths()  # the step being built: the groups that decode and their lanes' lengths
         self._sitting_out: set[str] = set()  # groups with a worker held out of the step being scheduled
-        self._steady = SteadyGroups()  # groups in steady lock-step, advanced together (:meth:`lock_step`)
+        self._steady = SteadyGroups()  # groups in steady lock-step, advanced together (:meth:`Group.lock_step`)
         self._num_recording = 0  # groups whose kind sends lane records (:meth:`lane_record`)
         self.feeds_placed_ahead = True  # placed text after its first token is fed in one step (off: a control)
         self._placing: dict[str, tuple[Worker, int, list[int]]] = {}  # taken for the step being scheduled
@@ -114,19 +102,22 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
 
     def __contains__(self, request_id: str) -> bool:
         """A worker's request, or a replay request: a lane of some group."""
-        return request_id in self.workers or request_id in self.replays
+        return request_id in self.workers or request_id in self.replayer.replays
 
     def __bool__(self) -> bool:
         return bool(self.groups)
 
     @property
-    def num_held(self) -> int:
-        """Requests held out of the engine's queues (their groups are not admitted): they wait too."""
-        return self._num_held
+    def replays(self) -> dict[str, Worker]:  # replay request id -> the worker whose lane it re-feeds
+        return self.replayer.replays
+
+    @property
+    def num_held(self) -> int:  # requests held out of the engine's queues (their groups are not admitted)
+        return self.admitter.num_held
 
     @property
     def num_waiting_groups(self) -> int:
-        return len(self._waiting)
+        return len(self.admitter.waiting)
 
     @property
     def num_running_groups(self) -> int:
@@ -143,11 +134,11 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         """A worker's request arrived (``arrival``: its wall-clock arrival time, as vLLM records it)."""
         group_id, index = parse_request_id(request_id, spec.num_workers)
         group = self.groups.get(group_id)
-        if group is None:
+        new = group is None
+        if new:
             group = new_group(group_id, spec, max_tokens, prompt_len, arrival=arrival,
                               arrival_time=self._clock(), encode=self._encode, max_positions=self.max_positions)
             self.groups[group_id] = group
-            self._waiting[group_id] = group
             self._num_recording += group.kind.records
         worker = Worker(group, index, request_id, request, eos_token_id)
         if group.driver.observes_text and self._text_for is not None:
@@ -156,10 +147,122 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             worker.hidden = self._hidden_for(request)
         group.workers[index] = worker
         self.workers[request_id] = worker
-        self._num_held += 1
+        self.admitter.arrived(group, new)
         if group.is_complete:
             group.phase = Phase.WAITING
         return worker
+
+    # -- admit (the admitter's) ------------------------------------------------------------------------
+
+    def admit(self, now: float, room: Callable[[], Room], oldest_plain: Callable[[], float | None]) -> Admission:
+        """Complete (or preempted) groups to queue now (:meth:`Admitter.admit
+        <vllm_hogwild.core.groups.admit.Admitter.admit>`); the table runs those admitted."""
+        admission = self.admitter.admit(now, room, oldest_plain)
+        for group in admission.groups:
+            group_id = group.group_id
+            self._running[group_id] = group
+            if group.driver.observes_text:
+                self._observing[group_id] = group
+            if group.phase is Phase.REPLAYING:
+                self.replayer.resumed(group)
+            self._unsettled.add(group_id)
+        return admission
+
+    def forked_lanes(self) -> list[tuple[str, int, int]]:
+        """Lanes a fork took, queued, not scheduled yet (:meth:`Admitter.forked_lanes
+        <vllm_hogwild.core.groups.admit.Admitter.forked_lanes>`)."""
+        return self.admitter.forked_lanes(self._running)
+
+    @property
+    def num_queued(self) -> int:  # (these four: the admitter's, which says what they are)
+        return self.admitter.num_queued
+
+    @property
+    def has_reservations(self) -> bool:
+        return self.admitter.has_reservations
+
+    def first_allocation(self, request_id: str) -> int | None:
+        return self.admitter.first_allocation(request_id)
+
+    def allocated(self, request_id: str) -> None:
+        self.admitter.allocated(request_id)
+
+    def preempted_alone(self, request_id: str) -> None:
+        """vLLM preempted one worker (the table's rules are there so that it never does): counted."""
+        worker = self.workers[request_id]
+        self.stats.num_member_preemptions += 1
+        self.admitter.preempted_alone(worker)
+
+    # -- preempt and replay (the replayer's) ---------------------------------------------------------------
+
+    def preempt(self, group_id: str) -> Preemption:
+        """Take a running group out whole: it waits again, oldest first, and re-feeds its lanes on resumption.
+        Call it before the scheduler frees anything: each lane's length is read here, once."""
+        group = self._running.pop(group_id)
+        self._steady.drop(group_id)  # (its log catches up: the replay reads it)
+        self._observing.pop(group_id, None)
+        self._unsettled.discard(group_id)
+        pending = self.admitter.preempted(group)
+        preemption = self.replayer.preempt(group, pending)
+        group.phase, group.in_step, group.shape_sent = Phase.PREEMPTED, False, False
+        self.admitter.wait_again(group, len(preemption.requests))
+        group.counters.num_preemptions += 1
+        self.stats.num_group_preemptions += 1
+        return preemption
+
+    def replay_request(self, worker: Worker, request: Any) -> None:
+        """The scheduler made ``request`` to re-feed ``worker``'s (finished) lane; it holds the lane now."""
+        self.replayer.replay_request(worker, request)
+        self.admitter.promise(request.request_id, worker.lane_len + 1 + self.slack)
+
+    @property
+    def replaying(self) -> list[Group]:
+        return list(self.replayer.replaying.values())
+
+    def replay_ends(self, budget: int, max_chunk: int = 0) -> dict[str, int]:
+        """Where each replaying lane's tokens stop this step (:meth:`Replayer.replay_ends
+        <vllm_hogwild.core.groups.preempt.Replayer.replay_ends>`)."""
+        return self.replayer.replay_ends(budget, max_chunk)
+
+    def settle(self) -> tuple[list[tuple[Any, int]], list[Any]]:
+        """Before a step: :meth:`Replayer.settle <vllm_hogwild.core.groups.preempt.Replayer.settle>`."""
+        rollbacks, finished, done = self.replayer.settle()
+        for group in done:
+            self._unsettled.add(group.group_id)
+        return rollbacks, finished
+
+    def replay_parked(self, request_id: str) -> bool:
+        """A replay request finished; True: its group goes on and keeps the lane in its blocks (park it)."""
+        return self.replayer.replay_parked(request_id, self.groups)
+
+    def prefix_hit_cap(self, request_id: str, block_size: int) -> int | None:
+        """A replaying lane's most prefix-cache hit tokens (:meth:`Replayer.prefix_hit_cap
+        <vllm_hogwild.core.groups.preempt.Replayer.prefix_hit_cap>`); None: no cap."""
+        return self.replayer.prefix_hit_cap(self.workers.get(request_id) or self.replayer.replays.get(request_id),
+                                            block_size)
+
+    def take_orphans(self) -> list[Any]:
+        """Replay requests of groups that ended (aborted while replaying): the scheduler aborts them."""
+        return self.replayer.take_orphans()
+
+    # -- drafts (speculative decoding) ------------------------------------------------------------------
+
+    def drafts_to_drop(self) -> list[Any]:
+        """Requests that verify no drafts (:func:`~vllm_hogwild.core.groups.drafts.drafts_to_drop`)."""
+        return drafts_part.drafts_to_drop(self._running.values())
+
+    def accept(self, request_id: str) -> Worker | None:
+        """Speculative decoding: the request accepted tokens this step (one or more): its worker, with the
+        step counted; None: a plain request."""
+        worker = self.workers.get(request_id)
+        if worker is not None:
+            worker.sampled_steps += 1
+        return worker
+
+    def accept_run(self, worker: Worker, tokens: list[int], accept) -> tuple[int, bool]:
+        """An accepted run, token by token, each entering its group's state, up to where it is cut
+        (:func:`~vllm_hogwild.core.groups.drafts.accept_run`): ``(accepted, stopped)``."""
+        return drafts_part.accept_run(worker, tokens, accept)
 
     # -- hold -------------------------------------------------------------------------------------------
 
@@ -190,24 +293,10 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             if worker is not None:
                 self._sit_out(worker.group.group_id)
 
-    def keep_in_step(self, group: Group) -> None:
-        """The group's live workers are even from the next step on (its kind knows it without asking
-        :meth:`holds`): it is in step, and settled, until it falls out of step."""
-        group.in_step = True
-        self._unsettled.discard(group.group_id)
-
     def _sit_out(self, group_id: str) -> None:
         """A worker of the group sits this step out: the group is not in lock-step in it."""
         self._steady.drop(group_id)
         self._sitting_out.add(group_id)
-
-    def sits_out(self, group: Group) -> bool:
-        """Whether a worker of ``group`` sits this step out (the table's holds, or waiting for its outputs)."""
-        return group.group_id in self._sitting_out
-
-    def _steps_of(self, worker: Worker) -> int:
-        """Engine steps in which the worker accepted tokens (without speculative decoding: one token each)."""
-        return worker.sampled_steps if self.speculative else worker.request.num_output_tokens
 
     # -- place ahead ------------------------------------------------------------------------------------
 
@@ -255,9 +344,10 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         lengths (the worker processes keep none): O(N); in lock-step, one counter in its log besides.
         """
         shapes, steps, replays, forced, forks = [], [], [], {}, []
-        lengths = self._lengths = LaneLengths()
-        if self.promises:
-            self.promises.drop_scheduled(scheduled)
+        lengths = LaneLengths()  # the step being built: the groups that decode and their lanes' lengths
+        promises = self.admitter.promises
+        if promises:
+            promises.drop_scheduled(scheduled)
         steady = self._steady
         if steady and (not all_scheduled or self.speculative):
             steady.clear()  # a step that may break lock-step: every group's kind decides again
@@ -265,33 +355,38 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             lengths.add_block(*steady.advance())
         # Every other running group (none when all are steady); one that becomes steady below is from the next step on.
         others = self._running.items() if len(steady) < len(self._running) else ()
+        step = StepInput(scheduled, drafts, forced, all_scheduled, self.speculative)
+        sitting_out, unsettled = self._sitting_out, self._unsettled
         for group_id, group in others:
             if group_id in steady:
                 continue  # advanced above
-            workers = group.workers
             if not group.shape_sent:
                 lane_ids = group.request_ids
                 if not any(r in scheduled for r in lane_ids):
                     continue
                 shapes.append(group.shape([block_ids(r) for r in lane_ids], lane_ids))
                 group.shape_sent = True
-            if group.phase is Phase.REPLAYING:
-                lanes = [(w.index, (r := w.lane_request).num_computed_tokens - n, r.num_computed_tokens)
-                         for w in workers if (n := scheduled.get(w.lane_request_id))]
-                if lanes:
-                    # What vLLM's budget cut short in one lane makes the same steps' tokens of the others
-                    # wrong: they are rolled back after the step (settle), and read their own lane meanwhile.
-                    valid = group.replay.valid([w.lane_request.num_computed_tokens for w in workers])
-                    replays.append(group.replay.wire(group.group_id, lanes, valid))
-                    replayed = sum(b - max(a, group.prompt_len) for _, a, b in lanes if b > group.prompt_len)
-                    group.counters.num_replayed_tokens += replayed
+            if group.phase is Phase.REPLAYING:  # its lanes re-feed: the replayer's part of the wire
+                replay, replayed = self.replayer.step(group, scheduled)
+                if replay is not None:
+                    replays.append(replay)
                     self.stats.num_replayed_tokens += replayed
                 continue
-            wire, fork = group.kind.step(self, group, scheduled, drafts, forced, all_scheduled)
-            if wire is not None:
-                steps.append(wire)
-            if fork is not None:
-                forks.append(fork)
+            # The group's kind decides its part from the step's data and returns it; the table records it here.
+            out = group.kind.step(group, step, group_id in sitting_out)
+            if out.settled is not None:
+                if out.settled:
+                    unsettled.discard(group_id)
+                else:
+                    unsettled.add(group_id)
+            if out.lane_lens is not None:
+                lengths.add(group_id, out.lane_lens)
+            if out.steady:
+                steady.add(group_id, group.log)
+            if out.wire is not None:
+                steps.append(out.wire)
+            if out.fork is not None:
+                forks.append(out.fork)
         self._sitting_out.clear()
         ended = ()
         if self._ended and has_tokens:
@@ -300,76 +395,23 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         return StepWire(tuple(shapes), tuple(steps), *lengths.columns(), ended, forced, tuple(replays), tuple(forks),
                         placed)
 
-    def decode_step(self, group: Group, scheduled: Mapping[str, int],
-                    drafts: Mapping[str, Sequence[int]], fed_ahead: bool = False) -> GroupStep | None:
-        """Log the step of a group whose workers decode in it, send its lengths; its joins and drafts, if any.
-        ``fed_ahead``: a lane's tokens beyond its first this step count as drafts (placed text fed ahead:
-        :meth:`place_ahead`): co-workers read them from the next step on, and the step is a run of its own."""
-        workers = group.workers
-        decoding = [w.index for w in workers if not w.finished and (n := scheduled.get(w.request_id))
-                    and w.request.num_computed_tokens - n >= group.prompt_len]  # a prefill chunk reads its lane
-        if group.in_step and len(decoding) < group.num_live:
-            group.in_step = False  # a live worker sat this step out: it is behind now
-            self._unsettled.add(group.group_id)
-        if not decoding:
-            return None  # prefill rows read their own lane: plain attention
-        if fed_ahead:  # a lane's tokens past its first: its drafts, or placed text fed ahead (see lane_lens)
-            num_drafts = [0] * len(workers)
-            for i in decoding:
-                num_drafts[i] = scheduled[workers[i].request_id] - 1
-            if not self.speculative and not any(num_drafts):
-                num_drafts = None
-        else:
-            num_drafts = [len(drafts.get(w.request_id, ())) for w in workers] if self.speculative else None
-        self._lengths.add(group.group_id, lens := group.lane_lens(num_drafts))
-        return group.step(lens, decoding, num_drafts or (), exact=num_drafts is not None)
+    # -- take sampled -----------------------------------------------------------------------------------
 
-    def lock_step(self, group: Group, steady: bool = False) -> None:
-        """A group in lock-step (the same workers, one token more each): a counter in its log, its lengths sent.
-
-        ``steady``: its kind needs nothing else of it while it stays so (no text placed or read). From the next
-        step on, while vLLM schedules every running request and verifies no drafts, :meth:`step` advances it
-        with the other steady groups without asking its kind, all their lanes' lengths in one array operation
-        (:class:`~vllm_hogwild.core.replay.steady.SteadyGroups`: at hundreds of groups, a call per group cost most of
-        the step), its log caught up when it leaves. It leaves when a worker of it finishes or is
-        held back, when it is preempted, and at any other step (its kind decides again then)."""
-        group.log.advance()
-        self._lengths.add(group.group_id, group.lane_lens())
-        if steady:
-            self._steady.add(group.group_id, group.log)
-
-    def keep_steady(self, group: Group) -> None:
-        """The group, whose log's last run is this step's (every live worker decoding in it), is steady from the
-        next step on (as after :meth:`lock_step` with ``steady``): a group that starts decoding in lock-step is
-        advanced with the others from its second decoding step, not its third."""
-        self._steady.add(group.group_id, group.log)
-
-    # -- observe ----------------------------------------------------------------------------------------
-
-    def after_outputs(self) -> None:
-        """The step's outputs are in: show each driver its workers' new text; an answer stops its group.
-        Groups that read no text (the raw protocol) cost nothing here."""
+    def take_sampled(self) -> None:
+        """Where the step's sampled tokens enter the groups' state, once vLLM's outputs are in (its requests have
+        them): each observing group's driver reads its workers' new tokens (:meth:`Group.accept_sampled
+        <vllm_hogwild.core.groups.group.Group.accept_sampled>`); an answer stops its group; then its kind
+        (:meth:`~vllm_hogwild.core.groups.kind.GroupKind.after_outputs`), whose lanes a fork took go to the
+        engine's queue at the next admission. Groups that read no text (the raw protocol) cost nothing here."""
         for group in self._observing.values():
             for worker in group.workers:
                 if not worker.finished:
-                    self._observe(worker)
+                    group.accept_sampled(worker)
             if group.driver.answered:  # a worker wrote the answer: everyone samples its end next
                 group.stop()
-            group.kind.after_outputs(self, group)
-
-    def release(self, worker: Worker) -> None:
-        """A spare lane a fork took goes to the engine's queue at the next admission."""
-        self._released.append(worker)
-
-    def _observe(self, worker: Worker) -> None:
-        """Show the driver the text of every token ``worker`` sampled since last time."""
-        driver = worker.group.driver
-        if not driver.observes_text:
-            return
-        tokens = worker.request.output_token_ids
-        for i in range(driver.num_observed[worker.index], len(tokens)):
-            token = tokens[i]
-            driver.observe(worker.index, i, worker.text(token), worker.hidden(token) if worker.hidden else "")
+            released = group.kind.after_outputs(group)
+            if released:
+                self.admitter.release(released)
 
     # -- park and finish --------------------------------------------------------------------------------
 
@@ -383,21 +425,15 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
             worker.lane_len = group.replay.targets[worker.index]
         group.num_live -= 1
         self._steady.drop(group.group_id)  # its lanes no longer all grow (its log catches up)
-        if self.promises:
-            self.promises.set(request_id, None)
         phase = group.phase
-        if phase is not Phase.ADMITTED and phase is not Phase.REPLAYING:
-            self._num_held -= 1  # aborted while its group waited
-        elif (group.spare or self._released) and (
-                worker.index in group.spare or any(w is worker for w in self._released)):  # a spare lane
-            group.spare.discard(worker.index)  # not handed to the engine's queue yet (aborted)
-            self._released = [w for w in self._released if w is not worker]
-            self._num_held -= 1
+        self.admitter.lane_finished(worker, phase)
         if group.driver.observes_text:
-            self._observe(worker)
+            group.accept_sampled(worker)
         if group.tracker is not None:
             group.tracker.stop(worker.index, worker.lane_len)
-        group.kind.finished(self, group, worker)
+        released = group.kind.finished(group, worker)
+        if released:
+            self.admitter.release(released)
         if group.num_live > 0 and phase is not Phase.GATHERING:
             return None  # a complete group with a live worker (``num_live`` counts them down: O(1) here)
         arrived = [w for w in group.workers if w is not None]
@@ -407,29 +443,32 @@ class GroupTable(Admit, PreemptAndReplay, Drafts):
         # vLLM aborts a parent's requests together, and no later one comes).
         if group.is_complete:
             self._record_end(group, block_ids)
-        parked = []
+        return self._end(group, arrived, request_id)
+
+    def _end(self, group: Group, arrived: list[Worker], request_id: str) -> list[Any]:
+        """The one place a group leaves the table (``arrived``: its workers; ``request_id``: the last to finish):
+        every index drops it, each part its own in one call, and its workers let go of it. Returns the parked
+        requests whose blocks to free now."""
+        group_id, parked = group.group_id, []
         for w in arrived:
-            del self.workers[w.request_id]
-            self._forked.pop(w.request_id, None)
             if w.lane_request is not w.request:  # a replay request holds the lane
                 if w.lane_request.is_finished():
-                    parked.append(w.lane_request)  # parked: its blocks go now
-                    del self.replays[w.lane_request_id]
-                else:
-                    self._orphans.append(w.lane_request)  # still in vLLM's queues: aborted next step
-                    self.promises.set(w.lane_request_id, None)
+                    parked.append(w.lane_request)  # parked: its blocks go now (else aborted next step: an orphan)
             elif w.request_id != request_id:
                 parked.append(w.request)  # (a preempted group's hold no block: freeing them frees nothing)
-        del self.groups[group.group_id]
+        orphans = self.replayer.forget(group, arrived)
+        self.admitter.forget(group, arrived, orphans)
+        for w in arrived:
+            del self.workers[w.request_id]
+        del self.groups[group_id]
         self._num_recording -= group.kind.records
-        self._waiting.pop(group.group_id, None)
-        self._running.pop(group.group_id, None)
-        self._observing.pop(group.group_id, None)
-        self._replaying.pop(group.group_id, None)
-        self._with_spares.pop(group.group_id, None)
-        self._unsettled.discard(group.group_id)
+        self._running.pop(group_id, None)
+        self._observing.pop(group_id, None)
+        self._unsettled.discard(group_id)
+        self._steady.drop(group_id)  # (dropped already when its last worker finished: a no-op)
+        self._sitting_out.discard(group_id)
         if group.shape_sent or group.log.num_steps:
-            self._ended.append(group.group_id)
+            self._ended.append(group_id)
         # The table is done with the group: break its cycle with its workers (each names its group), so that
         # they and the engine requests they hold are freed now, by reference counting, not left to the garbage
         # collector's rare full pass (at 256 groups of 4 a run, they were all of the process's cyclic garbage).
