@@ -280,7 +280,7 @@ def main() -> int:  # noqa: C901 - one linear script
         out = wide[:, : m.num_q_heads * m.head_dim].view(t + EXTRA_ROWS, m.num_q_heads, m.head_dim)
         sync()
         t0 = time.perf_counter()
-        plan = sa.plan(rows_q, m.block_size, spec, sa.PlanKind.TRITON, num_tokens=t + EXTRA_ROWS, device=device)
+        plan = sa.plan(rows_q, m.block_size, spec, sa.PlanMode.TRITON, num_tokens=t + EXTRA_ROWS, device=device)
         sync()
         plan_ms = (time.perf_counter() - t0) * 1e3
         # Specialization: model shape, dtype and cache layout; every later step of the same must not compile.
@@ -318,7 +318,7 @@ def main() -> int:  # noqa: C901 - one linear script
             failures.append(line)
         if r.timed:
             with chunks_of(1):  # the same step read one block a program: the kernel before chunks
-                plan1 = sa.plan(rows_q, m.block_size, spec, sa.PlanKind.TRITON, num_tokens=t + EXTRA_ROWS,
+                plan1 = sa.plan(rows_q, m.block_size, spec, sa.PlanMode.TRITON, num_tokens=t + EXTRA_ROWS,
                                 device=device)
             table.append(time_row(torch, sa, state, r, plan, plan1, q, out, kv, group, plan_ms, chunk, args,
                                   smoke, device, dtype))

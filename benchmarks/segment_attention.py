@@ -298,9 +298,9 @@ def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float
     scale = 1.0 / math.sqrt(HEAD_DIM)
 
     def make_plan():
-        kind = {"auto": sa.kind_for("torch", rows, BLOCK_SIZE), "compiled": sa.PlanKind.CPU_OP}.get(
-            path, sa.PlanKind.BUCKETS)
-        return sa.plan(rows, BLOCK_SIZE, spec, kind, num_tokens=n)
+        mode = {"auto": sa.mode_for("torch", rows, BLOCK_SIZE), "compiled": sa.PlanMode.CPU_OP}.get(
+            path, sa.PlanMode.BUCKETS)
+        return sa.plan(rows, BLOCK_SIZE, spec, mode, num_tokens=n)
 
     plan_s = median_time(make_plan, reps=max(3, rounds))
     p = make_plan()

@@ -52,11 +52,11 @@ def bench_one(n: int, length: int, tokens: int, rounds: int, sample_ms: float, s
     query = torch.randn(n * tokens, NUM_Q_HEADS, HEAD_DIM, generator=torch.Generator().manual_seed(seed + 1))
     spec, scale = rope_spec(), 1.0 / math.sqrt(HEAD_DIM)
 
-    def make(rows, kind):
-        return lambda: sa.plan(rows, BLOCK_SIZE, spec, kind, num_tokens=query.shape[0])
+    def make(rows, mode):
+        return lambda: sa.plan(rows, BLOCK_SIZE, spec, mode, num_tokens=query.shape[0])
 
-    plans = {"buckets": make(verify_rows, sa.PlanKind.BUCKETS), "compiled": make(verify_rows, sa.PlanKind.CPU_OP),
-             "decode": make(decode_rows, sa.PlanKind.CPU_OP)}
+    plans = {"buckets": make(verify_rows, sa.PlanMode.BUCKETS), "compiled": make(verify_rows, sa.PlanMode.CPU_OP),
+             "decode": make(decode_rows, sa.PlanMode.CPU_OP)}
     plan_ms = {k: median_time(f, reps=max(3, rounds)) * 1e3 for k, f in plans.items()}
     built = {k: f() for k, f in plans.items()}
     layer = {k: (lambda p=p: sa.run(p, query, group.kv, scale=scale)) for k, p in built.items()}

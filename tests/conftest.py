@@ -20,8 +20,8 @@ if TEST_RUNNER == "v2":
 # its first 1,024 tokens (vllm_hogwild/tools/tiny_model.py). Random prompt ids stay below PROMPT_ID_TOP.
 TEST_VOCAB = int(os.environ.get("VLLM_HOGWILD_TEST_VOCAB", 1024 if TEST_RUNNER == "v2" else 49152))
 PROMPT_ID_TOP = min(40000, TEST_VOCAB)
-# Token budgets of the tests whose engine places text: the cut vocabulary spends about twice the tokens on the same
-# text (a step prefix, "**Alice [1]:** ", is 6 tokens of SmolLM2's, 9 of the cut one's), and its random text
+# Token budgets of the tests whose engine forces text: the cut vocabulary spends about twice the tokens on the same
+# text (a paragraph prefix, "**Alice [1]:** ", is 6 tokens of SmolLM2's, 9 of the cut one's), and its random text
 # matches a step end's pattern about half as often per token.
 TEXT_SCALE = 1 if TEST_VOCAB >= 49152 else 2
 

@@ -15,15 +15,15 @@ nothing from the plugin. One request: the prompt, a trunk and k branches.
   another and its own tokens after them all.
 
 Every key is rotated at its view position in the reader's view and the query at its own.
-With ``hogwild`` branches, a branch's placed header (its tokens 0..h-1) is fed in one step after its first
-token is placed: each header token reads every sibling's token 0 only (what a sibling feeds in that step
+With ``hogwild`` branches, a branch's forced header (its tokens 0..h-1) is fed in one step after its first
+token is forced: each header token reads every sibling's token 0 only (what a sibling feeds in that step
 beyond its first token is read from the next step on, as drafts are), then the lock-step above goes on.
-A lane's last token is sampled, never fed. Token 0 of a branch is the engine's placed header:
+A lane's last token is sampled, never fed. Token 0 of a branch is the engine's forced header:
 its log-probability is the prompt's last position's when the fork starts at once.
 
 :meth:`DenseForkJoin.tree_logprobs` takes any tree of isolated forks: a branch may fork again
 (nested), and a sequence may fork again after a join. A sequence's *content* is its tokens with,
-at each of its fork points, every branch's content placed there (all branches at that one
+at each of its fork points, every branch's content positioned there (all branches at that one
 position; the text after the join after the longest). A token reads what its sequence's parent
 read up to the fork, the parent's content up to the fork, then its own sequence's content so far.
 Every branch's token 0 is sampled from the prompt alone (its lane's prefill of the prompt).
@@ -52,7 +52,7 @@ class DenseForkJoin(DenseHogwild):
                  hogwild: bool = False, sequential: bool = False, siblings_visible: bool = False,
                  headers: list[int] | None = None, steps: list[list[int]] | None = None,
                  same_step: bool = False):
-        """``(trunk log-probabilities, each branch's)``, one per output token. ``headers``: each branch's placed
+        """``(trunk log-probabilities, each branch's)``, one per output token. ``headers``: each branch's forced
         header length (``hogwild`` branches: a header's tokens are fed in one step and read each sibling's
         first token only; what a branch samples after its header reads the siblings as the lock-step does).
         ``steps``: ``hogwild`` branches decoded by engine steps (speculative decoding): ``steps[b][i]`` is the
@@ -61,7 +61,7 @@ class DenseForkJoin(DenseHogwild):
         each sibling's tokens accepted before s and fed by s; ``same_step``, a control, also shows a sibling's
         tokens accepted at s (drafts being verified).
 
-        Controls that must miss the engine: ``sequential`` places every branch one after another
+        Controls that must miss the engine: ``sequential`` positions every branch one after another
         (the trunk after them all, and branch b after the branches before it), as a sequential
         decode of the same tokens would; ``siblings_visible`` shows the isolated branches each
         other's tokens (hogwild views with isolated positions)."""
@@ -147,18 +147,18 @@ class DenseForkJoin(DenseHogwild):
     def tree_logprobs(self, prompt: list[int], root: "Node", sequential: bool = False,
                       siblings_visible: bool = False) -> "Node":
         """The log-probability of every token of every sequence of ``root`` (the trunk), as a tree of the same
-        shape. Controls that must miss the engine: ``sequential`` places a fork's branches one after another;
+        shape. Controls that must miss the engine: ``sequential`` positions a fork's branches one after another;
         ``siblings_visible`` shows each branch the branches of its fork before it."""
         cache = _Cache(self, 1)
         first = cache.prompt(prompt)
         p = len(prompt)
 
         def walk(node: Node, lane: int, context: list, at: int) -> tuple[Node, list, int]:
-            """Feed ``node``'s tokens in lane ``lane`` (its own text from stored position ``p``, placed from view
+            """Feed ``node``'s tokens in lane ``lane`` (its own text from stored position ``p``, positioned from view
             position ``at``), reading ``context`` before its own content; returns its log-probabilities, its
             content (spans ``(lane, start, end, view start)``) and the view position after it."""
             content = [(0, 0, p, 0)] if lane == 0 else []
-            start, start_at = p, at  # its own text since its last fork point: stored, placed
+            start, start_at = p, at  # its own text since its last fork point: stored, positioned
             lps, forks = [first[node.tokens[0]].item()], []
             at_fork = dict(node.forks)
             fed = len(node.tokens) - 1 if lane == 0 else len(node.tokens)  # the trunk's last token is not fed

@@ -51,9 +51,9 @@ def collab_errors(oracle, tokenizer, prompt: list[int], tokens: list[list[int]],
                   accept_steps: list[list[int]] | None = None) -> tuple[float, float, list[list[int]]]:
     """``(error, error without the headers, step ends)`` of a collab group's logprobs against the dense oracle.
 
-    Step ends come from the text; text the engine placed (``finisher_tokens`` of the finisher's
+    Step ends come from the text; text the engine forced (``finisher_tokens`` of the finisher's
     worker: its suffix and greedy tokens) never ends a step (the step end pattern must not occur in
-    step prefixes). The view's prompt part ends before the section headers, each header placed where
+    paragraph prefixes). The view's prompt part ends before the section headers, each header positioned where
     the view puts it.
     """
     ends = [[i for i in step_ends_for(tokenizer, t, step_end) if not (w == finisher_worker and i in finisher_tokens)]

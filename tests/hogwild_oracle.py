@@ -4,7 +4,7 @@ Layouts: contiguous, isolated, and the two with a shared history of finished
 steps (combined, interleaved), whose step ends the caller gives. For those two,
 section headers may sit at the prompt's tail: the prompt part of a view then
 ends at ``prompt_end`` and each header, a range of prompt positions, appears
-only where the view places it: before the history, before the others'
+only where the view positions it: before the history, before the others'
 unfinished steps, after each of them (the pivot) and before the own step.
 
 Written from DESIGN.md's definition only (it imports nothing from the plugin):

@@ -127,7 +127,7 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
     else:
         out = None
     with chunks_of(chunk_blocks):
-        plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.TRITON, num_tokens=q.shape[0], device=device)
+        plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=q.shape[0], device=device)
     got = sa.run(plan, q, kv, out=out).cpu()
     rows_out = plan.out_tokens.cpu()
     if layout_case:
@@ -135,7 +135,7 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
         keep[rows_out] = False
         wide = wide.cpu()
         untouched = bool((wide[keep] == SENTINEL).all() and (wide[:, q.shape[1] * q.shape[2] :] == SENTINEL).all())
-    torch_plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.BUCKETS, num_tokens=q.shape[0], device=device)
+    torch_plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.BUCKETS, num_tokens=q.shape[0], device=device)
     reference = sa.run(torch_plan, q, kv).cpu()
     tol = 1e-5 if c.dtype == torch.float32 else 2e-2
     err = rel_err(got[rows_out], ref)
@@ -201,7 +201,7 @@ def specialization_check(device: str) -> dict:
         for c in steps:
             group, views, rows, query, kv = cache_for(c, "plain", device)
             spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-            plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.TRITON, num_tokens=query.shape[0], device=device)
+            plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=query.shape[0], device=device)
             shapes.append({"readers": sorted({b.reader_pair.shape[1] for b in plan.buckets}),
                            "pairs": int(plan.pair_token.shape[0]), "tokens": int(query.shape[0])})
             sa.run(plan, query.to(device), kv)
@@ -254,7 +254,7 @@ def compile_check(arch: int) -> list[dict]:
         for c in COMPILE_CASES:
             group, views, rows, query, kv = cache_for(dataclasses.replace(c, num_workers=3), "fa:LBNHC", "cpu")
             spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-            plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.TRITON, num_tokens=query.shape[0])
+            plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=query.shape[0])
             sa.run(plan, qkv_query(query, c.num_kv_heads), kv)
     finally:
         ta._check_device, ta._launch = ta_check, ta_launch

@@ -53,7 +53,7 @@ def select_classes(engine_args, platform=None) -> None:
     engine_args.scheduler_cls = SCHEDULER_CLS
     # Async scheduling stays as vLLM would have it: the scheduler becomes HogwildAsyncScheduler, whose groups sit
     # out the steps scheduled before their last output is in (docs/architecture.md). Not with speculative
-    # decoding: the table cuts accepted runs where text is placed, beside the placeholders vLLM counts; unchecked.
+    # decoding: the table cuts accepted runs where text is forced, beside the placeholders vLLM counts; unchecked.
     if engine_args.speculative_config:
         if engine_args.async_scheduling:
             raise HogwildOptionError("async_scheduling", "Hogwild runs speculative decoding without async "
@@ -69,14 +69,14 @@ def select_classes(engine_args, platform=None) -> None:
     engine_args.additional_config = {**engine_args.additional_config, RUNTIME_KEY: runtime}
 
 
-# The logits processor that forces the tokens the engine places, per model runner (runner/v1.py, runner/v2.py).
+# The logits processor that forces the tokens the engine forces, per model runner (runner/v1.py, runner/v2.py).
 LOGITS_PROCESSORS = {"v1": "vllm_hogwild.runner.v1:V1ForcedTokens", "v2": "vllm_hogwild.runner.v2:V2ForcedTokens"}
 
 
 def select_runner(config) -> str:
     """Once vLLM has built the engine's config: the model runner it chose (``"v1"`` or ``"v2"``; the switch
     forces neither), recorded for every process of the engine, and the logits processor of that runner's
-    interface added for the tokens the engine places."""
+    interface added for the tokens the engine forces."""
     runner = "v2" if getattr(config, "use_v2_model_runner", True) else "v1"  # (vLLM 0.34 has V2 only)
     config.additional_config[RUNTIME_KEY]["runner"] = runner
     processors = list(config.model_config.logits_processors or [])

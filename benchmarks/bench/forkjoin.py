@@ -44,7 +44,7 @@ NEVER = "QQQQ"  # a branch end no branch writes: every branch runs to its budget
 
 
 def _header_steps(llm, steps: list[int], parts: int, args) -> dict:
-    """One fork/join request alone, of fixed lengths (every branch runs to its budget), with its placed headers
+    """One fork/join request alone, of fixed lengths (every branch runs to its budget), with its forced headers
     fed in one step each and, the control, one token a step: its engine steps are its sequential steps."""
     from vllm import SamplingParams
 
@@ -54,13 +54,13 @@ def _header_steps(llm, steps: list[int], parts: int, args) -> dict:
                                     "hogwild_max_branches": parts})
     out = {"parts": parts, "forks": 1}
     for side, ahead in (("fed_ahead", True), ("one_a_step", False)):
-        table.feeds_placed_ahead = ahead
+        table.feeding_ahead = ahead
         try:
             s0 = steps[0]
             tree = llm.generate([goal_prompt(parts, 9000 + parts, args.context)], [sp], use_tqdm=False)[0].outputs[0].hogwild
             out[side] = steps[0] - s0
         finally:
-            table.feeds_placed_ahead = True
+            table.feeding_ahead = True
         if not tree["forked"]:
             raise RuntimeError("the headers' request did not fork")
     out["saved_per_fork"] = out["one_a_step"] - out["fed_ahead"]

@@ -56,8 +56,8 @@ def decode(llm, args) -> dict:
                 "stock_decode_tok_s": tps["stock"], "hogwild_decode_tok_s": tps["hogwild"],
                 "ratio": tps["hogwild"] / tps["stock"],
                 "prefill_tokens_per_group": group.num_prefill_tokens,
-                "kv_blocks_group": group.num_blocks_held, "kv_blocks_copies": copies,
-                "memory_ratio": copies / group.num_blocks_held,
+                "kv_blocks_group": group.num_blocks_owned, "kv_blocks_copies": copies,
+                "memory_ratio": copies / group.num_blocks_owned,
             }
             results.append(row)
             print(json.dumps(row), flush=True)

@@ -3,7 +3,7 @@
     VLLM_HOGWILD_ATTENTION=triton TRITON_INTERPRET=1 python -m tests.integration.path_run MODEL OUT.json
 
 Raw ``contiguous`` groups of 2 and 4 workers and ``collab`` groups (``combined``,
-section headers, step prefixes, redundancy checks, the finisher) of 2 and 4, in
+section headers, paragraph prefixes, redundancy checks, the finisher) of 2 and 4, in
 one ``generate`` call, in a KV cache too small for all of them at once: groups are
 preempted whole and resume by replay, whose re-fed rows the path runs too. Writes
 each group's max |logprob - oracle| and the preemptions to OUT.json. A subprocess
@@ -19,7 +19,7 @@ import sys
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the scheduler's records, in this process
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-COLLAB_STEP_END = "[jqyz]"  # frequent in random text, absent from every text the engine places (Dave has a v)
+COLLAB_STEP_END = "[jqyz]"  # frequent in random text, absent from every text the engine forces (Dave has a v)
 RAW = [(2, 45), (4, 64)]  # workers, prompt length
 COLLAB = [2, 4]
 COLLAB_BUDGET = 48  # tokens per worker
@@ -71,7 +71,7 @@ def main() -> None:
             continue
         record = next(e for e in ended if e.num_workers == len(tokens) and e.prompt_len == len(out.prompt_token_ids))
         forced = range(0)
-        if record.finisher is not None:  # the finisher's suffix and greedy tokens are placed
+        if record.finisher is not None:  # the finisher's suffix and greedy tokens are forced
             own = tokens[record.finisher]
             start = next(i for i in range(len(own)) if own[i:i + len(suffix)] == suffix)
             forced = range(start, start + len(suffix) + FINISHER)

@@ -50,13 +50,13 @@ RUNS = {
     "offline": (["tests/integration/test_offline.py"], 24),
     # groups preempted whole under a small cache and resumed by exact replay; the plain re-prefill control
     "preemption": (["tests/integration/test_preemption.py", "-k", "resume_exactly or plain_re_prefill"], 2),
-    # fork/join: isolated and hogwild branches, nested forks, placed headers fed ahead with their log-probabilities,
+    # fork/join: isolated and hogwild branches, nested forks, forced headers fed ahead with their log-probabilities,
     # and preempted mid-fork
     "forkjoin": (["tests/integration/test_forkjoin.py", "tests/integration/test_forkjoin_preemption.py", "-k",
                   " and ".join(f"not {key}" for key in SKIP_ON_V2)], 10),
     # speculative decoding (a draft model: see NOT_IN_THE_INTERPRETER) against the oracle given every lane's accept
     # steps, fork/join with hogwild branches, one worker equal to a plain request, the same-step control, collab with
-    # placed prefixes and the finisher (accepted runs cut where the engine places text); an FP8 cache
+    # forced prefixes and the finisher (accepted runs cut where the engine forces text); an FP8 cache
     "speculative": (["tests/integration/speculative_cases.py", "-k",
                      " and ".join(f"not {key}" for key in NOT_IN_THE_INTERPRETER)], 10),
     "fp8": (["tests/integration/test_fp8_engine.py"], 3),

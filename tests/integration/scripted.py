@@ -7,7 +7,7 @@ pairs writes ``text`` right after the first place where its output holds ``trigg
 with :data:`START`: only at the output's start). Every lane of a fork/join request has the same sampling
 parameters, so a trigger picks its lane by what only that lane writes (a branch's header, say). What it
 writes is ordinary sampled text to the engine: fed, read by its readers, reported with the model's own
-log-probabilities (vLLM reports those from the logits before any processor). The engine's own placed tokens
+log-probabilities (vLLM reports those from the logits before any processor). The engine's own forced tokens
 win a step both force (its processor comes after this one). A function of the output alone, so a lane
 preempted and resumed writes the same.
 """

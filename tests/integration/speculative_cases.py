@@ -233,7 +233,7 @@ def check_forkjoin_runs(runs, oracle, what: str) -> None:
 def test_draft_model_fork_join_matches_the_oracle(draft_llm, forkjoin_oracle) -> None:
     """Fork/join requests with isolated branches under the draft model's speculation: the trunk and every branch
     draft and verify over their own views; a branch's accepted run stops at its end (or one short of its
-    budget), where the engine places its end of sequence, as without speculation."""
+    budget), where the engine forces its end of sequence, as without speculation."""
     check_forkjoin_runs(forkjoin_runs(draft_llm, seed=700), forkjoin_oracle, "draft model")
 
 
@@ -340,7 +340,7 @@ def test_ngram_fork_join_matches_the_oracle(ngram_llm, forkjoin_oracle) -> None:
 
 def check_hogwild_branches(llm, oracle, seed: int, what: str) -> None:
     """Hogwild branches under speculation: each reads its siblings' tokens as they are accepted, one engine step
-    at a time (a draft being verified, or a placed header's tail fed ahead, is read from the next step on). The
+    at a time (a draft being verified, or a forced header's tail fed ahead, is read from the next step on). The
     oracle, given every lane's accept steps (its end of sequence's too, from the engine's outputs), scores every
     token; the control that shows a sibling's tokens in the step they are accepted misses, as does the lock-step
     by tokens of an engine without speculation."""
@@ -453,7 +453,7 @@ def test_one_worker_equals_a_plain_request_with_speculation(proposer_llm) -> Non
 COLLAB_BUDGET = 64
 # After a paragraph prefix the peaky model writes runs of spaces, which the proposer drafts and the worker
 # accepts several at a time: eight spaces end a paragraph, often inside an accepted run. No text the engine
-# places has two spaces in a row.
+# forces has two spaces in a row.
 COLLAB_STEP_END = " {8}"
 
 
@@ -474,7 +474,7 @@ def collab_runs(proposer_llm):
 
 
 def test_collab_combined_matches_the_oracle_with_prefixes_and_the_finisher(collab_runs, oracle) -> None:
-    """Placed tokens (step prefixes, the finisher) follow exactly the token that called for them when
+    """Forced tokens (paragraph prefixes, the finisher) follow exactly the token that called for them when
     several are accepted at once: the scheduler keeps an accepted run only up to there."""
     from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX, paragraph_prefix
 
@@ -485,7 +485,7 @@ def test_collab_combined_matches_the_oracle_with_prefixes_and_the_finisher(colla
         tokens = [list(c.token_ids) for c in out.outputs]
         steps = accept_steps(out)
         multis.append([multi(s) for s in steps])
-        # The finisher starts once the room after a step prefix being placed is its reserve; the prefix
+        # The finisher starts once the room after a paragraph prefix being forced is its reserve; the prefix
         # stays when both fit, else gives way (documented): its suffix begins near the reserve.
         at = next((i for i in range(len(tokens[0])) if tokens[0][i:i + len(suffix)] == suffix), None)
         assert at is not None and COLLAB_BUDGET - 30 <= at <= COLLAB_BUDGET - len(suffix)
@@ -505,10 +505,10 @@ def test_collab_combined_matches_the_oracle_with_prefixes_and_the_finisher(colla
                 if w == 0 and e + 1 >= at:
                     break
                 prefix = tokenizer.encode(paragraph_prefix(w, k, 3), add_special_tokens=False)
-                placed = t[e + 1:e + 1 + len(prefix)]
-                if tokenizer.eos_token_id in placed:  # the group's end cut the prefix short
-                    placed = placed[:placed.index(tokenizer.eos_token_id)]
-                assert placed == prefix[:len(placed)] and (len(placed) == len(prefix) or e + 1 + len(placed) >= len(t) - 1), (w, k, e)
+                forced = t[e + 1:e + 1 + len(prefix)]
+                if tokenizer.eos_token_id in forced:  # the group's end cut the prefix short
+                    forced = forced[:forced.index(tokenizer.eos_token_id)]
+                assert forced == prefix[:len(forced)] and (len(forced) == len(prefix) or e + 1 + len(forced) >= len(t) - 1), (w, k, e)
     print(f"\ncollab: steps accepting several tokens, per group and worker {multis}; step ends {num_ends}")
-    assert sum(num_ends) >= len(runs)  # steps did end (and prefixes were placed)
+    assert sum(num_ends) >= len(runs)  # steps did end (and prefixes were forced)
     assert sum(map(sum, multis)) >= 1

@@ -51,7 +51,7 @@ def test_two_workers_match_the_oracle_on_the_default_model(llm, model_dir) -> No
     assert max(abs(a - b) for g, e in zip(got, isolated) for a, b in zip(g, e)) > 10 * TOLERANCE
     ended = scheduler_of(llm).table.stats.ended[-1]
     assert ended.lane_lens == [len(prompt) + 23] * 2
-    assert scheduler_of(llm).table.stats.num_member_preemptions == 0
+    assert scheduler_of(llm).table.stats.num_lone_preemptions == 0
 
 
 QUESTION = "A shop sells pens at 3 dollars each and notebooks at 5 dollars each. Sam buys 4 pens and 2 notebooks. How many dollars does Sam pay?"
@@ -90,4 +90,4 @@ def test_collab_math_group_ends_with_a_final_answer(llm, n) -> None:
     last = {s.worker: s for s in steps}
     assert engine == [(s.worker, s.joined_at - (s is last[s.worker])) for s in steps]
     assert len(steps) >= n
-    assert scheduler_of(llm).table.stats.num_member_preemptions == 0
+    assert scheduler_of(llm).table.stats.num_lone_preemptions == 0

@@ -2,7 +2,7 @@
 
 The random model never writes a family's closing tags, so the prompts end in a complete goal (the fork
 starts at once) and each branch ends at ``hogwild_branch_end``, a pattern frequent in random text and
-absent from every header the engine places. The model's tokenizer has Multiverse's tags as special tokens,
+absent from every header the engine forces. The model's tokenizer has Multiverse's tags as special tokens,
 as Multiverse's own has: the cases keep them in their text (``skip_special_tokens=False``), the nested
 request leaves them out (vLLM's default), and the engine must fork all the same. A nested fork and a second
 fork after a join need a goal
@@ -24,7 +24,7 @@ from tests.integration.tiny_model import build_tagged_llama
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 MAX_WORKERS = 6
-BRANCH_END = "[jqyz]"  # frequent in random text; no placed header has one
+BRANCH_END = "[jqyz]"  # frequent in random text; no forced header has one
 TRUNK_CHECKED = 40  # trunk tokens after the join compared with the oracle (NPR's budget is 1,024 and more)
 
 GOALS = {
@@ -184,7 +184,7 @@ def test_a_nested_fork_and_a_second_fork_match_the_dense_oracle(runs, oracle) ->
     lengths = [len(c.tokens) for _, cs in tokens.forks for c in cs] + [len(c.tokens) for c in tokens.forks[0][1][0].forks[0][1]]
     print(f"nested and second fork: sequence lengths {lengths}, max |logprob - oracle| {err:.2e}")
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
-    # Controls: a fork's branches placed one after another, or shown the branches before them, miss.
+    # Controls: a fork's branches forced one after another, or shown the branches before them, miss.
     assert tree_error(got, oracle.tree_logprobs(prompt, tokens, sequential=True)) > 1e-3
     assert tree_error(got, oracle.tree_logprobs(prompt, tokens, siblings_visible=True)) > 1e-3
 
@@ -214,7 +214,7 @@ def test_every_branch_and_the_join_match_the_dense_oracle(llm, runs, oracle, cas
     err = errors(got, [want_trunk, *want_branches])
     print(f"{protocol} x{k} {mode}: branch lengths {lengths}, max |logprob - oracle| {err:.2e}")
     assert err <= 1e-4, f"max |logprob - oracle| = {err:.2e}"
-    # Controls: the same tokens placed one after another, or isolated branches that see each other, miss.
+    # Controls: the same tokens forced one after another, or isolated branches that see each other, miss.
     seq_trunk, seq_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, sequential=True)
     assert errors(got, [seq_trunk, *seq_branches]) > 1e-3
     if not hogwild:
@@ -224,7 +224,7 @@ def test_every_branch_and_the_join_match_the_dense_oracle(llm, runs, oracle, cas
     else:
         iso_trunk, iso_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f)
         assert errors(got, [iso_trunk, *iso_branches]) > 1e-3
-        # and headers placed one token a step (each header token reading its siblings' as the lock-step does)
+        # and headers forced one token a step (each header token reading its siblings' as the lock-step does)
         step_trunk, step_branches = oracle.logprobs(prompt, trunk, [b for b, _ in branches], f, hogwild=True)
         assert errors(got, [step_trunk, *step_branches]) > 1e-3
 
@@ -265,7 +265,7 @@ def test_a_request_that_does_not_fork_equals_a_plain_request(llm) -> None:
     c, d = llm.chat([messages, messages], [fj, plain], use_tqdm=False)
     assert len(c.outputs) == 1 and c.outputs[0].text == d.outputs[0].text
     table = scheduler_of(llm).table
-    assert not table.groups and table.num_held == 0, "every lane ended, none held"
+    assert not table.groups and table.num_aside == 0, "every lane ended, none held"
 
 
 def test_a_prompt_goal_that_does_not_fork_says_why_and_one_wider_than_the_lanes_is_refused(llm) -> None:
@@ -310,7 +310,7 @@ def test_bad_fork_options_name_their_field(llm) -> None:
 
 def test_a_streamed_nested_request_sends_its_document_in_order_each_token_once(llm, oracle) -> None:
     """Offline streaming (vLLM's DELTA outputs): the deltas of a request with a nested and a second fork,
-    concatenated, are its document in canonical order (the oracle checks the tokens where the tree places them),
+    concatenated, are its document in canonical order (the oracle checks the tokens where the tree forces them),
     and the last carries the tree."""
     from vllm.sampling_params import RequestOutputKind
 
@@ -338,8 +338,8 @@ def test_a_streamed_nested_request_sends_its_document_in_order_each_token_once(l
     assert tree_error(got, oracle.tree_logprobs(tokenizer.encode(prompt), tokens)) <= 1e-4
 
 
-def test_placed_headers_enter_the_cache_in_one_step_each(llm) -> None:
-    """A fork's branch headers and its join header are each fed in one engine step (their first token placed as
+def test_headers_fed_ahead_enter_the_cache_in_one_step_each(llm) -> None:
+    """A fork's branch headers and its join header are each fed in one engine step (their first token forced as
     a sampled one, the rest fed ahead with it), and reach the client in order, each token once with the model's
     log-probability (the oracle cases above check those). The control, feeding them one a step, takes the
     headers' extra tokens in extra steps: (branch header - 1) + (join header - 1) for one fork."""
@@ -350,7 +350,7 @@ def test_placed_headers_enter_the_cache_in_one_step_each(llm) -> None:
 
     def schedule(*args, **kwargs):
         output = original(*args, **kwargs)
-        log.append(dict(getattr(output, "hogwild_step").placed))
+        log.append(dict(getattr(output, "hogwild_step").fed_ahead))
         return output
 
     def run() -> tuple[int, object]:
@@ -362,17 +362,17 @@ def test_placed_headers_enter_the_cache_in_one_step_each(llm) -> None:
     scheduler.schedule = schedule
     try:
         steps, out = run()
-        placed = [p for step in log for p in step.values()]
-        table.feeds_placed_ahead = False  # the control
+        forced = [p for step in log for p in step.values()]
+        table.feeding_ahead = False  # the control
         control_steps, control = run()
-        control_placed = [p for step in log for p in step.values()]
+        control_forced = [p for step in log for p in step.values()]
     finally:
-        table.feeds_placed_ahead = True
+        table.feeding_ahead = True
         del scheduler.schedule
     branch = [len(tokenizer.encode(f"\n<Path>\n{i}:", add_special_tokens=False)) for i in (1, 2)]
     join = len(tokenizer.encode("<Conclusion>\n", add_special_tokens=False))
-    assert sorted(len(tokens) for _, tokens in placed) == sorted([b - 1 for b in branch] + [join - 1])
-    assert not control_placed
+    assert sorted(len(tokens) for _, tokens in forced) == sorted([b - 1 for b in branch] + [join - 1])
+    assert not control_forced
     assert control_steps - steps == (max(branch) - 1) + (join - 1), (steps, control_steps)
     for o in (out, control):
         c = o.outputs[0]

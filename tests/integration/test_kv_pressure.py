@@ -42,7 +42,7 @@ def test_groups_wait_for_room_and_all_finish(llm) -> None:
     assert [[len(c.token_ids) for c in o.outputs] for o in outs[:6]] == [[100, 100]] * 6
     assert [len(o.outputs[0].token_ids) for o in outs[6:]] == [150] * 3
     scheduler = scheduler_of(llm)
-    assert scheduler.table.stats.num_member_preemptions == 0
+    assert scheduler.table.stats.num_lone_preemptions == 0
     assert not scheduler.table.groups and not scheduler.parked and not scheduler.table.workers
     assert free_blocks(llm) == start
 

@@ -105,7 +105,7 @@ def test_the_training_forward_computes_what_the_engine_computes(raw_runs, tiny_m
         assert err <= 1e-4 and miss > 1e-2
 
 
-def test_group_prefills_prompt_once_and_holds_expected_blocks(raw_runs, llm) -> None:
+def test_group_prefills_prompt_once_and_owns_expected_blocks(raw_runs, llm) -> None:
     """The prompt is computed once; each other member recomputes only past its prefix-cache hit.
 
     vLLM's prefix cache hits whole blocks and always leaves at least the last
@@ -119,11 +119,11 @@ def test_group_prefills_prompt_once_and_holds_expected_blocks(raw_runs, llm) -> 
         hit = BLOCK_SIZE * ((e.prompt_len - 1) // BLOCK_SIZE)
         assert e.num_prefill_tokens == e.prompt_len + (e.num_workers - 1) * (e.prompt_len - hit)
         shared = hit // BLOCK_SIZE
-        assert e.num_blocks_held == shared + sum(-(-n // BLOCK_SIZE) - shared for n in e.lane_lens)
+        assert e.num_blocks_owned == shared + sum(-(-n // BLOCK_SIZE) - shared for n in e.lane_lens)
         prompt_blocks = -(-e.prompt_len // BLOCK_SIZE)
         lane_blocks = sum(-(-(n - e.prompt_len) // BLOCK_SIZE) for n in e.lane_lens)
-        assert e.num_blocks_held <= prompt_blocks + lane_blocks + e.num_workers
-    assert scheduler_of(llm).table.stats.num_member_preemptions == 0
+        assert e.num_blocks_owned <= prompt_blocks + lane_blocks + e.num_workers
+    assert scheduler_of(llm).table.stats.num_lone_preemptions == 0
 
 
 def check_one_worker_equals_plain(llm, max_tokens: int) -> None:
@@ -208,7 +208,7 @@ def step_runs(llm):
         sp.extra_args["hogwild"]["step_end"] = PARAGRAPH_END
         params.append(sp)
     outputs = llm.generate(prompts, params, use_tqdm=False)
-    assert scheduler_of(llm).table.stats.num_member_preemptions == 0
+    assert scheduler_of(llm).table.stats.num_lone_preemptions == 0
     return [(p["prompt_token_ids"], out) for p, out in zip(prompts, outputs)], llm.get_tokenizer()
 
 
@@ -234,7 +234,7 @@ def test_step_layouts_match_the_dense_oracle(step_runs, oracle, case: int) -> No
     assert max(abs(a - b) for g, e in zip(got, wrong) for a, b in zip(g, e)) > 1e-3
 
 
-NAMED_STEP_END = "[duvxyzjq]"  # frequent in random text, absent from the placed text (prefixes, checks)
+NAMED_STEP_END = "[duvxyzjq]"  # frequent in random text, absent from the forced text (prefixes, checks)
 
 
 def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle) -> None:
@@ -254,7 +254,7 @@ def test_named_protocol_places_step_prefixes_and_matches_the_oracle(llm, oracle)
         for k in range(2, num_ends + 1):
             assert f"**{name} [{k}]:** " in c.text, (k, c.text)
         assert f"**{name} [{num_ends + 2}]" not in c.text
-    # Every 40 tokens of the group, a worker's next step prefix asks whether it repeats work.
+    # Every 40 tokens of the group, a worker's next paragraph prefix asks whether it repeats work.
     assert any("(Am I repeating someone's work?" in c.text for c in out.outputs)
     assert not any(c.text.startswith(f"**{name} [1]:** (Am I") for name, c in zip(("Alice", "Bob", "Carol"), out.outputs))
     ends = [step_ends_for(tokenizer, t, NAMED_STEP_END) for t in tokens]
@@ -289,9 +289,9 @@ def test_a_group_stops_one_token_after_any_worker_writes_the_answer(llm, oracle)
 # -- the collaboration protocol --------------------------------------------------
 
 COLLAB_BUDGET = 64 * TEXT_SCALE  # tokens per worker
-# A seed whose finisher starts with no step prefix being placed (its suffix then starts exactly at its reserve).
+# A seed whose finisher starts with no paragraph prefix being forced (its suffix then starts exactly at its reserve).
 COLLAB_SEED = 92 if TEXT_SCALE == 1 else 93
-COLLAB_STEP_END = "[jqvyz]"  # frequent in random text, absent from every text the engine places
+COLLAB_STEP_END = "[jqvyz]"  # frequent in random text, absent from every text the engine forces
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +305,7 @@ def collab_run(llm):
     return prompt, out, llm.get_tokenizer(), scheduler_of(llm).table.stats.ended[-1]
 
 
-def test_collab_prompt_holds_the_preamble_and_the_headers_once(collab_run) -> None:
+def test_collab_prompt_has_the_preamble_and_the_headers_once(collab_run) -> None:
     from vllm_hogwild.core.protocol_text import HEADER_ORDER, HEADERS, preamble
 
     prompt, out, tokenizer, _ = collab_run
@@ -317,7 +317,7 @@ def test_collab_prompt_holds_the_preamble_and_the_headers_once(collab_run) -> No
 
 
 def test_collab_matches_the_oracle_with_headers_prefixes_and_the_finisher(collab_run, oracle) -> None:
-    """Every token, placed or sampled, is scored by the dense oracle given the documented views:
+    """Every token, forced or sampled, is scored by the dense oracle given the documented views:
     the prompt up to its headers, each header where the view puts it, the finisher's lane last."""
     from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX
 
@@ -346,8 +346,8 @@ def test_collab_matches_the_oracle_with_headers_prefixes_and_the_finisher(collab
     assert wrong > 1e-3  # without the headers the oracle disagrees: they are really read
 
 
-def test_every_placed_token_is_in_exactly_one_lane_once(collab_run) -> None:
-    """Token accounting: each step prefix is in its writer's text once and nowhere else, the
+def test_every_forced_token_is_in_exactly_one_lane_once(collab_run) -> None:
+    """Token accounting: each paragraph prefix is in its writer's text once and nowhere else, the
     finisher's suffix once in the finisher's lane, and the cache holds each lane's tokens once."""
     from vllm_hogwild.core.options import blocks_for_group
     from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX, NAMES
@@ -366,7 +366,7 @@ def test_every_placed_token_is_in_exactly_one_lane_once(collab_run) -> None:
     # The cache: the prompt's full blocks once, then each lane's own tokens (its last sampled one is never fed).
     p = len(out.prompt_token_ids)
     assert end.lane_lens == [p + len(c.token_ids) - 1 for c in out.outputs]
-    assert end.num_blocks_held <= blocks_for_group(p, COLLAB_BUDGET, 3, BLOCK_SIZE)
+    assert end.num_blocks_owned <= blocks_for_group(p, COLLAB_BUDGET, 3, BLOCK_SIZE)
     assert end.num_prefill_saved == 2 * (p // BLOCK_SIZE) * BLOCK_SIZE
 
 

@@ -22,7 +22,7 @@ from tests.integration.test_offline import prompt_ids, sampled_logprobs
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 NUM_BLOCKS = 20  # x 32 tokens (the groups take about 47 for their whole budgets)
-COLLAB_STEP_END = "[jqyz]"  # frequent in random text, absent from what the engine places
+COLLAB_STEP_END = "[jqyz]"  # frequent in random text, absent from what the engine forces
 STOPS = list(range(100, PROMPT_ID_TOP, 97))[:300]  # frequent stop tokens: some workers stop early (their lanes park)
 # The collab group first, then raw ones: n, prompt length, max_tokens, stop tokens. vLLM's priority policy
 # preempts the least urgent first (priority 9 here), the newest among equals.
@@ -90,7 +90,7 @@ def run_engine(tiny_model) -> dict:
         return {"prompts": prompts, "outs": outs, "ended": ended, "tokenizer": llm.get_tokenizer(),
                 "metrics": hogwild_series(),
                 "group_preemptions": table.stats.num_group_preemptions,
-                "lone_preemptions": table.stats.num_member_preemptions,
+                "lone_preemptions": table.stats.num_lone_preemptions,
                 "replayed": table.stats.num_replayed_tokens,
                 "left": bool(table) or bool(table.replays) or bool(scheduler.parked),
                 "free": (start, scheduler.kv_cache_manager.block_pool.get_num_free_blocks())}
@@ -136,7 +136,7 @@ def test_preempted_groups_resume_exactly(exact, oracle) -> None:
     assert sum(preemptions) >= 3 and max(preemptions) >= 2, preemptions  # a group resumed twice
     assert all(e <= 1e-4 for e in errs), errs
     resumed = [k for k, e in enumerate(ended) if e.num_replayed_tokens]  # preempted after it had decoded
-    assert 0 in resumed, preemptions  # the collab group (combined, placed text, the finisher)
+    assert 0 in resumed, preemptions  # the collab group (combined, forced text, the finisher)
     assert {RAW[k - 1][0] for k in resumed if k} == {2, 4}, preemptions  # raw n=2 and n=4
     stopped_early = [k for k in resumed if k and min(len(c.token_ids) for c in outs[k].outputs) < RAW[k - 1][2]]
     assert stopped_early, "a resumed group had a lane that had stopped: it was re-fed by a replay request"

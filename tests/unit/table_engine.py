@@ -2,7 +2,7 @@
 
 vLLM itself cannot run in a unit test; the engine tests run the real one. This
 keeps only what the table sees of it: requests that queue, prefill (in chunks),
-decode one token per step (placed text fed ahead: more), sample (or take the token the wire forces), stop at
+decode one token per step (forced text fed ahead: more), sample (or take the token the wire forces), stop at
 their end-of-sequence token or budget, and are aborted. Tokens are characters
 (``ord``), the end of sequence is token 0.
 """
@@ -37,7 +37,7 @@ class FakeRequest:
     max_tokens: int
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
-    status: str = "held"  # held (by the table), waiting, running, finished
+    status: str = "aside"  # aside (set aside by the table), waiting, running, finished
     spec_token_ids: list[int] = field(default_factory=list)
 
     @property
@@ -67,7 +67,7 @@ class FakeEngine:
         self.wires: list[StepWire] = []
         self.rows: list[BatchRow] = []  # the last step's batch, as a worker process sees it
         self.skip: set[str] = set()  # requests vLLM's token budget leaves out of the next step
-        self.awaiting: set[str] = set()  # requests held out of the next step awaiting their last output (async)
+        self.awaiting: set[str] = set()  # requests sitting out the next step awaiting their last output (async)
         self.tables: dict[str, list[int]] = {}  # each request's block list, grown in place as vLLM's is
         self.num_steps = 0
 
@@ -92,29 +92,29 @@ class FakeEngine:
                    if r.status == "running" or r.request_id in self.parked)
 
     def step(self, sample: Callable[[FakeRequest, int], int]) -> StepWire:
-        """One engine step: admit, hold, schedule everything not held, sample, stop, observe.
+        """One engine step: admit, sit out, schedule everything not sitting out, sample, stop, observe.
 
         ``sample(request, step)``: the token a request samples when nothing is forced.
         """
         table = self.table
-        for request, tokens in table.place_ahead(lambda r: r.status == "running"):  # before the room is made
+        for request, tokens in table.feed_ahead(lambda r: r.status == "running"):  # before the room is made
             request.output_token_ids.extend(tokens)
         admission = table.admit(self.now, lambda: Room(self.num_blocks - self.used_blocks(), 0, len(self.running),
                                                        1024), lambda: None)
         for request in admission.queue:
             request.status = "waiting"
         self.waiting = admission.queue + self.waiting
-        held = {r.request_id for r in table.holds() if r.status == "running"}
-        if self.awaiting:  # vLLM's async scheduling: these wait for their last output, held out of the step
+        sitting_out = {r.request_id for r in table.who_sits_out() if r.status == "running"}
+        if self.awaiting:  # vLLM's async scheduling: these wait for their last output, sitting out the step
             table.wait_for_outputs(sorted(self.awaiting))
-            held |= {r for r in self.awaiting if self.requests[r].status == "running"}
+            sitting_out |= {r for r in self.awaiting if self.requests[r].status == "running"}
         self.running += self.waiting
         for request in self.waiting:
             request.status = "running"
         self.waiting = []
         scheduled, self.rows = {}, []
         for request in self.running:
-            if request.request_id in held or request.request_id in self.skip:
+            if request.request_id in sitting_out or request.request_id in self.skip:
                 continue
             n = min(request.num_tokens - request.num_computed_tokens, self.chunk)
             if n:
@@ -122,10 +122,10 @@ class FakeEngine:
                 request.num_computed_tokens += n
                 scheduled[request.request_id] = n
                 self._grow(request)
-        for request, count, _ in table.placed_fed(scheduled):  # placed tokens not fed go back
+        for request, count, _ in table.fed_ahead(scheduled):  # forced tokens not fed go back
             del request.output_token_ids[-count:]
         wire = table.step(scheduled, {}, self.block_ids, has_tokens=bool(scheduled),
-                          all_scheduled=len(scheduled) == len(self.running) - len(held))
+                          all_scheduled=len(scheduled) == len(self.running) - len(sitting_out))
         for request_id in scheduled:
             request = self.requests[request_id]
             if request.num_computed_tokens < request.num_tokens:

@@ -24,7 +24,7 @@ import pytest
 
 import vllm_hogwild.patches as hooks
 from vllm_hogwild.attention.paths import PATHS
-from vllm_hogwild.attention.segment_attention import PlanKind
+from vllm_hogwild.attention.segment_attention import PlanMode
 from vllm_hogwild.core import options, wire
 from vllm_hogwild.core.protocol import paragraphs
 from vllm_hogwild.core.groups.group import Phase
@@ -68,7 +68,7 @@ def test_touch_point_count() -> None:
 def test_hooks_rows_per_kind() -> None:
     m = stated(r"`HOOKS` has (\d+) rows: (\d+) class wraps, (\d+) instance wraps, (\d+) scheduler overrides, "
                r"(\d+) kernel and (\d+) function")
-    kinds = Counter(h.kind for h in hooks.HOOKS)
+    kinds = Counter(h.mechanism for h in hooks.HOOKS)
     assert int(m.group(1)) == len(hooks.HOOKS)
     assert tuple(int(n) for n in m.groups()[1:]) == tuple(
         kinds[k] for k in ("class", "instance", "override", "kernel", "function"))
@@ -77,20 +77,20 @@ def test_hooks_rows_per_kind() -> None:
 def test_kernel_and_function_rows_are_named_with_their_patch() -> None:
     text = section("**A kernel and a function**")
     for hook in hooks.HOOKS:
-        if hook.kind in ("kernel", "function"):
+        if hook.mechanism in ("kernel", "function"):
             assert f"`{hook.method}`" in text and f"`patches/{hook.patch}`" in text, hook
 
 
 def test_class_wraps_by_module() -> None:
     text = stated(r"by module: ((?:`[\w.]+` \d+[,.] ?)+)").group(1)
     doc = {name: int(n) for name, n in re.findall(r"`([\w.]+)` (\d+)", text)}
-    code = Counter(h.where.removeprefix("vllm_hogwild.") for h in hooks.HOOKS if h.kind == "class")
+    code = Counter(h.where.removeprefix("vllm_hogwild.") for h in hooks.HOOKS if h.mechanism == "class")
     assert doc == dict(code)
 
 
 def test_instance_wraps_table_names_every_instance_hook_and_its_patch() -> None:
     rows = [line for line in section("**Instance wraps**", "**Scheduler overrides**").splitlines() if line.strip().startswith("| `")]
-    instance = [h for h in hooks.HOOKS if h.kind == "instance"]
+    instance = [h for h in hooks.HOOKS if h.mechanism == "instance"]
     assert len(rows) == len(instance)
     for hook in instance:
         cls, method = hook.owner[1], hook.method
@@ -105,7 +105,7 @@ def test_instance_wraps_table_names_every_instance_hook_and_its_patch() -> None:
 def test_scheduler_overrides_are_named() -> None:
     text = section("**Scheduler overrides**", end="\n- ")
     doc = {name for name in backticked(text) if name != "scheduler_cls"}
-    assert doc == {h.method for h in hooks.HOOKS if h.kind == "override"}
+    assert doc == {h.method for h in hooks.HOOKS if h.mechanism == "override"}
 
 
 def _module_constant(path: Path, name: str):
@@ -127,15 +127,15 @@ def test_each_adapter_wraps_the_methods_the_doc_names() -> None:
         assert f"- `{name}`:" in DOC, name
     v2 = [h for h in hooks.HOOKS if h.where == "vllm_hogwild.runner.v2"]
     assert int(stated(r"It wraps (\d+) methods of V2's instances").group(1)) == len(v2)
-    assert v2 and all(h.kind == "instance" for h in v2)
+    assert v2 and all(h.mechanism == "instance" for h in v2)
 
 
 def test_every_plan_kind_is_named() -> None:
-    assert int(stated(r"`PlanKind` has (\d+) values").group(1)) == len(PlanKind)
-    for kind in PlanKind:
+    assert int(stated(r"`PlanMode` has (\d+) values").group(1)) == len(PlanMode)
+    for kind in PlanMode:
         assert f"| `{kind.name}` (`{kind.value}`) |" in DOC, kind
     table = re.findall(r"^\| `(\w+)` \(`[\w-]+`\) \|", DOC, re.M)
-    assert table == [k.name for k in PlanKind]
+    assert table == [k.name for k in PlanMode]
 
 
 def test_every_phase_is_named() -> None:
@@ -376,7 +376,7 @@ def test_every_member_of_a_plugin_class_the_doc_names_exists() -> None:
     "GroupTable", "Group", "Worker", "EngineRequest", "Phase", "StepLog", "Replay", "StepWire", "GroupShape", "GroupStep",
     "GroupReplay", "ViewRegistry", "BatchRow", "StepContext", "StepViews", "RoomMaker", "BudgetedAllocation",
     "HogwildBuilderMixin", "HogwildImplMixin", "HogwildViewsMismatch", "HogwildCPUWorker", "HogwildGPUWorker",
-    "V1ForcedTokens", "V2ForcedTokens", "WorkerCore", "Fairness", "RequestSpec", "EngineOptions", "HogwildScheduler", "PlanKind", "GroupKind", "HogwildKind", "ForkJoinKind",
+    "V1ForcedTokens", "V2ForcedTokens", "WorkerCore", "Fairness", "RequestSpec", "EngineOptions", "HogwildScheduler", "PlanMode", "GroupKind", "HogwildKind", "ForkJoinKind",
 ])
 def test_the_classes_the_doc_names_exist(name: str) -> None:
     assert f"`{name}`" in DOC or f"`{name}." in DOC, name

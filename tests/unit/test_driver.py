@@ -1,4 +1,4 @@
-"""Protocol driving for one group (pure): placed prefixes, redundancy checks, answers, the finisher.
+"""Protocol driving for one group (pure): forced prefixes, redundancy checks, answers, the finisher.
 
 The runs go through the group table, in the order the scheduler calls it.
 """
@@ -22,7 +22,7 @@ def driver(n: int, max_tokens: int, **options) -> ProtocolDriver:
 
 def run(n: int, max_tokens: int, samples: list[str], steps: int, **options) -> tuple[ProtocolDriver, list[str]]:
     """A group decoding in lock-step through the group table (tests/unit/table_engine.py stands in for vLLM):
-    each step every live worker samples its next character, or the token the engine places."""
+    each step every live worker samples its next character, or the token the engine forces."""
     engine = FakeEngine(prompt_len=P)
     requests = engine.add_group("g", n, max_tokens, **options)
     driver = engine.table.groups["g"].driver
@@ -30,7 +30,7 @@ def run(n: int, max_tokens: int, samples: list[str], steps: int, **options) -> t
     return driver, [texts[r.request_id] for r in requests]
 
 
-def test_every_step_starts_with_its_writers_prefix_and_placed_text_never_ends_a_step() -> None:
+def test_every_paragraph_starts_with_its_writers_prefix_and_forced_text_never_ends_one() -> None:
     d, texts = run(2, 400, ["ab!", "xyzw!"], 200, layout="combined", protocol="named",
                    step_end="[!:]")  # ":" occurs in every prefix
     import re
@@ -70,7 +70,7 @@ def test_the_finisher_takes_the_last_tokens_of_the_budget() -> None:
     assert [len(t) for t in texts[1:]] == [start, start]  # the others ended when the finisher began
 
 
-def test_a_prefix_being_placed_gives_way_to_the_finisher_when_both_do_not_fit() -> None:
+def test_a_prefix_being_forced_gives_way_to_the_finisher_when_both_do_not_fit() -> None:
     """Documented: the finisher starts once the room after the queued prefix is the reserve; a long prefix
     (the redundancy check) can make it start early, and the worker samples on after the finisher's tokens."""
     max_tokens, finisher = 120, 6
@@ -88,13 +88,13 @@ def test_no_finisher_on_budgets_too_short_for_it() -> None:
 
 
 def test_may_place_when_queued_answered_or_at_the_finishers_room() -> None:
-    """Speculative decoding runs on drafts only where the engine will not place the next token."""
+    """Speculative decoding runs on drafts only where the engine will not force the next token."""
     d = driver(2, 200, layout="combined", protocol="collab", finisher=4, redundancy_every=0)
-    assert d.may_place(0, 0) and d.may_place(1, 0)  # step 1's prefix is queued
+    assert d.may_force(0, 0) and d.may_force(1, 0)  # step 1's prefix is queued
     d.queues[0].clear()
-    assert not d.may_place(0, 10)
-    assert d.may_place(0, 200 - d.reserve) and not d.may_place(0, 200 - d.reserve - 1)  # the finisher's room
+    assert not d.may_force(0, 10)
+    assert d.may_force(0, 200 - d.reserve) and not d.may_force(0, 200 - d.reserve - 1)  # the finisher's room
     d.answered = True
-    assert d.may_place(0, 10)
-    plain = driver(2, 200)  # raw: nothing is ever placed
-    assert not any(plain.may_place(w, n) for w in range(2) for n in (0, 150, 199))
+    assert d.may_force(0, 10)
+    plain = driver(2, 200)  # raw: nothing is ever forced
+    assert not any(plain.may_force(w, n) for w in range(2) for n in (0, 150, 199))

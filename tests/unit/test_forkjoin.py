@@ -100,16 +100,16 @@ def test_a_join_places_every_branch_at_the_prefix_end() -> None:
 
 # -- the join's attention against the dense oracle --------------------------------------------------
 
-def _join_setup(c: Case, branch_lens: list[int], cont_len: int, placed: bool):
+def _join_setup(c: Case, branch_lens: list[int], cont_len: int, positioned: bool):
     """Lane 0: the prefix, then the continuation; lanes 1..k: the branches (each lane stores the prefix too, as
-    forked lanes share its blocks). ``placed``: the join view; else a control with the branches one after
-    another (as a sequential engine would place them)."""
+    forked lanes share its blocks). ``positioned``: the join view; else a control with the branches one after
+    another (as a sequential engine would position them)."""
     group = SyntheticGroup.build(c.prompt_len, [cont_len, *branch_lens], c.num_kv_heads, c.head_dim, c.block_size,
                                  c.kv_layout, c.dtype, seed=c.seed)
     p0 = c.prompt_len
     prefix, own = Span(0, 0, p0), Span(0, p0, p0 + cont_len)
     branches = [Span(b + 1, p0, p0 + n) for b, n in enumerate(branch_lens)]
-    if placed:
+    if positioned:
         view = joined(p0, branch_lens, cont_len)
     else:
         view = View((prefix, *branches, own))
@@ -126,12 +126,12 @@ def _join_setup(c: Case, branch_lens: list[int], cont_len: int, placed: bool):
 def test_join_attention_matches_the_dense_oracle_and_a_sequential_placement_does_not(
         branch_lens: list[int], max_query_tokens: int) -> None:
     c = Case(prompt_len=45, block_size=16, max_query_tokens=max_query_tokens, seed=len(branch_lens))
-    group, views, rows, query = _join_setup(c, branch_lens, cont_len=6, placed=True)
+    group, views, rows, query = _join_setup(c, branch_lens, cont_len=6, positioned=True)
     ref = oracle(c, group, views, rows, query)
     errs = {path: rel_err(ours(c, group, rows, query, path), ref) for path in paths_for(c, rows)}
     assert max(errs.values()) <= 1e-5, errs
-    # Control: the same tokens with the branches placed one after another must miss the oracle of the join.
-    _, seq_views, seq_rows, _ = _join_setup(c, branch_lens, cont_len=6, placed=False)
+    # Control: the same tokens with the branches forced one after another must miss the oracle of the join.
+    _, seq_views, seq_rows, _ = _join_setup(c, branch_lens, cont_len=6, positioned=False)
     assert rel_err(ours(c, group, seq_rows, query), ref) > 1e-3
     # And the oracle itself tells the two placements apart.
     assert rel_err(oracle(c, group, seq_views, seq_rows, query), ref) > 1e-3
@@ -139,7 +139,7 @@ def test_join_attention_matches_the_dense_oracle_and_a_sequential_placement_does
 
 def test_join_attention_bf16_cache() -> None:
     c = dataclasses.replace(Case(prompt_len=64, block_size=32, seed=3), dtype=torch.bfloat16)
-    group, views, rows, query = _join_setup(c, [10, 30, 2], cont_len=3, placed=True)
+    group, views, rows, query = _join_setup(c, [10, 30, 2], cont_len=3, positioned=True)
     ref = oracle(c, group, views, rows, query)
     errs = {path: rel_err(ours(c, group, rows, query, path), ref) for path in paths_for(c, rows)}
     assert max(errs.values()) <= 1e-2, errs
@@ -153,7 +153,7 @@ def _feed(lanes, lens, lane: int, text: str, tokens: int) -> dict[int, str]:
 
 
 def _waiting(lanes, computed, sampled, live=None):
-    return lanes.held(computed, sampled, live or [True] * len(computed))
+    return lanes.who_sits_out(computed, sampled, live or [True] * len(computed))
 
 
 def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> None:
@@ -166,8 +166,8 @@ def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> N
     assert _waiting(lanes, [P] * 5, [0] * 5) == {1, 2, 3, 4}
     assert lanes.state is None and fork_view(P, lens, 0, lanes.state).spans == (Span(0, 0, P),)
     assert _feed(lanes, lens, 0, GOAL_MV[:40], 10) == {}
-    place = _feed(lanes, lens, 0, GOAL_MV[40:], 25)
-    assert place == {0: "<Conclusion>\n", 1: "\n<Path>\n1:", 2: "\n<Path>\n2:", 3: "\n<Path>\n3.1:"}
+    force = _feed(lanes, lens, 0, GOAL_MV[40:], 25)
+    assert force == {0: "<Conclusion>\n", 1: "\n<Path>\n1:", 2: "\n<Path>\n2:", 3: "\n<Path>\n3.1:"}
     assert lanes.take_released() == [1, 2, 3] and lanes.pool == [4], "the lane no fork took stays in the pool"
     assert lanes.lanes_to_stop() == []
     p0 = P + 35
@@ -178,7 +178,7 @@ def test_lanes_fork_decode_side_by_side_and_join_after_the_longest_branch() -> N
     assert _waiting(lanes, [p0 - 1, P, P, P, 0], [35, 1, 1, 1, 0]) == {1, 2, 3, 4}
     assert _waiting(lanes, [p0, P, P, P, 0], [36, 1, 1, 1, 0]) == {0, 4}
     assert _waiting(lanes, [p0, P + 2, P + 1, P + 1, 0], [36, 3, 2, 2, 0]) == {0, 4}, "isolated: no lock-step"
-    # Each branch reads the trunk up to the fork, then its own text, placed right after it (not after siblings).
+    # Each branch reads the trunk up to the fork, then its own text, forced right after it (not after siblings).
     for lane, (text, n) in {1: ("\n<Path>\n1: even: 4", 6), 2: ("\n<Path>\n2: odd", 4),
                             3: ("\n<Path>\n3.1: n=0", 5)}.items():
         assert _feed(lanes, lens, lane, text, n) == {}
@@ -232,8 +232,8 @@ def test_a_branch_forks_again_nested_and_the_trunk_forks_again_after_its_join() 
     lens[0] = p0
     # Branch 1 writes a goal of its own: its fork takes the lowest free lanes; its sub-branches start where it is.
     q0 = P + 12
-    place = _feed(lanes, lens, 1, "\n<Path>\n1: " + SUB_GOAL, 12)
-    assert place == {1: "<Conclusion>\n", 3: "\n<Path>\n1.1:", 4: "\n<Path>\n1.2:"}
+    force = _feed(lanes, lens, 1, "\n<Path>\n1: " + SUB_GOAL, 12)
+    assert force == {1: "<Conclusion>\n", 3: "\n<Path>\n1.1:", 4: "\n<Path>\n1.2:"}
     assert lanes.take_released() == [3, 4] and lanes.pool == [5]
     assert lanes.state.forks[1] == ForkNode(1, q0, (3, 4))
     assert lanes.strands[3].depth == 2 and lanes.strands[3].parent == 1
@@ -308,8 +308,8 @@ def test_tags_that_are_special_tokens_fork_though_the_clients_text_leaves_them_o
               ("", "<Outline>"), ("\n2: b", ""), ("", "</Outline>"), ("\n", "")]
     for i, (visible, hidden) in enumerate(pieces):
         assert lanes.observe(0, visible, 5 + i, hidden) == {}
-    place = lanes.observe(0, "", 15, "</Goal>")
-    assert set(place) == {0, 1, 2} and lanes.state.forks[0].at == 15
+    force = lanes.observe(0, "", 15, "</Goal>")
+    assert set(force) == {0, 1, 2} and lanes.state.forks[0].at == 15
     assert lanes.record(1).fork_chars == len("Split.\n\n\n1: a\n2: b\n"), "the client's characters"
     assert lanes.observe(1, "\n\n1: a", 8, "") == {} and lanes.observe(1, "", 9, "</Path>") == {}
     assert lanes.lanes_to_stop() == [1], "a branch end that is a special token ends the branch"
@@ -338,7 +338,7 @@ def test_lanes_refuse_a_fork_wider_than_their_lanes_and_follow_the_familys_rules
 
 def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_order() -> None:
     """Through the stand-in engine (tests/unit/table_engine.py): the branch lanes wait outside the queues until
-    the trunk writes its goal; every lane samples its first (placed) token before the trunk's first token after
+    the trunk writes its goal; every lane samples its first (forced) token before the trunk's first token after
     the fork; the branches decode while the trunk waits; each ends with its end of sequence once it wrote its
     end; the trunk goes on with the join header once every branch has stopped; every lane is freed."""
     from tests.unit.table_engine import EOS, FakeEngine, decode
@@ -347,7 +347,7 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
     engine = FakeEngine(prompt_len=6)
     trunk_script = "Go <Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>" + "x" * 200
     scripts = {"0_g": trunk_script, "1_g": "\n<Path>\n1: left</Path>", "2_g": "\n<Path>\n2: right side</Path>",
-               "3_g": "never"}  # a lane's script at its output index (placed tokens take theirs)
+               "3_g": "never"}  # a lane's script at its output index (forced tokens take theirs)
     lanes = engine.add_group("g", 4, max_tokens=120, protocol="multiverse")
     records, order = {}, []
     stop = engine.stop
@@ -370,12 +370,12 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
         if not engine.table:
             break
         engine.step(sample)
-        for r in lanes:  # (step, lane, output index) of every token, sampled or placed
+        for r in lanes:  # (step, lane, output index) of every token, sampled or forced
             order += [(step, r.request_id, i) for i in range(seen[r.request_id], r.num_output_tokens)]
             seen[r.request_id] = r.num_output_tokens
         if lanes[0].num_output_tokens < goal_len:
-            assert all(r.status == "held" for r in lanes[1:]), "branch lanes wait outside the queues"
-    assert not engine.table and engine.table.num_held == 0
+            assert all(r.status == "aside" for r in lanes[1:]), "branch lanes wait outside the queues"
+    assert not engine.table and engine.table.num_aside == 0
     texts = {r.request_id: decode(r.output_token_ids) for r in lanes}
     assert texts["1_g"] == "\n<Path>\n1: left</Path>" and texts["2_g"] == "\n<Path>\n2: right side</Path>"
     assert texts["3_g"] == "" and lanes[3].output_token_ids == [EOS], "the spare lane only ends"
@@ -403,7 +403,7 @@ def test_a_fork_the_trunk_writes_runs_through_the_group_table_in_the_engines_ord
 
 
 @pytest.mark.parametrize("when", ["before the fork", "during the branches"])
-def test_an_aborted_fork_join_request_leaves_nothing_held(when) -> None:
+def test_an_aborted_fork_join_request_leaves_nothing_behind(when) -> None:
     from tests.unit.table_engine import FakeEngine
 
     engine = FakeEngine(prompt_len=6)
@@ -413,9 +413,9 @@ def test_an_aborted_fork_join_request_leaves_nothing_held(when) -> None:
     steps = 5 if when == "before the fork" else len(goal) + 6
     for _ in range(steps):
         engine.step(lambda r, k: ord(script[r.request_id][r.num_output_tokens % len(script[r.request_id])]))
-    assert (lanes[1].status == "held") == (when == "before the fork")
+    assert (lanes[1].status == "aside") == (when == "before the fork")
     engine.abort("g")
-    assert not engine.table and engine.table.num_held == 0 and engine.table.num_queued == 0
+    assert not engine.table and engine.table.num_aside == 0 and engine.table.num_queued == 0
 
 
 def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions_with_reserve() -> None:
@@ -427,10 +427,10 @@ def test_lanes_kept_back_for_a_fork_keep_their_blocks_from_later_admissions_with
     engine = FakeEngine(prompt_len=6, block_size=4, num_blocks=60, kv="reserve")
     a = engine.add_group("a", 4, max_tokens=40, protocol="multiverse")
     engine.step(lambda r, k: ord("x"))
-    assert a[0].status == "running" and all(r.status == "held" for r in a[1:])
+    assert a[0].status == "running" and all(r.status == "aside" for r in a[1:])
     b = engine.add_group("b", 4, max_tokens=40, protocol="multiverse")
     engine.step(lambda r, k: ord("x"))  # a's trunk holds 12 blocks; its kept lanes 33 more
-    assert all(r.status == "held" for r in b) and engine.table.num_waiting_groups == 1
+    assert all(r.status == "aside" for r in b) and engine.table.num_waiting_groups == 1
     for _ in range(60):  # a's trunk ends (no goal: its lanes end once it has), then b goes in
         if all(r.status == "finished" for r in a):
             break
@@ -467,13 +467,13 @@ def test_lanes_kept_back_for_a_fork_take_no_kv_until_it_comes_with_on_demand() -
     b = engine.add_group("b", 4, max_tokens=200, protocol="multiverse")
     engine.step(sample)
     assert a[0].status == "running" and b[0].status == "running", "the kept lanes took no block"
-    assert all(r.status == "held" for r in a[1:] + b[1:])
+    assert all(r.status == "aside" for r in a[1:] + b[1:])
     assert engine.table.admitter.spare() == (6, 0), "slots kept, no block"
     for _ in range(len(goal) + 14):  # (the goal ends with the trunk's 73rd token)
         engine.step(sample)
     forked = [lanes for lanes in seen if lanes]
     assert forked == [[("1_a", 7, 6), ("2_a", 7, 6)]], "listed once: queued, then scheduled"
-    assert a[1].status == "running" and a[3].status == "held" and engine.table.forked_lanes() == []
+    assert a[1].status == "running" and a[3].status == "aside" and engine.table.forked_lanes() == []
 
 
 def test_lanes_no_fork_can_take_go_back_at_once() -> None:
@@ -514,24 +514,24 @@ def test_a_lane_that_must_end_next_cuts_an_accepted_run_there() -> None:
     options = parse_request({"hogwild_protocol": "multiverse", "hogwild_branch_end": "[jqyz]"})
     driver = ForkJoinDriver(options, 3, 40, 5, lambda text: [ord(c) for c in text], fork_now=("1", "2"))
     lanes = driver.lanes
-    for queue in driver.queues:  # (the headers placed: nothing queued any more)
+    for queue in driver.queues:  # (the headers forced: nothing queued any more)
         queue.clear()
-    assert not driver.may_place(1, 38) and driver.may_place(1, 39), "one token short of the budget"
-    assert not driver.may_place(0, 39), "the trunk ends at its budget as any request does"
+    assert not driver.may_force(1, 38) and driver.may_force(1, 39), "one token short of the budget"
+    assert not driver.may_force(0, 39), "the trunk ends at its budget as any request does"
     lanes.observe(2, "a", 5 + 10)
-    assert not driver.may_place(2, 10)
+    assert not driver.may_force(2, 10)
     lanes.observe(2, "z", 5 + 11)  # its end
-    assert driver.may_place(2, 11) and lanes.ends_next(2, 11)
+    assert driver.may_force(2, 11) and lanes.ends_next(2, 11)
     driver.end_lanes([0, 0, 0])
-    assert list(driver.queues[2]) == [0], "its end of sequence is placed next"
+    assert list(driver.queues[2]) == [0], "its end of sequence is forced next"
 
 
 @pytest.mark.parametrize("chunk", [1 << 20, 4], ids=["whole", "cut by the token budget"])
-def test_placed_headers_are_fed_in_one_step_and_what_is_not_fed_goes_back(chunk) -> None:
+def test_headers_are_fed_ahead_in_one_step_and_what_is_not_fed_goes_back(chunk) -> None:
     """Through the stand-in engine: a branch header's tokens after its first, and the join header's, are fed in
     one step with the token before them; the wire names them. Where the step's budget cuts a lane short, the
     tokens it did not feed go back to its queue and the next is forced as without feeding ahead. The document
-    is the same as with headers placed one token a step (the control), in fewer steps."""
+    is the same as with headers forced one token a step (the control), in fewer steps."""
     from tests.unit.table_engine import FakeEngine, decode
 
     goal = "Go <Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>"
@@ -539,7 +539,7 @@ def test_placed_headers_are_fed_in_one_step_and_what_is_not_fed_goes_back(chunk)
 
     def run(ahead: bool):
         engine = FakeEngine(prompt_len=6, chunk=chunk)
-        engine.table.feeds_placed_ahead = ahead
+        engine.table.feeding_ahead = ahead
         lanes = engine.add_group("g", 3, max_tokens=120, protocol="multiverse")
         fed = []  # per step: request id -> tokens fed
         while engine.table:
@@ -551,14 +551,14 @@ def test_placed_headers_are_fed_in_one_step_and_what_is_not_fed_goes_back(chunk)
     control, control_texts, control_fed = run(False)
     assert texts == control_texts
     assert texts[1] == "\n<Path>\n1: left</Path>" and texts[0].startswith(goal + "<Conclusion>\nx")
-    placed = [p for w in engine.wires for p in w.placed.items()]
-    assert not [p for w in control.wires for p in w.placed.items()]
+    forced = [p for w in engine.wires for p in w.fed_ahead.items()]
+    assert not [p for w in control.wires for p in w.fed_ahead.items()]
     header, join = len("\n<Path>\n1:"), len("<Conclusion>\n")
     if chunk > 100:
-        assert sorted(len(tokens) for _, (_, tokens) in placed) == [header - 1, header - 1, join - 1]
+        assert sorted(len(tokens) for _, (_, tokens) in forced) == [header - 1, header - 1, join - 1]
         assert {r: n for step in fed for r, n in step.items() if n == header} == {"1_g": header, "2_g": header}
         assert len(control_fed) - len(fed) == (header - 1) + (join - 1)
-    else:  # at most 4 tokens a step: each header is fed in parts, the rest given back and placed again
-        assert placed and all(len(tokens) <= chunk - 1 for _, (_, tokens) in placed)
+    else:  # at most 4 tokens a step: each header is fed in parts, the rest given back and forced again
+        assert forced and all(len(tokens) <= chunk - 1 for _, (_, tokens) in forced)
         assert max(n for step in fed for r, n in step.items() if r != "0_g" or n < 6) <= chunk
         assert len(fed) < len(control_fed)

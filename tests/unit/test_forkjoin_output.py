@@ -228,7 +228,7 @@ def test_a_lane_record_crosses_vllms_own_wire_only_with_the_plugins_types() -> N
 
 
 def test_tokens_fed_in_one_step_count_one_sequential_step() -> None:
-    """Each output carries its tokens' accept steps (placed text fed ahead, or accepted drafts, share one): a
+    """Each output carries its tokens' accept steps (forced text fed ahead, or accepted drafts, share one): a
     lane's sequential steps are its distinct steps, not its tokens."""
     events = []
     for step, (o, finished) in enumerate(EVENTS):  # copies: EVENTS is shared

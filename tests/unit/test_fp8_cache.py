@@ -124,7 +124,7 @@ def triton_errors() -> dict[str, float]:
             group, views, rows, query = setup(c)
             ref = oracle(c, group, views, rows, query)
             spec = RopeSpec.from_hf_config(tsa.config_of(c), is_neox_style=c.neox)
-            plan = sa.plan(rows, c.block_size, spec, sa.PlanKind.TRITON, num_tokens=query.shape[0])
+            plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=query.shape[0])
             out[f"{encoding}/{kv_layout}"] = rel_err(sa.run(plan, query, group.kv), ref)
             if kv_layout == "plain":
                 unscaled = dataclasses.replace(group.kv, quant=KVQuant.of(encoding))

@@ -11,19 +11,19 @@ from vllm_hogwild.core.protocol_text import FINISHER_SUFFIX
 P = 10
 
 
-def test_workers_arriving_out_of_order_are_held_until_the_group_is_complete() -> None:
+def test_workers_arriving_out_of_order_are_set_aside_until_the_group_is_complete() -> None:
     engine = FakeEngine(prompt_len=P)
     table = engine.table
     engine.add("2_g", {}, 3, 8)
     engine.add("0_g", {}, 3, 8)
-    assert table.num_held == 2 and table.groups["g"].phase is Phase.GATHERING
+    assert table.num_aside == 2 and table.groups["g"].phase is Phase.GATHERING
     assert engine.step(lambda r, k: 7).steps == () and not engine.running  # nothing runs while it gathers
     engine.add("1_g", {}, 3, 8)
     assert table.groups["g"].phase is Phase.WAITING
     engine.step(lambda r, k: 7)
     # Admitted whole, in worker order; every worker prefilled and sampled in the same step.
     assert [r.request_id for r in engine.running] == ["0_g", "1_g", "2_g"]
-    assert table.num_held == 0 and table.groups["g"].phase is Phase.ADMITTED
+    assert table.num_aside == 0 and table.groups["g"].phase is Phase.ADMITTED
     assert [r.num_output_tokens for r in engine.running] == [1, 1, 1]
 
 
@@ -88,7 +88,7 @@ def test_an_abort_frees_everything_admitted_or_not(admitted: bool) -> None:
     else:
         engine.add("1_g", {}, 3, 50)  # still gathering
     engine.abort("g")
-    assert not engine.table and not engine.table.workers and engine.table.num_held == 0
+    assert not engine.table and not engine.table.workers and engine.table.num_aside == 0
     assert not engine.parked and not engine.running
 
 
@@ -98,7 +98,7 @@ def test_reserve_admits_a_group_for_its_whole_budget_and_a_later_group_does_not_
     small = engine.add_group("small", 2, 2)
     engine.step(lambda r, k: 7)
     assert [r.request_id for r in engine.running] == [r.request_id for r in big]  # small waits behind big
-    assert engine.table.groups["small"].phase is Phase.WAITING and all(r.status == "held" for r in small)
+    assert engine.table.groups["small"].phase is Phase.WAITING and all(r.status == "aside" for r in small)
     assert engine.table.first_allocation("0_small") is None  # queued workers reserve; held ones do not
 
 
@@ -111,7 +111,7 @@ def test_on_demand_admits_a_group_when_its_prompts_and_first_tokens_fit() -> Non
     assert engine.table.first_allocation("0_big") is None  # nothing reserved
 
 
-def test_lock_step_holds_a_worker_whose_prefill_finished_first() -> None:
+def test_lock_step_sits_out_a_worker_whose_prefill_finished_first() -> None:
     engine = FakeEngine(prompt_len=P, chunk=4)
     a, b = engine.add_group("g", 2, 5)
     b.num_computed_tokens = 8  # its prompt's first blocks were a prefix-cache hit: it finishes its prefill first
@@ -130,7 +130,7 @@ def test_lock_step_holds_a_worker_whose_prefill_finished_first() -> None:
 
 def test_an_accepted_run_is_cut_where_the_engine_must_place_text() -> None:
     """Speculative decoding: after each token of an accepted run the table says whether the engine must
-    place the next one (a paragraph ended and its prefix is queued); the scheduler cuts the run there."""
+    force the next one (a paragraph ended and its prefix is queued); the scheduler cuts the run there."""
     engine = FakeEngine(prompt_len=P)
     a, b = engine.add_group("g", 2, 100, layout="combined", protocol="named", step_end="!")
     engine.run({a.request_id: "x", b.request_id: "y"}, 30)  # both wrote their first prefix and some text
@@ -143,7 +143,7 @@ def test_an_accepted_run_is_cut_where_the_engine_must_place_text() -> None:
         return False
 
     accepted, stopped = table.accept_run(worker, run, accept)  # the loop the scheduler runs
-    assert (accepted, stopped) == (3, False)  # "ab!" ends a paragraph: the next token is the next prefix's, placed by the engine
+    assert (accepted, stopped) == (3, False)  # "ab!" ends a paragraph: the next token is the next prefix's, forced by the engine
     assert table.groups["g"].driver.queues[0]  # queued
 
 

@@ -28,13 +28,13 @@ def test_every_hook_names_its_upstream_patch_or_why_there_is_none() -> None:
             assert len(hook.patch) > 40, hook  # a reason, not a placeholder
         else:
             assert hook.patch in patches, hook
-    assert {h.kind for h in hooks.HOOKS} == {"class", "instance", "override", "kernel", "function"}
+    assert {h.mechanism for h in hooks.HOOKS} == {"class", "instance", "override", "kernel", "function"}
     assert len({h.target for h in hooks.HOOKS}) == len(hooks.HOOKS)
 
 
 def test_every_class_hook_names_its_wrapper() -> None:
     for hook in hooks.HOOKS:
-        assert bool(hook.hook) == (hook.kind == "class"), hook
+        assert bool(hook.hook) == (hook.mechanism == "class"), hook
         if hook.hook:
             where, _, name = hook.hook.partition(":")
             source = (ROOT / (where.replace(".", "/") + ".py")).read_text()
@@ -78,7 +78,7 @@ def test_instance_wraps_are_the_ones_the_code_installs() -> None:
     an instance row or state named in ``STATE``."""
     indexed: dict[str, set[str]] = {}
     for hook in hooks.HOOKS:
-        if hook.kind == "instance":
+        if hook.mechanism == "instance":
             indexed.setdefault(hook.where, set()).add(hook.method)
     assert set(indexed) == set(STATE)
     for where, methods in indexed.items():
@@ -98,12 +98,12 @@ def test_the_both_directions_check_misses_an_unindexed_wrap(tmp_path) -> None:
 
 def test_kernels_and_functions_are_the_ones_the_code_replaces() -> None:
     """Each kernel or function row is replaced by its module, under the name the row gives."""
-    rows = [h for h in hooks.HOOKS if h.kind in ("kernel", "function")]
+    rows = [h for h in hooks.HOOKS if h.mechanism in ("kernel", "function")]
     assert rows
     for hook in rows:
         module, _, name = hook.target.partition(":")
         source = (ROOT / (hook.where.replace(".", "/") + ".py")).read_text()
-        if hook.kind == "kernel":  # registered under vLLM's dotted kernel name
+        if hook.mechanism == "kernel":  # registered under vLLM's dotted kernel name
             assert f'"{module}.{name}"' in source, hook
         else:  # assigned on its module
             assert f".{name} = " in source and module.rpartition(".")[2] in source, hook
@@ -120,7 +120,7 @@ def test_class_wraps_are_the_rows_and_live_in_the_folder() -> None:
     """Both directions for class wraps: each ``class`` row's wrapper is a wrap function of its module in the
     folder, each wrap function in the folder is some row's wrapper, and no module outside the folder defines
     one (a vLLM class wrapped elsewhere would have no row)."""
-    rows = {h.hook for h in hooks.HOOKS if h.kind == "class"}
+    rows = {h.hook for h in hooks.HOOKS if h.mechanism == "class"}
     assert all(h.startswith("vllm_hogwild.patches.") for h in rows), rows
     defined = {f"vllm_hogwild.patches.{path.stem}:{name}" for path in FOLDER.glob("*.py") for name in _wrappers(path)}
     assert defined == rows, ("defined, no row:", defined - rows, "row, not defined:", rows - defined)

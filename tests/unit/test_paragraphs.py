@@ -107,9 +107,9 @@ def test_interleaved_views_read_the_history_and_the_own_step_only() -> None:
     assert interleaved_views(P, [P + 3], [], [P])[0].spans == (Span(0, 0, P + 3),)
 
 
-def test_placed_text_never_ends_a_step_but_belongs_to_it() -> None:
+def test_forced_text_never_ends_a_paragraph_but_belongs_to_it() -> None:
     t = ParagraphTracker(1, P)
-    assert not t.on_sampled(0, P, "Done.\n\n", can_end=False)  # engine-placed text
+    assert not t.on_sampled(0, P, "Done.\n\n", can_end=False)  # engine-forced text
     assert not t.on_sampled(0, P + 1, "x")
     assert t.on_sampled(0, P + 2, "Fine.\n\n")
     t.on_sampled(0, P + 3, "y")

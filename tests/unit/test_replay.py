@@ -60,7 +60,7 @@ def rebuilt(group_id, shape, history, starts, log, targets, tables, fork=None):
                                              ("interleaved", "raw"), ("combined", "named")])
 @pytest.mark.parametrize("seed", range(4))
 def test_views_rebuilt_from_the_log_equal_the_live_ones(layout: str, protocol: str, seed: int) -> None:
-    """Through the group table, with paragraphs joining the history, prefixes the engine places, workers that
+    """Through the group table, with paragraphs joining the history, prefixes the engine forces, workers that
     stop early and workers left out of a step by vLLM's token budget."""
     rng = random.Random(seed)
     n = rng.randint(2, 4)
@@ -195,7 +195,7 @@ def test_chunks_take_whole_past_steps_and_respect_the_budget() -> None:
 
 FJ_GOAL = "Split.\n<Parallel>\n<Goal>\n<Outline>\n1: a</Outline>\n<Outline>\n2: b</Outline>\n</Goal>"
 FJ_SUB = "<Parallel>\n<Goal>\n<Outline>\n1.1: x</Outline>\n<Outline>\n1.2: y</Outline>\n</Goal>"
-FJ_SCRIPTS = {  # each lane's text at its output index (the tokens the engine places are these characters too)
+FJ_SCRIPTS = {  # each lane's text at its output index (the tokens the engine forces are these characters too)
     0: FJ_GOAL + "<Conclusion>\nso\n<Goal>\n<Outline>\n7: c</Outline>\n</Goal><Conclusion>\n" + "w" * 300,
     1: "\n<Path>\n1: " + FJ_SUB + "<Conclusion>\nmore</Path>",
     2: "\n<Path>\n2: " + "b" * 60 + "</Path>",

@@ -121,12 +121,12 @@ def compiled_paths() -> list[str]:
     return [f"compiled:{isa}" for isa in cpu_ops.isas()]
 
 
-def kind_of(path: str, rows, block_size: int) -> sa.PlanKind:
+def kind_of(path: str, rows, block_size: int) -> sa.PlanMode:
     """``batched``: the PyTorch path's choice (batched decode when it pays); ``buckets``: block buckets
     always; ``compiled``: the CPU op."""
     if path == "batched":
-        return sa.kind_for("torch", rows, block_size)
-    return sa.PlanKind.BUCKETS if path == "buckets" else sa.PlanKind.CPU_OP
+        return sa.mode_for("torch", rows, block_size)
+    return sa.PlanMode.BUCKETS if path == "buckets" else sa.PlanMode.CPU_OP
 
 
 def ours(c: Case, group, rows, query, path: str = "batched") -> torch.Tensor:
@@ -209,7 +209,7 @@ def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
     c = Case(num_workers=4, layout="contiguous", max_query_tokens=5, max_gen=40, seed=13)
     group, views, rows, query = setup(c)
     assert any(r.num_query_tokens > 1 for r in rows)
-    assert sa.kind_for("cpu-op", rows, c.block_size) is sa.PlanKind.CPU_OP
+    assert sa.mode_for("cpu-op", rows, c.block_size) is sa.PlanMode.CPU_OP
     split = sa.single_token_rows(rows, c.block_size)
     assert len(split) == sum(r.num_query_tokens for r in rows) and all(r.num_query_tokens == 1 for r in split)
     for row in rows:
@@ -221,7 +221,7 @@ def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
     for path in compiled_paths():
         assert rel_err(ours(c, group, rows, query, path), ref) <= 1e-5, path
     long = sa.QueryRow(0, sa.CPU_OP_MAX_ROW_TOKENS + 1, rows[0].segments)
-    assert sa.kind_for("cpu-op", [long], c.block_size) is sa.PlanKind.BUCKETS
+    assert sa.mode_for("cpu-op", [long], c.block_size) is sa.PlanMode.BUCKETS
 
 
 @pytest.mark.parametrize("split", [0, 2, 4])
@@ -246,7 +246,7 @@ def test_rows_given_as_columns_plan_like_rows_given_as_segments(split: int) -> N
     for path in ("torch", "cpu-op"):
         plan = sa.plan_rows(path, rows[:split], c.block_size, spec, num_tokens=query.shape[0],
                             flat=(columns, tokens))
-        assert (plan.kind is sa.PlanKind.CPU_OP) == (path == "cpu-op")
+        assert (plan.mode is sa.PlanMode.CPU_OP) == (path == "cpu-op")
         for isa in (cpu_ops.isas() if path == "cpu-op" else [None]):
             cpu_ops.use(isa)
             try:

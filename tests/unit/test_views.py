@@ -227,8 +227,8 @@ def test_contiguous_two_workers_explicit() -> None:
     v0, v1 = contiguous_views(3, [5, 6])
     assert v0.spans == (Span(0, 0, 3), Span(1, 3, 6), Span(0, 3, 5))
     assert v1.spans == (Span(1, 0, 3), Span(0, 3, 5), Span(1, 3, 6))
-    # Own text of worker 0 is stored at 3.. and placed at 6..: delta 0 on itself,
-    # the prompt moves by +3 and worker 1's text (stored 3.., placed 3..) by +3.
+    # Own text of worker 0 is stored at 3.. and positioned at 6..: delta 0 on itself,
+    # the prompt moves by +3 and worker 1's text (stored 3.., positioned 3..) by +3.
     assert v0.view_starts() == [0, 3, 6]
     assert v0.deltas() == [3, 3, 0]
     assert v1.view_starts() == [0, 3, 5]
@@ -387,7 +387,7 @@ def test_combined_explicit_with_separators() -> None:
         + toks(0, 5, 6) + toks(0, 14, 17) + toks(0, 6, 9) + toks(0, 9, 11) + toks(1, 15, 18)
     )
     assert v0.own == Span(0, 14, 17) and v1.own == Span(1, 15, 18)
-    # v1: own text stored at 15.. is placed after 12+3+3+2+1+3+3+2 = 29 tokens.
+    # v1: own text stored at 15.. is positioned after 12+3+3+2+1+3+3+2 = 29 tokens.
     assert v1.view_starts()[-1] == 29
     assert v1.deltas()[-1] == 0
     assert v1.deltas()[0] == (29 - 15) - (0 - 0)

@@ -277,7 +277,7 @@ class Checker:
     def _writable(self, point: TouchPoint, cls: Any) -> None:
         """``writes``: the plugin assigns this name; the class must take the assignment as it is."""
         if point.writes:
-            refusal = self.reader.refuses_assignment(cls, point.member)
+            refusal = self.reader.refuses_assignment(cls, point.leaf)
             if refusal is not None:
                 raise Broken(CHANGED, *refusal)
 
@@ -286,36 +286,36 @@ class Checker:
     def _missing_member(self, point: TouchPoint, cls: Any, kind: str) -> Broken:
         """MISSING: the class has no such member (``kind``: what to search the tree for, for the hint)."""
         what = "field " if kind == FIELD else ""
-        return Broken(MISSING, f"{self.reader.class_name(cls)} has no {what}{point.member}"
-                      + where_now(self.reader.tree, point.member, kind), self.reader.class_where(cls))
+        return Broken(MISSING, f"{self.reader.class_name(cls)} has no {what}{point.leaf}"
+                      + where_now(self.reader.tree, point.leaf, kind), self.reader.class_where(cls))
 
     def _member(self, point: TouchPoint, cls: Any) -> tuple[str, str]:
         """A method (or the source of one): found in the MRO, and where the plugin's wrapping needs it."""
-        member = self.reader.find_member(cls, point.member)
+        member = self.reader.find_member(cls, point.leaf)
         if member is None:
             raise self._missing_member(point, cls, METHOD)
         where = self.reader.where(member.value)
         name = self.reader.class_name(cls)
         if point.own and member.inherited:
-            raise Broken(CHANGED, f"{point.member} is inherited from {member.defined_in}{_in_parentheses(where)}, "
+            raise Broken(CHANGED, f"{point.leaf} is inherited from {member.defined_in}{_in_parentheses(where)}, "
                                   f"not defined in {name}'s own body: patches._wrap replaces it in {name}.__dict__",
                          where)
         if point.defined_by and member.defined_in != point.defined_by:
-            raise Broken(CHANGED, f"{name}.{point.member} is now defined by {member.defined_in}"
+            raise Broken(CHANGED, f"{name}.{point.leaf} is now defined by {member.defined_in}"
                                   f"{_in_parentheses(where)}, not inherited from {point.defined_by}", where)
         return self._callable_or_source(point, member.value)
 
     def _class_constant(self, point: TouchPoint, cls: Any) -> tuple[str, str]:
-        where = self.reader.class_constant(cls, point.member)
+        where = self.reader.class_constant(cls, point.leaf)
         if where is None:
             raise self._missing_member(point, cls, CONSTANT)
         return "", where
 
     def _field(self, point: TouchPoint, cls: Any) -> tuple[str, str]:
         """A declared field, with the default the plugin expects, writable where the plugin writes it."""
-        field = self.reader.field(cls, point.member)
+        field = self.reader.field(cls, point.leaf)
         if field is None:
-            other = self.reader.other_binding(cls, point.member)
+            other = self.reader.other_binding(cls, point.leaf)
             if other is not None:
                 raise Broken(CHANGED, *other)
             raise self._missing_member(point, cls, FIELD)
@@ -326,7 +326,7 @@ class Checker:
 
     def _attribute(self, point: TouchPoint, cls: Any) -> tuple[str, str]:
         """ATTRIBUTE / INIT_ATTRIBUTE: bound in a class body, else set on ``self`` (while ``__init__`` runs)."""
-        where = self.reader.class_attribute(cls, point.member)
+        where = self.reader.class_attribute(cls, point.leaf)
         if where is not None:
             found = "", where
         else:
@@ -334,7 +334,7 @@ class Checker:
                 found = attribute_in_sources(self.reader.tree, self.reader.source_classes(cls), point)
             except Broken as broken:
                 if broken.status == MISSING:
-                    broken.detail += where_now(self.reader.tree, point.member, ATTRIBUTE)
+                    broken.detail += where_now(self.reader.tree, point.leaf, ATTRIBUTE)
                 raise
         self._writable(point, cls)
         return found
@@ -453,17 +453,17 @@ def attribute_in_sources(tree: SourceTree, classes: list[ClassRef], point: Touch
     """
     bare = None
     for cls in classes:
-        for statement in tree.class_members(cls).get(point.member, []):
+        for statement in tree.class_members(cls).get(point.leaf, []):
             if isinstance(statement, ast.AnnAssign) and statement.value is None:
                 bare = bare or (cls, statement)
             else:
                 return "", cls.module.at(statement)
     init_only = point.kind == INIT_ATTRIBUTE
-    assigned = tree.where_assigned(classes, point.member, init_only)
+    assigned = tree.where_assigned(classes, point.leaf, init_only)
     if assigned is not None:
         return f"set in {assigned[0]}", assigned[1]
     if init_only:
-        later = tree.where_assigned(classes, point.member, init_only=False)
+        later = tree.where_assigned(classes, point.leaf, init_only=False)
         if later is not None:
             raise Broken(CHANGED, f"no longer set while __init__ runs, only in {later[0]}", later[1])
     if bare is not None:
@@ -473,4 +473,4 @@ def attribute_in_sources(tree: SourceTree, classes: list[ClassRef], point: Touch
                          cls.module.at(statement))
         return f"declared in {cls.name} (an annotation only)", cls.module.at(statement)
     name = classes[0].name if classes else point.owner
-    raise Broken(MISSING, f"{name} never sets {point.member}", classes[0].at() if classes else "")
+    raise Broken(MISSING, f"{name} never sets {point.leaf}", classes[0].at() if classes else "")

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, PagedKV
-from vllm_hogwild.attention.plan_types import DecodeCSR, PlanKind, SegmentAttentionPlan
+from vllm_hogwild.attention.plan_types import DecodeCSR, PlanMode, SegmentAttentionPlan
 from vllm_hogwild.core.views.rope import RopeSpec
 from vllm_hogwild.core.views.spans import SegmentColumns
 
@@ -58,7 +58,7 @@ def plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None,
     pair_token = torch.repeat_interleave(row_token, row_pair_ptr.diff())
     cos, sin = rope.cos_sin(delta)
     csr = DecodeCSR(row_token, row_pair_ptr, pair_piece_ptr, piece_block, piece_lo, piece_hi)
-    return SegmentAttentionPlan(kind=PlanKind.CPU_OP, num_tokens=num_tokens, out_tokens=row_token,
+    return SegmentAttentionPlan(mode=PlanMode.CPU_OP, num_tokens=num_tokens, out_tokens=row_token,
                                 pair_token=pair_token, pair_cos=cos.contiguous(), pair_sin=sin.contiguous(),
                                 buckets=[], rope=rope, csr=csr)
 

@@ -1,5 +1,5 @@
 """A step's attention plan, as every path of :mod:`vllm_hogwild.attention.segment_attention` carries it: which
-path runs it (:class:`PlanKind`) and that path's payload. Types only; the planners are
+path runs it (:class:`PlanMode`) and that path's payload. Types only; the planners are
 :mod:`~vllm_hogwild.attention.segment_attention` and, for the compiled op, :mod:`~vllm_hogwild.attention.cpu_plan`.
 """
 
@@ -13,7 +13,7 @@ import torch
 from vllm_hogwild.core.views.rope import RopeSpec
 
 
-class PlanKind(Enum):
+class PlanMode(Enum):
     """Which path runs a plan; each names the payload it carries."""
 
     BUCKETS = "buckets"  # PyTorch block buckets (any rows, any cache)
@@ -68,11 +68,11 @@ class DecodeCSR:
 class SegmentAttentionPlan:
     """Per-step tensors shared by every layer. P: (token, segment) pairs.
 
-    ``kind`` says which payload is set: ``buckets`` (``BUCKETS``, ``TRITON``),
+    ``mode`` says which payload is set: ``buckets`` (``BUCKETS``, ``TRITON``),
     ``decode`` (``DENSE_DECODE``) or ``csr`` (``CPU_OP``).
     """
 
-    kind: PlanKind
+    mode: PlanMode
 
     num_tokens: int  # T: rows of the query tensor this plan may touch
     out_tokens: torch.Tensor  # [T_out] query tokens that get an output

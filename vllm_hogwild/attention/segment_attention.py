@@ -37,7 +37,7 @@ import torch
 
 from vllm_hogwild.attention import cpu_plan
 from vllm_hogwild.attention.kv_layout import PagedKV
-from vllm_hogwild.attention.plan_types import Bucket, DecodeBatch, PlanKind, SegmentAttentionPlan
+from vllm_hogwild.attention.plan_types import Bucket, DecodeBatch, PlanMode, SegmentAttentionPlan
 from vllm_hogwild.core.views.spans import Segment, SegmentColumns
 from vllm_hogwild.core.views.rope import RopeSpec, rotate
 
@@ -68,42 +68,42 @@ def _cpu_op_takes(rows: Sequence[QueryRow]) -> bool:
     return all(r.num_query_tokens <= CPU_OP_MAX_ROW_TOKENS for r in rows)
 
 
-def kind_for(path: str, rows: Sequence[QueryRow], block_size: int) -> PlanKind:
+def mode_for(path: str, rows: Sequence[QueryRow], block_size: int) -> PlanMode:
     """The plan an attention path (:mod:`vllm_hogwild.attention.paths`) uses for this step's rows."""
     single = bool(rows) and all(r.num_query_tokens == 1 for r in rows)
     if path == "triton":
-        return PlanKind.TRITON
+        return PlanMode.TRITON
     if path == "cpu-op" and rows and _cpu_op_takes(rows):
-        return PlanKind.CPU_OP
+        return PlanMode.CPU_OP
     if path == "torch" and single and _dense_scores(rows, block_size) <= DENSE_DECODE_MAX_SCORES:
-        return PlanKind.DENSE_DECODE
-    return PlanKind.BUCKETS
+        return PlanMode.DENSE_DECODE
+    return PlanMode.BUCKETS
 
 
 def plan(
     rows: Sequence[QueryRow],
     block_size: int,
     rope: RopeSpec,
-    kind: PlanKind = PlanKind.BUCKETS,
+    mode: PlanMode = PlanMode.BUCKETS,
     num_tokens: int | None = None,
     device: torch.device | str = "cpu",
 ) -> SegmentAttentionPlan:
-    """Build the step's index tensors for ``kind``; ``num_tokens``: rows of the query tensor (default: what the rows use).
+    """Build the step's index tensors for ``mode``; ``num_tokens``: rows of the query tensor (default: what the rows use).
 
     ``DENSE_DECODE`` takes single-token rows only, ``CPU_OP`` rows of up to
-    :data:`CPU_OP_MAX_ROW_TOKENS` tokens (:func:`kind_for` chooses); ``CPU_OP`` plans for the compiled CPU op
+    :data:`CPU_OP_MAX_ROW_TOKENS` tokens (:func:`mode_for` chooses); ``CPU_OP`` plans for the compiled CPU op
     (:mod:`vllm_hogwild.attention.cpu_ops`; ``run`` then needs vLLM's CPU cache
     layout); ``TRITON`` plans block buckets for the Triton kernel
     (:mod:`vllm_hogwild.attention.triton_attention`; ``run`` then reads any cache
     layout through its strides).
     """
-    if kind is PlanKind.DENSE_DECODE and not all(r.num_query_tokens == 1 for r in rows):
-        raise ValueError(f"a {kind.value} plan takes single-token rows only")
-    if kind is PlanKind.CPU_OP:
+    if mode is PlanMode.DENSE_DECODE and not all(r.num_query_tokens == 1 for r in rows):
+        raise ValueError(f"a {mode.value} plan takes single-token rows only")
+    if mode is PlanMode.CPU_OP:
         if not _cpu_op_takes(rows):
-            raise ValueError(f"a {kind.value} plan takes rows of up to {CPU_OP_MAX_ROW_TOKENS} tokens")
+            raise ValueError(f"a {mode.value} plan takes rows of up to {CPU_OP_MAX_ROW_TOKENS} tokens")
         return cpu_plan.plan_csr(single_token_rows(rows, block_size), block_size, rope, num_tokens)
-    if kind is PlanKind.DENSE_DECODE:
+    if mode is PlanMode.DENSE_DECODE:
         return _plan_decode(rows, block_size, rope, num_tokens, device)
     tables: dict[tuple[int, ...], torch.Tensor] = {}  # each lane's block table as a tensor, once a step
     entries = [_row_entries(row, block_size, tables) for row in rows]
@@ -120,12 +120,12 @@ def plan(
     out_tokens = torch.unique(pair_token)
     buckets = _bucket(blk, pair, pair_token[pair] if len(pair) else pair, lo, hi,
                       len(pair_token), num_tokens)
-    if kind is PlanKind.TRITON:
+    if mode is PlanMode.TRITON:
         max_blocks = chunk_length(sum(len(b.block_ids) for b in buckets))
         buckets = [_chunk(b, max_blocks) for b in buckets]
     to = lambda t: t if t is None else t.to(device)  # noqa: E731
     return SegmentAttentionPlan(
-        kind=kind,
+        mode=mode,
         num_tokens=num_tokens,
         out_tokens=to(out_tokens),
         pair_token=to(pair_token),
@@ -191,7 +191,7 @@ def _plan_decode(rows, bs: int, rope: RopeSpec, num_tokens: int | None, device) 
     decode = DecodeBatch(to(block_ids), to(pair_index), to(bias),
                           to(torch.tensor(row_select)), to(torch.tensor(row_token)))
     return SegmentAttentionPlan(
-        kind=PlanKind.DENSE_DECODE, num_tokens=num_tokens, out_tokens=decode.row_token,
+        mode=PlanMode.DENSE_DECODE, num_tokens=num_tokens, out_tokens=decode.row_token,
         pair_token=to(torch.tensor(pair_token)), pair_cos=to(cos), pair_sin=to(sin), buckets=[], rope=rope,
         decode=decode,
     )
@@ -226,7 +226,7 @@ def plan_rows(path: str, rows: Sequence[QueryRow], block_size: int, rope: RopeSp
     if flat_rows:
         columns, tokens = flat
         rows = [*rows, *(QueryRow(tokens[k], 1, columns.segments(k)) for k in range(flat_rows))]
-    return plan(rows, block_size, rope, kind_for(path, rows, block_size), num_tokens=num_tokens, device=device)
+    return plan(rows, block_size, rope, mode_for(path, rows, block_size), num_tokens=num_tokens, device=device)
 
 
 def _run_decode(p: SegmentAttentionPlan, q: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:
@@ -272,14 +272,14 @@ def run(
     cdt = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
     if out is None:
         out = torch.zeros_like(query)
-    if p.kind is PlanKind.CPU_OP:
+    if p.mode is PlanMode.CPU_OP:
         cpu_plan.run_csr(p, query, kv, scale, out)
         return out
-    if p.kind is PlanKind.TRITON:
+    if p.mode is PlanMode.TRITON:
         from vllm_hogwild.attention import triton_attention
 
         return triton_attention.run(p, query, kv, scale, out)
-    if p.kind is PlanKind.DENSE_DECODE:
+    if p.mode is PlanMode.DENSE_DECODE:
         _run_decode(p, query.to(cdt), kv, scale, out)
         return out
     if not p.buckets:

@@ -1,7 +1,7 @@
 """Segment attention in Triton: the block-bucket plan, one program per (chunk of KV blocks, KV head).
 
 Same plan and contract as the PyTorch block-bucket path of
-:mod:`vllm_hogwild.attention.segment_attention` (``plan(..., PlanKind.TRITON)`` selects it):
+:mod:`vllm_hogwild.attention.segment_attention` (``plan(..., PlanMode.TRITON)`` selects it):
 
 - **a block is loaded once for all its readers.** A program serves every
   reader the plan lists for a chunk of blocks (for one KV head): each reader

@@ -10,16 +10,16 @@ OpenAI server's flat ``vllm_xargs`` spell the same option ``hogwild_<name>``)::
     {"layout": "contiguous", "protocol": "raw"}
 
 ``layout`` is ``contiguous``, ``isolated``, ``combined`` or ``interleaved``;
-the last two cut each worker's text into steps (``step_end``, a regular
+the last two cut each worker's text into paragraphs (``step_end``, a regular
 expression, default :data:`vllm_hogwild.core.protocol.paragraphs.PARAGRAPH_END`). ``protocol`` is
-``raw`` (nothing injected), ``named`` (step layouts only: the engine starts
-every step of a worker with its name and step number, ``**Alice [2]:** ``) or
+``raw`` (nothing injected), ``named`` (paragraph layouts only: the engine starts
+every paragraph of a worker with its name and paragraph number, ``**Alice [2]:** ``) or
 ``collab``, the whole collaboration protocol: ``named`` plus a preamble that
 tells the workers they are a team (``task``: ``math``, ``code`` or
 ``general``; ``person``: ``second`` or ``first``), section headers between
 the parts of every view, the task's answer pattern, redundancy checks and the
 finisher; its layout defaults to ``combined``.
-``redundancy_every`` (``named``, ``collab``) makes a worker's next step prefix
+``redundancy_every`` (``named``, ``collab``) makes a worker's next paragraph prefix
 ask whether it repeats someone's work once the group has generated that many
 more tokens. ``answer_pattern`` (a regular expression with one group) ends the
 whole group once any worker's text matches it: every live worker then samples
@@ -48,12 +48,12 @@ REQUEST_KEY = "hogwild"  # in SamplingParams.extra_args
 FLAT_PREFIX = "hogwild_"  # OpenAI vllm_xargs: hogwild_layout, ...
 
 REQUEST_LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
-HISTORY_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished steps
+HISTORY_LAYOUTS = ("combined", "interleaved")  # layouts with a shared history of finished paragraphs
 FORKJOIN_PROTOCOLS = ("multiverse", "npr")  # parallel-reasoning models: one request forks into branches and joins
 PROTOCOLS = ("raw", "named", "collab", *FORKJOIN_PROTOCOLS)
 FORKJOIN_LAYOUT = "forkjoin"  # the layout of a fork/join request's lanes (core/views/forks.fork_view); not a client's
 BRANCH_MODES = ("isolated", "hogwild")
-NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every step with the writer's name
+NAMED_PROTOCOLS = ("named", "collab")  # protocols that start every paragraph with the writer's name
 COLLAB_DEFAULTS = {"layout": "combined", "redundancy_every": 512, "finisher": 16}  # answer_pattern: the task's
 PATTERN_OPTIONS = ("step_end", "answer_pattern", "branch_end")  # regular expressions a client may send
 KV_MODES = ("on-demand", "reserve")  # how a group takes KV blocks (EngineOptions.kv)
@@ -73,7 +73,7 @@ class EngineOptions:
     client_patterns: bool = True
     # Fairness: a group goes ahead of an older plain request only while that request has
     # waited less than this many seconds (and, the other way, a complete group that has
-    # waited longer holds back younger plain requests until it fits).
+    # waited longer defers younger plain requests until it fits).
     max_plain_wait: float = 0.5
     # How a group takes KV blocks: "on-demand" (as it grows, like every vLLM request; under pressure a
     # whole group is preempted and later resumed by exact replay) or "reserve" (its whole budget at
@@ -115,7 +115,7 @@ class RequestOptions:
     protocol: str = "raw"
     step_end: str | None = None  # regex ending a paragraph (combined, interleaved); None: paragraphs.PARAGRAPH_END
     answer_pattern: str | None = None  # regex (one group): the group stops once a worker writes a match
-    redundancy_every: int = 0  # named, collab: a step prefix asks "am I repeating?" every K group tokens
+    redundancy_every: int = 0  # named, collab: a paragraph prefix asks "am I repeating?" every K group tokens
     task: str = "math"  # collab: the preamble's template and the default answer pattern
     person: str = "second"  # collab: the preamble speaks to the workers ("You are ...") or as them ("We are ...")
     finisher: int = 0  # collab: greedy tokens of the finisher (0: none)

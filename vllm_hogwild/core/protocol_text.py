@@ -1,21 +1,21 @@
-"""The collaboration protocol's text: worker names, step prefixes, preambles, checks, the final answer.
+"""The collaboration protocol's text: worker names, paragraph prefixes, preambles, checks, the final answer.
 
-Pure, no vLLM. The engine turns these strings into tokens it places into the
+Pure, no vLLM. The engine turns these strings into tokens it forces into the
 lanes (see ``docs/user_guide.md``); this module only decides what they say.
 
 - Workers are named Alice, Bob, Carol, Dave, Erin, Frank, Grace, Heidi (up to
-  8); every step of a worker starts with its prefix, ``**Alice [3]:** ``.
+  8); every paragraph of a worker starts with its prefix, ``**Alice [3]:** ``.
 - The preamble tells the workers they are a team that writes into one shared
   transcript, in a template per task kind (``math``: a boxed final answer,
   ``code``, ``general``) and person (``second``: "You are one of 2 workers
   ...", ``first``: "We are 2 workers ..."). It is one text for the whole
-  group: a worker knows which one it is from its own step prefix, which always
+  group: a worker knows which one it is from its own paragraph prefix, which always
   opens the last part of its view. Raw prompts (``/v1/completions``) get it
   in front of the prompt, chat requests as a system message that goes through
   the model's chat template.
 - Section headers (``### Past steps``, ...) stand between the parts of a
   ``combined`` view; the engine stores them once, at the tail of the prompt.
-- A periodic redundancy check is a short question a worker's step prefix
+- A periodic redundancy check is a short question a worker's paragraph prefix
   carries ("Am I repeating someone's work?").
 - The finisher's suffix asks one worker for the final answer now, in the
   form the task's answer pattern matches.
@@ -59,7 +59,7 @@ _GOAL = {
     "code": "When the code is complete, write the final version once in a single ```python block.",
     "general": "When the task is done, write the final result once, starting with 'Final answer:'.",
 }
-_STEPS = "Write in short steps separated by blank lines."
+_PARAGRAPHS = "Write in short steps separated by blank lines."  # the model reads paragraphs as "steps"
 
 # Section headers between the parts of a view (``combined``, ``interleaved``).
 # The engine stores them once, at the tail of the group's prompt.
@@ -91,22 +91,22 @@ def names(num_workers: int) -> tuple[str, ...]:
     return NAMES[:num_workers]
 
 
-def paragraph_prefix(worker: int, step: int, num_workers: int, check: bool = False) -> str:
-    """``**Alice [3]:** `` (step counted from 1), with the redundancy check when ``check``."""
+def paragraph_prefix(worker: int, number: int, num_workers: int, check: bool = False) -> str:
+    """``**Alice [3]:** `` (``number`` counted from 1), with the redundancy check when ``check``."""
     name = names(num_workers)[worker]
-    return f"**{name} [{step}]:** " + (REDUNDANCY_CHECK if check else "")
+    return f"**{name} [{number}]:** " + (REDUNDANCY_CHECK if check else "")
 
 
 def preamble(num_workers: int, task: str = "math", person: str = "second") -> str:
     """What the whole team is told before the task; one text, shared by every worker.
 
-    A worker knows which one it is from its own step prefix, which always opens
+    A worker knows which one it is from its own paragraph prefix, which always opens
     the last part of its view (as in the paper).
     """
     check_template(task, person)
     team = names(num_workers)
     text = _TEAM[person].format(n=num_workers, roster=", ".join(team), first=team[0])
-    return f"{text} {_STEPS} {_GOAL[task]}"
+    return f"{text} {_PARAGRAPHS} {_GOAL[task]}"
 
 
 def check_template(task: str, person: str) -> None:
@@ -118,7 +118,7 @@ def check_template(task: str, person: str) -> None:
 
 @dataclass(frozen=True)
 class RedundancyChecks:
-    """Every ``every`` tokens the group generates, the next step prefix of each worker carries the check."""
+    """Every ``every`` tokens the group generates, the next paragraph prefix of each worker carries the check."""
 
     every: int = 0  # 0: off
 
@@ -144,7 +144,7 @@ def first_match(texts: Sequence[str], pattern: str):
     """``(worker, match)`` of the first worker (in worker order) whose text matches ``pattern``, or ``None``.
 
     With ``answer_pattern`` the engine ends the group one token after the first
-    match, so at most the workers that matched in that same step carry one;
+    match, so at most the workers that matched in that same engine step carry one;
     worker order breaks the tie. Linear in the texts' length (RE2).
     """
     regex = answer_regex(pattern)

@@ -18,7 +18,7 @@ class GroupEnd:
     num_workers: int
     prompt_len: int
     lane_lens: list[int]
-    num_blocks_held: int  # distinct blocks holding the group's tokens at its end
+    num_blocks_owned: int  # distinct blocks holding the group's tokens at its end
     num_prefill_tokens: int  # prompt tokens computed for the group (prefix-cache hits excluded)
     num_prefill_saved: int  # prompt tokens computed once for the group instead of once per worker
     output_lens: list[int]  # tokens each worker generated
@@ -34,7 +34,7 @@ class GroupEnd:
 
 @dataclass
 class HogwildStats:
-    num_member_preemptions: int = 0  # a worker preempted alone (by design never)
+    num_lone_preemptions: int = 0  # a worker preempted alone (by design never)
     num_group_preemptions: int = 0  # groups preempted whole under KV pressure
     num_replayed_tokens: int = 0  # tokens re-fed by resumed groups
     _ended: deque = field(default_factory=lambda: deque(maxlen=1024))  # GroupEnd, newest last
@@ -71,7 +71,7 @@ class HogwildStats:
             "groups_running": groups_running,
             "groups_waiting": groups_waiting,
             "kv_free_blocks": free_blocks,
-            "member_preemptions": self.num_member_preemptions,
+            "member_preemptions": self.num_lone_preemptions,
             "group_preemptions": self.num_group_preemptions,
             "replayed_tokens": self.num_replayed_tokens,
             "ended": [asdict(e) for e in ended],

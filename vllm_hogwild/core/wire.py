@@ -34,9 +34,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 STEP_ATTR = "hogwild_step"  # the SchedulerOutput attribute
 ARGMAX = -1  # a forced "token": the row's most likely token (greedy, whatever the sampling parameters)
-# Back from the runner: placed tokens' log-probabilities ride in the step's prompt-logprobs dict (log-probabilities
+# Back from the runner: fed-ahead tokens' log-probabilities ride in the step's prompt-logprobs dict (log-probabilities
 # of fed tokens) under this prefix and the request id; the scheduler takes them out before vLLM reads the dict.
-PLACED_LOGPROBS = "hogwild-placed:"
+FED_AHEAD_LOGPROBS = "hogwild-fed-ahead:"
 
 
 @dataclass(frozen=True)
@@ -138,18 +138,18 @@ class StepWire:
     forced: Mapping[str, int] = field(default_factory=dict)  # request id -> the token it must sample (or ARGMAX)
     replays: tuple[GroupReplay, ...] = ()
     forks: tuple[GroupFork, ...] = ()
-    # request id -> (index of the first among its output tokens, tokens): placed text the engine appended to the
+    # request id -> (index of the first among its output tokens, tokens): forced text the engine appended to the
     # request for this step to feed (fork/join headers after their first token); the runner has not seen them
-    placed: Mapping[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
     # request id -> (tokens computed, tokens, tokens dropped): lengths the scheduler set since the last step,
-    # past what vLLM's own rejections did: an accepted run cut where the engine must place the next token (its
+    # past what vLLM's own rejections did: an accepted run cut where the engine must force the next token (its
     # last tokens dropped, as rejected drafts are), a resumed group's lanes rolled back to re-feed (nothing
     # dropped). A runner that keeps each request's lengths itself (Model Runner V2) rewinds them.
     rewound: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.shapes or self.length_groups or self.steps or self.ended or self.forced or self.replays
-                    or self.forks or self.placed or self.rewound)
+                    or self.forks or self.fed_ahead or self.rewound)
 
     def lengths(self, num_lanes: Callable[[str], int]) -> Iterator[tuple[str, array]]:
         """``(group id, its lanes' lengths)`` for each group in :attr:`length_groups`; ``num_lanes(group_id)``:

@@ -50,7 +50,7 @@ def install() -> None:
     if _installed:
         return
     for hook in HOOKS:
-        if hook.kind == "class":
+        if hook.mechanism == "class":
             module, qualname = hook.owner
             owner = getattr(importlib.import_module(module), qualname)
             where, _, name = hook.hook.partition(":")

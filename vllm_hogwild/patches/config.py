@@ -25,7 +25,7 @@ from vllm_hogwild.patches.points import *  # noqa: F401,F403  (the kinds, TouchP
 from vllm_hogwild.patches.points import TouchPoint, class_wrap, same_kind  # noqa: F401
 
 
-# -- the hooks: target -> (kind, where, patch, wrapper) --------------------------------------------
+# -- the hooks: target -> (mechanism, where, patch, wrapper) ---------------------------------------
 
 NO_PATCH_FLAGS = ("none: the flags are a convenience over vLLM's own --additional-config '{\"hogwild\": {...}}', "
                   "which needs no hook")

@@ -27,7 +27,7 @@ NO_PATCH_OVERRIDE = "none: subclassing through scheduler_cls is vLLM's own exten
 _SCHEDULER = "vllm.v1.core.sched.scheduler:Scheduler"
 _SCHED = "vllm_hogwild.scheduler.scheduler"
 
-# -- the hooks: target -> (kind, where, patch) ---------------------------------------------------------
+# -- the hooks: target -> (mechanism, where, patch) ----------------------------------------------------
 
 HOOKS = {
     "vllm.v1.core.kv_cache_manager:KVCacheManager.allocate_slots":
@@ -35,7 +35,7 @@ HOOKS = {
     f"{_SCHEDULER}._reserve_prefill_lookahead": ("instance", _SCHED, "10-scheduler-chunk-limit.patch"),
     f"{_SCHEDULER}._update_request_with_output": (
         "instance", _SCHED,
-        "none: with speculative decoding only, it cuts an accepted run where the engine places text, token by "
+        "none: with speculative decoding only, it cuts an accepted run where the engine forces text, token by "
         "token inside vLLM's own output loop; a per-token stop callback upstream would retire it"),
     "vllm.v1.request:Request._block_hasher": (
         "instance", _SCHED,
@@ -54,7 +54,7 @@ def scheduler() -> list[TouchPoint]:
     queue_methods = (("add_request", ("self", "request")), ("prepend_request", ("self", "request")),
                      ("remove_request", ("self", "request")), ("remove_requests", ("self", "requests")),
                      ("__iter__", ("self",)))
-    lock_step = "scheduler/scheduler.schedule (lock-step holds of running workers)"
+    lock_step = "scheduler/scheduler.schedule (running workers sitting a lock-step step out)"
     return [
         TouchPoint(SCHEDULER, "Scheduler.__init__", METHOD, HOGWILD_SCHEDULER, params=("self", "vllm_config")),
         TouchPoint(SCHEDULER, "Scheduler.add_request", METHOD, HOGWILD_SCHEDULER, params=("self", "request")),
@@ -65,12 +65,12 @@ def scheduler() -> list[TouchPoint]:
         TouchPoint(SCHEDULER, "Scheduler._free_request_blocks", METHOD, HOGWILD_SCHEDULER, params=("self", "request")),
         TouchPoint(SCHEDULER, "Scheduler.get_request_counts", METHOD, HOGWILD_SCHEDULER, params=("self",)),
         TouchPoint(SCHEDULER, "Scheduler.has_request", METHOD, HOGWILD_SCHEDULER + ": vLLM 0.33's own, not overridden: "
-                   "a held worker stays in self.requests (out of the queues), so it is held", params=("self", "request_id"),
+                   "a worker set aside stays in self.requests (out of the queues), so it is there", params=("self", "request_id"),
                    since="0.33"),
-        TouchPoint(SCHEDULER, "Scheduler.has_request", SOURCE, HOGWILD_SCHEDULER + ": held workers and parked lanes as "
+        TouchPoint(SCHEDULER, "Scheduler.has_request", SOURCE, HOGWILD_SCHEDULER + ": workers set aside and parked lanes as "
                    "vLLM's has_request sees them", text="return request_id in self.requests", since="0.33"),
         TouchPoint(SCHEDULER, "Scheduler._update_request_with_output", METHOD,
-                   HOGWILD_SCHEDULER + " (accepted runs, steps per member)",
+                   HOGWILD_SCHEDULER + " (accepted runs, steps per worker)",
                    params=("self", "request", "new_token_ids")),
         TouchPoint(SCHEDULER, "Scheduler", SOURCE,
                    HOGWILD_SCHEDULER + ": rejections roll num_computed_tokens back before the output is applied",
@@ -99,7 +99,7 @@ def scheduler() -> list[TouchPoint]:
           for method, params in queue_methods),
         TouchPoint(REQUEST, "Request", CLASS, HOGWILD_SCHEDULER),
         *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("spec_token_ids",),
-                   HOGWILD_SCHEDULER + " (drafts dropped where text is placed)", writes=True),
+                   HOGWILD_SCHEDULER + " (drafts dropped where text is forced)", writes=True),
         *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("request_id", "max_tokens", "num_prompt_tokens",
                                                         "arrival_time", "num_computed_tokens", "output_token_ids",
                                                         "sampling_params", "prompt_token_ids"), HOGWILD_SCHEDULER),
@@ -155,7 +155,7 @@ def preemption_and_replay() -> list[TouchPoint]:
                    params=("self", "request_id")),
         TouchPoint(KV_CACHE_MANAGER, "KVCacheManager.truncate_computed_blocks", METHOD,
                    "scheduler/scheduler._get_local_prefix_cache_hit", params=("self", "blocks", "num_computed_tokens")),
-        TouchPoint(REQUEST_QUEUE, "create_request_queue", FUNCTION, room + ": the waiting queue held back",
+        TouchPoint(REQUEST_QUEUE, "create_request_queue", FUNCTION, room + ": the waiting queue's deferred plain requests",
                    params=("policy",)),
         TouchPoint(REQUEST_QUEUE, "RequestQueue.prepend_requests", METHOD, room, params=("self", "requests")),
         TouchPoint(REQUEST, "Request.__init__", METHOD, replay + ": a finished lane's replay request",
@@ -173,25 +173,25 @@ def preemption_and_replay() -> list[TouchPoint]:
         TouchPoint(REQUEST, "RequestStatus.FINISHED_ABORTED", CONSTANT, replay),
         TouchPoint("vllm.sampling_params", "SamplingParams", CLASS, replay),
         TouchPoint("vllm.v1.core.sched.request_queue", "SchedulingPolicy", CLASS, room + " (the policy's name)"),
-        TouchPoint(REQUEST, "Request.append_output_token_ids", METHOD, PLACED_AHEAD, params=("self", "token_ids")),
-        TouchPoint(REQUEST, "Request.use_structured_output", ATTRIBUTE, PLACED_AHEAD + " (no feeding ahead under a "
+        TouchPoint(REQUEST, "Request.append_output_token_ids", METHOD, FED_AHEAD, params=("self", "token_ids")),
+        TouchPoint(REQUEST, "Request.use_structured_output", ATTRIBUTE, FED_AHEAD + " (no feeding ahead under a "
                    "grammar)"),
         *same_kind(REQUEST, "Request", INIT_ATTRIBUTE, ("_output_token_ids", "_all_token_ids", "is_prefill_chunk"),
-                   PLACED_AHEAD + " (placed tokens vLLM did not feed taken back)", writes=True),
+                   FED_AHEAD + " (forced tokens vLLM did not feed taken back)", writes=True),
         TouchPoint("vllm.v1.core.sched.async_scheduler", "AsyncScheduler._update_after_schedule", SOURCE,
-                   PLACED_AHEAD + ": a request that samples gets its output placeholders after scheduling",
+                   FED_AHEAD + ": a request that samples gets its output placeholders after scheduling",
                    text="request.num_output_placeholders += ("),
         TouchPoint("vllm.v1.outputs", "ModelRunnerOutput.prompt_logprobs_dict", FIELD,
-                   PLACED_AHEAD + ": placed tokens' log-probabilities taken out before vLLM reads it"),
-        TouchPoint("vllm.v1.outputs", "LogprobsTensors.tolists", METHOD, PLACED_AHEAD,
+                   FED_AHEAD + ": forced tokens' log-probabilities taken out before vLLM reads it"),
+        TouchPoint("vllm.v1.outputs", "LogprobsTensors.tolists", METHOD, FED_AHEAD,
                    params=("self", "cu_num_generated_tokens")),
-        TouchPoint("vllm.v1.outputs", "LogprobsLists", CLASS, PLACED_AHEAD),
+        TouchPoint("vllm.v1.outputs", "LogprobsLists", CLASS, FED_AHEAD),
         *same_kind("vllm.v1.engine", "EngineCoreOutput", FIELD, ("new_token_ids", "new_logprobs"),
-                   PLACED_AHEAD + " (fed placed tokens before the sampled one)"),
+                   FED_AHEAD + " (fed forced tokens before the sampled one)"),
     ]
 
 
-PLACED_AHEAD = "scheduler/placed.py"
+FED_AHEAD = "scheduler/placed.py"
 
 
 def step_wire() -> list[TouchPoint]:

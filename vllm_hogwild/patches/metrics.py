@@ -17,7 +17,7 @@ from vllm_hogwild.patches.points import *  # noqa: F401,F403  (the kinds, TouchP
 from vllm_hogwild.patches.points import TouchPoint, class_wrap  # noqa: F401
 
 
-# -- the hooks: target -> (kind, where, patch, wrapper) --------------------------------------------
+# -- the hooks: target -> (mechanism, where, patch, wrapper) ---------------------------------------
 
 HOOKS = {
     "vllm.v1.metrics.loggers:StatLoggerManager.__init__":

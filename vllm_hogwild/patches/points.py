@@ -38,12 +38,12 @@ KINDS = (CLASS, FUNCTION, METHOD, ATTRIBUTE, INIT_ATTRIBUTE, FIELD, CONSTANT, EN
 NO_DEFAULT = object()  # a FIELD row that expects no particular default; also "no value one can read" in sources
 
 
-HOOK_KINDS = ("class", "instance", "override", "kernel", "function")
+HOOK_MECHANISMS = ("class", "instance", "override", "kernel", "function")
 
 
 @dataclass(frozen=True)
 class Hook:
-    """How the plugin changes a touch point at run time. Five kinds:
+    """How the plugin changes a touch point at run time. Five mechanisms:
 
     - ``class``: a method of a vLLM class, wrapped in every process by :func:`vllm_hogwild.patches.install`
       with ``hook`` (``"module:function"`` in this folder, called as ``function(original, self, ...)``);
@@ -58,7 +58,7 @@ class Hook:
     """
 
     target: str  # "module:Class.method", or "module:name" for a kernel or a function (the row's own target)
-    kind: str  # one of HOOK_KINDS
+    mechanism: str  # one of HOOK_MECHANISMS
     where: str  # the plugin module whose code changes it
     patch: str  # the diff in the top-level patches/ that would retire it, or "none: why"
     hook: str = ""  # class wraps: "module:function" of the wrapper
@@ -74,7 +74,7 @@ class Hook:
 
 
 def class_wrap(where: str, function: str, patch: str) -> tuple[str, str, str, str]:
-    """A class wrap's mark in an area module's ``HOOKS``: ``(kind, where, patch, hook)``."""
+    """A class wrap's mark in an area module's ``HOOKS``: ``(mechanism, where, patch, hook)``."""
     return ("class", where, patch, f"{where}:{function}")
 
 
@@ -125,7 +125,7 @@ class TouchPoint:
         return self.name.rpartition(".")[0]
 
     @property
-    def member(self) -> str:
+    def leaf(self) -> str:
         return self.name.rpartition(".")[2]
 
 

@@ -42,7 +42,7 @@ from vllm_hogwild.patches.points import *  # noqa: F401,F403  (the kinds, TouchP
 from vllm_hogwild.patches.points import TouchPoint, class_wrap, same_kind  # noqa: F401
 
 
-# -- the hooks: target -> (kind, where, patch, wrapper) --------------------------------------------
+# -- the hooks: target -> (mechanism, where, patch, wrapper) ---------------------------------------
 
 NO_PATCH_ACCEPT_STEPS = ("none: a per-token accept-step field in vLLM's CompletionOutput is a public-API change "
                          "to propose upstream, not a hook to retire")

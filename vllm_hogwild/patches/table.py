@@ -1,7 +1,7 @@
 """The one table: :data:`TOUCH_POINTS`, every area module's rows in a fixed order, each hook marked on its row.
 
 Each area module of this folder gives its ``SECTIONS`` (functions returning
-rows) and its ``HOOKS`` (target -> ``(kind, where, patch[, wrapper])``); here
+rows) and its ``HOOKS`` (target -> ``(mechanism, where, patch[, wrapper])``); here
 every hook is set on the one row of its target that says what the plugin
 relies on of it (a method, function, constant or attribute row), so a hook
 without a row fails at import. :data:`HOOKS` is a view: the marked rows'

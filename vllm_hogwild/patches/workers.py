@@ -8,12 +8,12 @@ rows end at vLLM 0.33 (0.34 deleted it).
 V1 (:mod:`vllm_hogwild.runner.v1`):
 
 - the model runner's ``_prepare_inputs``: each step's wire becomes the
-  attention metadata's Hogwild rows, and its placed tokens are written into
+  attention metadata's Hogwild rows, and its forced tokens are written into
   the runner's batch. Retired by ``patches/03-attention-step-extras.patch``
   (top-level); its ``_dummy_run`` and ``propose_draft_token_ids`` clear the
   step's views (no diff would retire those: see their reasons); its
-  ``_get_prompt_logprobs_dict`` adds placed tokens' log-probabilities,
-  retired with the placed tokens' writing by ``12-runner-placed-tokens.patch``;
+  ``_get_prompt_logprobs_dict`` adds forced tokens' log-probabilities,
+  retired with the forced tokens' writing by ``12-runner-placed-tokens.patch``;
 - the sampler's ``apply_logits_processors``: forced tokens with speculative
   decoding;
 - vLLM 0.32 bugs fixed in a Hogwild worker process on the CPU with speculative
@@ -28,10 +28,10 @@ per-request state (its model state's ``model_specific_attn_metadata``, custom
 logits processors of its interface):
 
 - the runner's ``prepare_inputs``: the step's wire, the scheduler's cut runs
-  rewound, the placed tokens written, the views made;
+  rewound, the forced tokens written, the views made;
 - the model state's ``prepare_attn``: the views passed to the Hogwild
   builders as ``model_specific_attn_metadata``;
-- the prompt-logprobs worker's ``compute_prompt_logprobs``: placed tokens'
+- the prompt-logprobs worker's ``compute_prompt_logprobs``: forced tokens'
   log-probabilities.
 """
 
@@ -48,7 +48,7 @@ _V2 = "vllm_hogwild.runner.v2"
 NO_V2_PATCH = ("none: Model Runner V2 hands per-request state to the attention builders and the samplers through "
                "this seam; the adapter uses it as it is, and a hook of its own upstream would be the same call")
 
-# -- the hooks: target -> (kind, where, patch) ---------------------------------------------------------
+# -- the hooks: target -> (mechanism, where, patch) ----------------------------------------------------
 
 HOOKS = {
     f"{_RUNNER}._prepare_inputs": ("instance", _V1, "03-attention-step-extras.patch"),
@@ -73,11 +73,11 @@ HOOKS = {
         "instance", _V2,
         "none: V2 has no seam for a step's extras from the scheduler, and its decoding rows are built from its "
         "own last sampled token and drafts; a hook upstream would take the SchedulerOutput's extras to the "
-        "model state (as 03 does for V1) and let placed tokens be fed (as 12 does for V1)"),
+        "model state (as 03 does for V1) and let forced tokens be fed (as 12 does for V1)"),
     "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_attn": ("instance", _V2, NO_V2_PATCH),
     "vllm.v1.worker.gpu.sample.prompt_logprob:PromptLogprobsWorker.compute_prompt_logprobs": (
         "instance", _V2,
-        "none: V2 computes log-probabilities of fed tokens only for prompts; the placed tokens' are added to the "
+        "none: V2 computes log-probabilities of fed tokens only for prompts; the forced tokens' are added to the "
         "same dict, as 12 does for V1"),
 }
 
@@ -87,7 +87,7 @@ HOOKS = {
 def runner_v1() -> list[TouchPoint]:
     """runner/v1.py: the V1 model runner, wrapped per instance (vLLM 0.32 and 0.33)."""
     per_instance = RUNNER_V1 + ": wrapped per runner instance"
-    PLACED = "runner/v1.write_placed / placed_logprobs (placed tokens fed ahead)"
+    FED_AHEAD = "runner/v1.write_fed_ahead / fed_ahead_logprobs (forced tokens fed ahead)"
     sampler_forcing = "runner/v1.install_sampler_forcing"
     set_aside = "runner/v1.set_aside_discarded_generators"
     rows = [
@@ -103,19 +103,19 @@ def runner_v1() -> list[TouchPoint]:
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SETTABLE, RUNNER_V1,
                    params=("_prepare_inputs", "_dummy_run", "propose_draft_token_ids", "_get_prompt_logprobs_dict")),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner._get_prompt_logprobs_dict", METHOD,
-                   per_instance + " (placed tokens' log-probabilities: runner/v1.placed_logprobs)",
+                   per_instance + " (forced tokens' log-probabilities: runner/v1.fed_ahead_logprobs)",
                    params=("self", "hidden_states", "num_scheduled_tokens")),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
                    RUNNER_V1 + ": the runner gets fed tokens' log-probabilities through the instance's method",
                    text="self._get_prompt_logprobs_dict("),
-        *same_kind(GPU_MODEL_RUNNER, "GPUModelRunner", INIT_ATTRIBUTE, ("query_start_loc", "model_config"), PLACED),
-        TouchPoint("vllm.v1.sample.sampler", "Sampler.compute_logprobs", METHOD, PLACED, params=("logits",),
+        *same_kind(GPU_MODEL_RUNNER, "GPUModelRunner", INIT_ATTRIBUTE, ("query_start_loc", "model_config"), FED_AHEAD),
+        TouchPoint("vllm.v1.sample.sampler", "Sampler.compute_logprobs", METHOD, FED_AHEAD, params=("logits",),
                    decorator="staticmethod"),
-        TouchPoint("vllm.v1.sample.sampler", "Sampler.gather_logprobs", METHOD, PLACED,
+        TouchPoint("vllm.v1.sample.sampler", "Sampler.gather_logprobs", METHOD, FED_AHEAD,
                    params=("logprobs", "num_logprobs", "token_ids"), decorator="staticmethod"),
         *same_kind(INPUT_BATCH, "InputBatch", INIT_ATTRIBUTE,
-                   ("num_logprobs", "num_prompt_tokens", "token_ids_cpu", "is_token_ids", "num_tokens_no_spec"), PLACED),
-        TouchPoint("vllm.v1.worker.gpu_input_batch", "CachedRequestState.output_token_ids", FIELD, PLACED),
+                   ("num_logprobs", "num_prompt_tokens", "token_ids_cpu", "is_token_ids", "num_tokens_no_spec"), FED_AHEAD),
+        TouchPoint("vllm.v1.worker.gpu_input_batch", "CachedRequestState.output_token_ids", FIELD, FED_AHEAD),
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.propose_draft_token_ids", METHOD,
                    per_instance + " (drafts with plain attention)",
                    params=("self", "scheduler_output", "sampled_token_ids")),
@@ -159,7 +159,7 @@ def runner_v2() -> list[TouchPoint]:
     per_instance = RUNNER_V2 + ": wrapped per instance"
     model_state = "vllm.v1.worker.gpu.model_states"
     logprobs = f"{V2_SAMPLE}.prompt_logprob"
-    PLACED = RUNNER_V2 + ".write_placed / placed_logprobs (placed tokens fed ahead)"
+    FED_AHEAD = RUNNER_V2 + ".write_fed_ahead / fed_ahead_logprobs (forced tokens fed ahead)"
     rewind = RUNNER_V2 + ".rewind (accepted runs the scheduler cut)"
     blocks = RUNNER_V2 + ".BlockLists (each lane's block list)"
     refused = RUNNER_V2 + ".check_runner (settings that reshape the batch, refused)"
@@ -206,20 +206,20 @@ def runner_v2() -> list[TouchPoint]:
         # the batch V2 made: its rows, their lengths, its input ids
         *same_kind(V2_INPUT_BATCH, "InputBatch", FIELD,
                    ("req_ids", "num_tokens", "num_computed_tokens_np", "num_scheduled_tokens", "num_draft_tokens_per_req",
-                    "idx_mapping_np", "query_start_loc_np", "input_ids"), RUNNER_V2 + ".batch_rows / write_placed"),
+                    "idx_mapping_np", "query_start_loc_np", "input_ids"), RUNNER_V2 + ".batch_rows / write_fed_ahead"),
         # V2's own state of each request: its slot, token ids, length, computed tokens, last sampled token
         *same_kind(V2_STATES, "RequestState", INIT_ATTRIBUTE,
                    ("req_id_to_index", "all_token_ids", "total_len", "num_computed_tokens", "last_sampled_tokens"),
-                   f"{PLACED}; {rewind}"),
-        TouchPoint("vllm.v1.worker.gpu.buffer_utils", "StagedWriteTensor.stage_write", METHOD, PLACED,
+                   f"{FED_AHEAD}; {rewind}"),
+        TouchPoint("vllm.v1.worker.gpu.buffer_utils", "StagedWriteTensor.stage_write", METHOD, FED_AHEAD,
                    params=("self", "index", "start", "x")),
         TouchPoint("vllm.v1.worker.gpu.buffer_utils", "StagedWriteTensor.stage_write_elem", METHOD,
-                   f"{PLACED}; {rewind}", params=("self", "index", "x")),
-        TouchPoint("vllm.v1.worker.gpu.buffer_utils", "StagedWriteTensor.apply_write", METHOD, f"{PLACED}; {rewind}",
+                   f"{FED_AHEAD}; {rewind}", params=("self", "index", "x")),
+        TouchPoint("vllm.v1.worker.gpu.buffer_utils", "StagedWriteTensor.apply_write", METHOD, f"{FED_AHEAD}; {rewind}",
                    params=("self",)),
-        TouchPoint("vllm.v1.worker.gpu.buffer_utils", "StagedWriteTensor.gpu", INIT_ATTRIBUTE, f"{PLACED}; {rewind}"),
+        TouchPoint("vllm.v1.worker.gpu.buffer_utils", "StagedWriteTensor.gpu", INIT_ATTRIBUTE, f"{FED_AHEAD}; {rewind}"),
         TouchPoint(V2_INPUT_BATCH, "_combine_sampled_and_draft_tokens_kernel", SOURCE,
-                   RUNNER_V2 + ".write_placed: a decoding row is its last sampled token and its drafts, at its end",
+                   RUNNER_V2 + ".write_fed_ahead: a decoding row is its last sampled token and its drafts, at its end",
                    text="tl.store(input_ids_ptr + logits_start, last_token_id)"),
         TouchPoint(V2_INPUT_BATCH, "_post_update_kernel", SOURCE,
                    rewind + ": V2 advances a request's computed tokens from its own sampler's result",
@@ -233,18 +233,18 @@ def runner_v2() -> list[TouchPoint]:
         TouchPoint(SCHEDULER_OUTPUT, "NewRequestData.req_id", FIELD, blocks),
         TouchPoint(SCHEDULER_OUTPUT, "NewRequestData.block_ids", FIELD, blocks),
         *same_kind(SCHEDULER_OUTPUT, "CachedRequestData", FIELD, ("req_ids", "new_block_ids"), blocks),
-        # sampling: the placed tokens' log-probabilities and output counts, as V2's sampler computes its own
+        # sampling: the forced tokens' log-probabilities and output counts, as V2's sampler computes its own
         TouchPoint(logprobs, "PromptLogprobsWorker.compute_prompt_logprobs", METHOD, per_instance,
                    params=("self", "logits_fn", "hidden_states", "input_batch")),
         TouchPoint(logprobs, "PromptLogprobsWorker", SETTABLE, RUNNER_V2, params=("compute_prompt_logprobs",)),
-        TouchPoint(f"{V2_SAMPLE}.logprob", "compute_topk_scores", FUNCTION, PLACED,
+        TouchPoint(f"{V2_SAMPLE}.logprob", "compute_topk_scores", FUNCTION, FED_AHEAD,
                    params=("logits", "num_logprobs", "sampled_token_ids"), keywords=("logits_mode",)),
-        TouchPoint(f"{V2_SAMPLE}.states", "NO_LOGPROBS", CONSTANT, PLACED),
-        TouchPoint(f"{V2_SAMPLE}.states", "SamplingStates.num_logprobs", INIT_ATTRIBUTE, PLACED),
+        TouchPoint(f"{V2_SAMPLE}.states", "NO_LOGPROBS", CONSTANT, FED_AHEAD),
+        TouchPoint(f"{V2_SAMPLE}.states", "SamplingStates.num_logprobs", INIT_ATTRIBUTE, FED_AHEAD),
         *same_kind(f"{V2_SAMPLE}.sampler", "Sampler", INIT_ATTRIBUTE, ("sampling_states", "penalties_state"),
-                   f"{PLACED}; {rewind}"),
+                   f"{FED_AHEAD}; {rewind}"),
         TouchPoint(f"{V2_SAMPLE}.penalties", "PenaltiesState.output_bin_counts", INIT_ATTRIBUTE,
-                   f"{PLACED}; {rewind}"),
+                   f"{FED_AHEAD}; {rewind}"),
         # forced tokens: a logits processor of V2's interface, which its sampler and rejection sampler run
         TouchPoint(V2_LOGITS_PROCESSOR, "LogitsProcessor", CLASS, RUNNER_V2 + ".V2ForcedTokens"),
         TouchPoint(V2_LOGITS_PROCESSOR, "LogitsProcessor", ABSTRACT, RUNNER_V2 + ".V2ForcedTokens implements it",

@@ -188,7 +188,7 @@ class HogwildBuilderMixin:
 class HogwildImplMixin:
     """Put first in the bases of a platform's attention implementation."""
 
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan, quant: KVQuant | None):
+    def hogwild_kv(self, kv_cache: torch.Tensor, plan: HogwildPlan, quant: KVQuant | None):
         """This platform's cache as a :mod:`vllm_hogwild.attention.kv_layout` reader (``quant``: an FP8 cache's
         encoding and this layer's scales)."""
         raise NotImplementedError
@@ -199,11 +199,11 @@ class HogwildImplMixin:
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
         output = super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
-        step = get_step().plan_for(attn_metadata)
-        if step is not None:
+        plan = get_step().plan_for(attn_metadata)
+        if plan is not None:
             n = attn_metadata.num_actual_tokens
             out = output[:n].view(n, self.num_heads, self.head_size)
-            sa.run(step.plan, query[:n], self.hogwild_kv(kv_cache, step, self.hogwild_quant(layer)), self.scale,
+            sa.run(plan.plan, query[:n], self.hogwild_kv(kv_cache, plan, self.hogwild_quant(layer)), self.scale,
                    out=out)
         return output
 
@@ -217,8 +217,8 @@ class HogwildCPUMetadataBuilder(HogwildBuilderMixin, CPUAttentionMetadataBuilder
 
 
 class HogwildCPUAttentionImpl(HogwildImplMixin, CPUAttentionBackendImpl):
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan, quant: KVQuant | None) -> CpuPagedKV:
-        return CpuPagedKV(kv_cache, step.k_transposed, quant)
+    def hogwild_kv(self, kv_cache: torch.Tensor, plan: HogwildPlan, quant: KVQuant | None) -> CpuPagedKV:
+        return CpuPagedKV(kv_cache, plan.k_transposed, quant)
 
 
 class HogwildCPUAttentionBackend(CPUAttentionBackend):

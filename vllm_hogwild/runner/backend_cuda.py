@@ -31,7 +31,7 @@ class HogwildFlashAttentionMetadataBuilder(HogwildBuilderMixin, FlashAttentionMe
 
 
 class HogwildFlashAttentionImpl(HogwildImplMixin, FlashAttentionImpl):
-    def hogwild_kv(self, kv_cache: torch.Tensor, step: HogwildPlan, quant: KVQuant | None) -> PlainPagedKV:
+    def hogwild_kv(self, kv_cache: torch.Tensor, plan: HogwildPlan, quant: KVQuant | None) -> PlainPagedKV:
         key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)
         return PlainPagedKV(key_cache, value_cache, quant)
 

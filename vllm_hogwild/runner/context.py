@@ -3,7 +3,7 @@
 The runner's adapter (:mod:`vllm_hogwild.runner.v1`, :mod:`vllm_hogwild.runner.v2`)
 resets it when a real step starts and fills it once vLLM has prepared the step's
 inputs: the tokens the scheduler forces, keyed as the adapter's logits processor
-finds its rows, and the placed tokens fed this step; on the V1 runner also each
+finds its rows, and the forced tokens fed this step; on the V1 runner also each
 Hogwild row's views (V2 hands them to its builders with the step's metadata).
 Every attention metadata builder of the step plans segment attention from the
 views and records the plan for its metadata (:meth:`StepContext.add_plan`);
@@ -35,22 +35,22 @@ class StepContext:
     # forced token (or ARGMAX) by the key the adapter's logits processor matches rows with (V1: logits row;
     # V2: the request's slot in the runner's state)
     forced: dict[int, int] = field(default_factory=dict)
-    placed: Mapping[str, tuple[int, tuple[int, ...]]] | None = None  # the wire's placed tokens fed this step
+    fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]] | None = None  # the wire's forced tokens fed this step
     _plans: list[tuple[Any, Any]] = field(default_factory=list)  # (metadata, its HogwildPlan), this step's
 
     def publish(self, *, views: StepViews | None = None, forced: dict[int, int] | None = None,
-                placed: Mapping[str, tuple[int, tuple[int, ...]]] | None = None) -> None:
+                fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]] | None = None) -> None:
         """What the adapter found of the step, as it finds it (what is not given stays as it is)."""
         if views is not None:
             self.views = views
         if forced is not None:
             self.forced = forced
-        if placed is not None:
-            self.placed = placed
+        if fed_ahead is not None:
+            self.fed_ahead = fed_ahead
 
     def reset(self) -> None:
         """A real step starts (or a dummy batch): nothing of the step before applies."""
-        self.views, self.forced, self.placed = None, {}, None
+        self.views, self.forced, self.fed_ahead = None, {}, None
         self._plans.clear()
 
     def clear_views(self) -> None:
@@ -62,19 +62,19 @@ class StepContext:
         forced, self.forced = self.forced, {}
         return forced
 
-    def take_placed(self) -> Mapping[str, tuple[int, tuple[int, ...]]] | None:
-        """The step's placed tokens, once (for their log-probabilities)."""
-        placed, self.placed = self.placed, None
-        return placed
+    def take_fed_ahead(self) -> Mapping[str, tuple[int, tuple[int, ...]]] | None:
+        """The step's forced tokens, once (for their log-probabilities)."""
+        fed_ahead, self.fed_ahead = self.fed_ahead, None
+        return fed_ahead
 
-    def add_plan(self, metadata: Any, step: Any) -> None:
-        self._plans.append((metadata, step))
+    def add_plan(self, metadata: Any, plan: Any) -> None:
+        self._plans.append((metadata, plan))
 
     def plan_for(self, metadata: Any) -> Any:
         """The plan a builder of this step recorded for ``metadata`` (None: plain attention)."""
-        for built, step in self._plans:
+        for built, plan in self._plans:
             if built is metadata:
-                return step
+                return plan
         return None
 
 

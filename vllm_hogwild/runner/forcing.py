@@ -1,7 +1,7 @@
-"""Tokens the engine places into a lane: make a logits row sample a given token. No vLLM import.
+"""Tokens the engine forces into a lane: make a logits row sample a given token. No vLLM import.
 
 The scheduler decides, per step, which worker must produce which token (a
-step prefix such as ``**Alice [2]:** ``, one token per step) and ships it on
+paragraph prefix such as ``**Alice [2]:** ``, one token per step) and ships it on
 the ``SchedulerOutput``; the runner's adapter keys it as its logits processor
 finds the rows (:meth:`vllm_hogwild.runner.worker_core.WorkerCore.forced_by`).
 :func:`force` leaves one finite logit in each such row, so whatever the

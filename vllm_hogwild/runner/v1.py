@@ -4,8 +4,8 @@ Worker process only; vLLM 0.34 deleted this runner. :func:`install` wraps four
 methods of this worker's runner instance (once); everything they hand on is
 the runner-neutral core's (:mod:`vllm_hogwild.runner.worker_core`):
 
-- ``_prepare_inputs``: the step's wire; the placed tokens it carries written
-  into the runner's batch first (:func:`write_placed`: vLLM's V1 runner gathers
+- ``_prepare_inputs``: the step's wire; the forced tokens it carries written
+  into the runner's batch first (:func:`write_fed_ahead`: vLLM's V1 runner gathers
   a row's token ids from its own copy of the request, which knows only what it
   sampled); after vLLM, with the batch's final row order, the step's views
   and the tokens it forces (by logits row) into the process's
@@ -15,8 +15,8 @@ the runner-neutral core's (:mod:`vllm_hogwild.runner.worker_core`):
   sampling (:func:`set_aside_discarded_generators`);
 - ``_dummy_run`` and ``propose_draft_token_ids``: the context's views cleared
   first (a dummy batch, a draft model's batch: plain attention);
-- ``_get_prompt_logprobs_dict``: placed tokens' log-probabilities
-  (:func:`placed_logprobs`).
+- ``_get_prompt_logprobs_dict``: forced tokens' log-probabilities
+  (:func:`fed_ahead_logprobs`).
 
 Forced tokens: :class:`V1ForcedTokens`, a V1 logits processor the switch adds;
 with speculative decoding V1 takes no custom processor, and
@@ -33,7 +33,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
 from vllm_hogwild.core.views.registry import BatchRow
-from vllm_hogwild.core.wire import PLACED_LOGPROBS
+from vllm_hogwild.core.wire import FED_AHEAD_LOGPROBS
 from vllm_hogwild.runner.context import get_step
 from vllm_hogwild.runner.forcing import force
 from vllm_hogwild.runner.worker_core import WorkerCore
@@ -42,12 +42,12 @@ from vllm_hogwild.runner.worker_core import WorkerCore
 HOOKED_METHOD = "_prepare_inputs"
 DUMMY_RUN_METHOD = "_dummy_run"
 DRAFT_METHOD = "propose_draft_token_ids"  # speculative decoding's proposer (a draft model runs its layers)
-PROMPT_LOGPROBS_METHOD = "_get_prompt_logprobs_dict"  # log-probabilities of fed tokens: placed ones too
+PROMPT_LOGPROBS_METHOD = "_get_prompt_logprobs_dict"  # log-probabilities of fed tokens: forced ones too
 WRAPPED_METHODS = (HOOKED_METHOD, DUMMY_RUN_METHOD, DRAFT_METHOD, PROMPT_LOGPROBS_METHOD)  # of the runner instance
 
 
 class V1ForcedTokens(LogitsProcessor):
-    """V1's logits processor for the tokens the engine places (rows: one per request, in batch order)."""
+    """V1's logits processor for the tokens the engine forces (rows: one per request, in batch order)."""
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self.device = device
@@ -87,9 +87,9 @@ def install(runner: Any) -> None:
     def prepare_inputs(scheduler_output, *args, **kwargs):
         wire = core.begin(scheduler_output)  # never let a previous step's views outlive it
         restore_generators(runner.input_batch, set_aside)
-        if wire is not None and wire.placed:
-            context.publish(placed=wire.placed)
-            write_placed(runner, wire.placed)  # before vLLM gathers the step's token ids
+        if wire is not None and wire.fed_ahead:
+            context.publish(fed_ahead=wire.fed_ahead)
+            write_fed_ahead(runner, wire.fed_ahead)  # before vLLM gathers the step's token ids
         result = original(scheduler_output, *args, **kwargs)
         set_aside_discarded_generators(runner, set_aside)
         # After the original: it may reorder the batch rows.
@@ -105,12 +105,12 @@ def install(runner: Any) -> None:
 
     prompt_logprobs = getattr(runner, PROMPT_LOGPROBS_METHOD)
 
-    def prompt_logprobs_with_placed(hidden_states, num_scheduled_tokens):
+    def prompt_logprobs_with_fed_ahead(hidden_states, num_scheduled_tokens):
         out = prompt_logprobs(hidden_states, num_scheduled_tokens)
-        placed = context.take_placed()
-        return placed_logprobs(runner, placed, hidden_states, out) if placed else out
+        fed_ahead = context.take_fed_ahead()
+        return fed_ahead_logprobs(runner, fed_ahead, hidden_states, out) if fed_ahead else out
 
-    setattr(runner, PROMPT_LOGPROBS_METHOD, prompt_logprobs_with_placed)
+    setattr(runner, PROMPT_LOGPROBS_METHOD, prompt_logprobs_with_fed_ahead)
 
     dummy_run = getattr(runner, DUMMY_RUN_METHOD)
 
@@ -181,17 +181,17 @@ def restore_generators(batch: Any, set_aside: dict[str, Any]) -> None:
     set_aside.clear()
 
 
-# -- placed text fed ahead ---------------------------------------------------------------------------
+# -- forced text fed ahead ---------------------------------------------------------------------------
 
-def write_placed(runner: Any, placed: Mapping[str, tuple[int, tuple[int, ...]]]) -> None:
-    """Each request's placed tokens (``placed``: request id -> (index of the first among its output tokens,
+def write_fed_ahead(runner: Any, fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]]) -> None:
+    """Each request's forced tokens (``fed_ahead``: request id -> (index of the first among its output tokens,
     tokens)) into the runner's own state of it and its batch row, exactly: what the runner holds of the request
     from that index on becomes these tokens."""
     batch = runner.input_batch
-    for request_id, (first, tokens) in placed.items():
+    for request_id, (first, tokens) in fed_ahead.items():
         state = runner.requests.get(request_id)
         if state is None:
-            raise RuntimeError(f"Hogwild: the scheduler placed tokens in request {request_id}, which this "
+            raise RuntimeError(f"Hogwild: the scheduler forced tokens in request {request_id}, which this "
                                f"worker process does not hold")
         out = state.output_token_ids  # (the batch row's list too: the same object)
         del out[first:]
@@ -205,14 +205,14 @@ def write_placed(runner: Any, placed: Mapping[str, tuple[int, tuple[int, ...]]])
             batch.num_tokens_no_spec[row] = end
 
 
-def placed_logprobs(runner: Any, placed: Mapping[str, tuple[int, tuple[int, ...]]], hidden_states: torch.Tensor,
+def fed_ahead_logprobs(runner: Any, fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]], hidden_states: torch.Tensor,
                     out: dict) -> dict:
-    """``out`` (the step's prompt-logprobs dict) with each placed token's log-probabilities, for the requests
-    that ask for them. A request's row feeds its unfed token, then its placed ones: the hidden state of row
-    position ``j`` gives placed token ``j``'s (as a prompt token's: placed text skips the sampling processors).
-    They travel to the scheduler under :data:`PLACED_LOGPROBS` keys (:mod:`vllm_hogwild.scheduler.placed`)."""
+    """``out`` (the step's prompt-logprobs dict) with each forced token's log-probabilities, for the requests
+    that ask for them. A request's row feeds its unfed token, then its forced ones: the hidden state of row
+    position ``j`` gives forced token ``j``'s (as a prompt token's: forced text skips the sampling processors).
+    They travel to the scheduler under :data:`FED_AHEAD_LOGPROBS` keys (:mod:`vllm_hogwild.scheduler.placed`)."""
     batch = runner.input_batch
-    for request_id, (_, tokens) in placed.items():
+    for request_id, (_, tokens) in fed_ahead.items():
         num_logprobs = batch.num_logprobs.get(request_id)
         if num_logprobs is None:
             continue
@@ -224,5 +224,5 @@ def placed_logprobs(runner: Any, placed: Mapping[str, tuple[int, tuple[int, ...]
             scores = runner.sampler.compute_logprobs(logits)
         target = torch.tensor(tokens, dtype=torch.int64, device=logits.device)
         gathered = runner.sampler.gather_logprobs(scores, num_logprobs, target)
-        out[PLACED_LOGPROBS + request_id] = type(gathered)(*(t.cpu() for t in gathered[:3]))
+        out[FED_AHEAD_LOGPROBS + request_id] = type(gathered)(*(t.cpu() for t in gathered[:3]))
     return out

@@ -23,13 +23,13 @@ the runner has loaded its model:
   are rewound in V2's state (:func:`rewind`; V2 takes no length from the
   scheduler for a running request) and each request's block list is followed
   (:class:`BlockLists`; V2 keeps block tables only on the device); after vLLM,
-  the placed tokens go into the batch's input ids and V2's token state
-  (:func:`write_placed`), and the runner-neutral core
+  the forced tokens go into the batch's input ids and V2's token state
+  (:func:`write_fed_ahead`), and the runner-neutral core
   (:mod:`vllm_hogwild.runner.worker_core`) turns the wire and the batch into
   the step's views and forced tokens;
 - the model state's ``prepare_attn``: the views, for this batch only;
-- the prompt-logprobs worker's ``compute_prompt_logprobs``: placed tokens'
-  log-probabilities (:func:`placed_logprobs`).
+- the prompt-logprobs worker's ``compute_prompt_logprobs``: forced tokens'
+  log-probabilities (:func:`fed_ahead_logprobs`).
 
 V2 samples a seeded request from its seed and each token's position, so a
 chunked prefill's discarded sample costs nothing (V1's generator set-aside has
@@ -47,7 +47,7 @@ from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 from vllm_hogwild.core.errors import HogwildOptionError
 from vllm_hogwild.core.views.registry import BatchRow
 from vllm_hogwild.core.options import spec_of
-from vllm_hogwild.core.wire import PLACED_LOGPROBS
+from vllm_hogwild.core.wire import FED_AHEAD_LOGPROBS
 from vllm_hogwild.runner.context import StepViews, get_step
 from vllm_hogwild.runner.forcing import force
 from vllm_hogwild.runner.worker_core import WorkerCore
@@ -61,7 +61,7 @@ MODEL_SPECIFIC = "model_specific_attn_metadata"  # the model state's prepare_att
 
 
 class V2ForcedTokens(LogitsProcessor):
-    """V2's logits processor for the tokens the engine places: a Hogwild request's rows, by its slot."""
+    """V2's logits processor for the tokens the engine forces: a Hogwild request's rows, by its slot."""
 
     def __init__(self, vllm_config, req_states) -> None:
         pass
@@ -160,9 +160,9 @@ def install(runner: Any) -> None:
         if wire is not None and wire.rewound:
             rewind(runner, wire.rewound)  # before vLLM reads the lanes' lengths for positions
         batch = original(scheduler_output, *args, **kwargs)
-        if wire is not None and wire.placed:
-            write_placed(runner, batch, wire.placed)
-            context.publish(placed=wire.placed)
+        if wire is not None and wire.fed_ahead:
+            write_fed_ahead(runner, batch, wire.fed_ahead)
+            context.publish(fed_ahead=wire.fed_ahead)
         views = core.views(wire, batch.req_ids, batch.num_tokens, lambda lanes: batch_rows(batch, lanes),
                            blocks.get)
         if views.segments:
@@ -185,12 +185,12 @@ def install(runner: Any) -> None:
     if logprobs_worker is not None:  # (the last pipeline stage's; Hogwild runs one)
         compute = getattr(logprobs_worker, LOGPROBS_METHOD)
 
-        def compute_with_placed(logits_fn, hidden_states, input_batch, *args, **kwargs):
+        def compute_with_fed_ahead(logits_fn, hidden_states, input_batch, *args, **kwargs):
             out = compute(logits_fn, hidden_states, input_batch, *args, **kwargs)
-            placed = context.take_placed()
-            return placed_logprobs(runner, placed, logits_fn, hidden_states, input_batch, out) if placed else out
+            fed_ahead = context.take_fed_ahead()
+            return fed_ahead_logprobs(runner, fed_ahead, logits_fn, hidden_states, input_batch, out) if fed_ahead else out
 
-        setattr(logprobs_worker, LOGPROBS_METHOD, compute_with_placed)
+        setattr(logprobs_worker, LOGPROBS_METHOD, compute_with_fed_ahead)
 
 
 def batch_rows(batch: Any, lanes: Mapping[str, object]) -> list[BatchRow]:
@@ -206,7 +206,7 @@ def rewind(runner: Any, rewound: Mapping[str, tuple[int, int, int]]) -> None:
     """Lengths the scheduler set past what V2's own sampler did (``rewound``: request id -> (tokens computed,
     tokens, tokens dropped)): V2's state of each request as the scheduler has it. V2 advances a request's
     lengths on the device from its own sampler's result and takes none from the scheduler for a running request;
-    the scheduler cuts an accepted run where the engine must place the next token (the rest dropped, as if
+    the scheduler cuts an accepted run where the engine must force the next token (the rest dropped, as if
     rejected) and rolls a resumed group's lanes back to re-feed them. Its computed tokens, its length, its last
     sampled token (which it feeds next) and the output counts its penalties read."""
     states = runner.req_states
@@ -226,25 +226,25 @@ def rewind(runner: Any, rewound: Mapping[str, tuple[int, int, int]]) -> None:
     states.total_len.apply_write()
 
 
-def write_placed(runner: Any, batch: Any, placed: Mapping[str, tuple[int, tuple[int, ...]]]) -> None:
-    """Each request's placed tokens fed this step (``placed``: request id -> (index of the first among its output
+def write_fed_ahead(runner: Any, batch: Any, fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]]) -> None:
+    """Each request's forced tokens fed this step (``fed_ahead``: request id -> (index of the first among its output
     tokens, tokens)) into V2's token state and this batch's input ids.
 
-    The row feeds the request's last sampled token, then the placed ones. V2 builds a decoding row from its
-    last sampled token and its drafts alone, so the placed tokens join its token ids (and its length, and the
+    The row feeds the request's last sampled token, then the forced ones. V2 builds a decoding row from its
+    last sampled token and its drafts alone, so the forced tokens join its token ids (and its length, and the
     output counts its penalties read) after the last sampled one, and the row's input ids are rewritten from
-    there: the last sampled token first, the placed ones after it, any drafts (V2's own, at the row's end) as
+    there: the last sampled token first, the forced ones after it, any drafts (V2's own, at the row's end) as
     they are.
     """
     states = runner.req_states
     ids = states.all_token_ids.gpu
     counts = runner.sampler.penalties_state.output_bin_counts if runner.sampler is not None else None
-    row_of = {r: i for i, r in enumerate(batch.req_ids) if r in placed}
+    row_of = {r: i for i, r in enumerate(batch.req_ids) if r in fed_ahead}
     copies = []
-    for request_id, (_, tokens) in placed.items():
+    for request_id, (_, tokens) in fed_ahead.items():
         i = row_of.get(request_id)
         if i is None:
-            raise RuntimeError(f"Hogwild: the scheduler placed tokens in request {request_id}, which this step's "
+            raise RuntimeError(f"Hogwild: the scheduler forced tokens in request {request_id}, which this step's "
                                f"batch does not feed")
         slot, n = int(batch.idx_mapping_np[i]), int(batch.num_computed_tokens_np[i])  # n: the last sampled token
         states.all_token_ids.stage_write(slot, n + 1, tokens)
@@ -259,19 +259,19 @@ def write_placed(runner: Any, batch: Any, placed: Mapping[str, tuple[int, tuple[
         batch.input_ids[start: start + 1 + k] = ids[slot, n: n + 1 + k]
 
 
-def placed_logprobs(runner: Any, placed: Mapping[str, tuple[int, tuple[int, ...]]], logits_fn, hidden_states,
+def fed_ahead_logprobs(runner: Any, fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]], logits_fn, hidden_states,
                     batch: Any, out: dict) -> dict:
-    """``out`` (the step's prompt-logprobs dict) with each placed token's log-probabilities, for the requests
-    that ask for them, as V2's sampler computes a sampled token's (raw logits; placed text skips the sampling
-    processors, as a prompt does). Row position ``j`` of a request's row gives placed token ``j``'s. They travel
-    to the scheduler under :data:`PLACED_LOGPROBS` keys (:mod:`vllm_hogwild.scheduler.placed`)."""
+    """``out`` (the step's prompt-logprobs dict) with each forced token's log-probabilities, for the requests
+    that ask for them, as V2's sampler computes a sampled token's (raw logits; forced text skips the sampling
+    processors, as a prompt does). Row position ``j`` of a request's row gives forced token ``j``'s. They travel
+    to the scheduler under :data:`FED_AHEAD_LOGPROBS` keys (:mod:`vllm_hogwild.scheduler.placed`)."""
     from vllm.v1.worker.gpu.sample.logprob import compute_topk_scores
     from vllm.v1.worker.gpu.sample.states import NO_LOGPROBS
 
     num_logprobs = runner.sampler.sampling_states.num_logprobs
     logits_mode = runner.model_config.logprobs_mode in ("raw_logits", "processed_logits")
-    row_of = {r: i for i, r in enumerate(batch.req_ids) if r in placed}
-    for request_id, (_, tokens) in placed.items():
+    row_of = {r: i for i, r in enumerate(batch.req_ids) if r in fed_ahead}
+    for request_id, (_, tokens) in fed_ahead.items():
         i = row_of.get(request_id)
         n = NO_LOGPROBS if i is None else int(num_logprobs[batch.idx_mapping_np[i]])
         if n == NO_LOGPROBS:
@@ -279,5 +279,5 @@ def placed_logprobs(runner: Any, placed: Mapping[str, tuple[int, tuple[int, ...]
         start = int(batch.query_start_loc_np[i])
         logits = logits_fn(hidden_states[start: start + len(tokens)])
         target = torch.tensor(tokens, dtype=torch.int64, device=logits.device)
-        out[PLACED_LOGPROBS + request_id] = compute_topk_scores(logits, n, target, logits_mode=logits_mode)
+        out[FED_AHEAD_LOGPROBS + request_id] = compute_topk_scores(logits, n, target, logits_mode=logits_mode)
     return out

@@ -11,12 +11,12 @@ and each lane's block list. The core applies the scheduler's wire
 (:class:`~vllm_hogwild.core.views.registry.ViewRegistry`) and returns the step's
 :class:`~vllm_hogwild.runner.context.StepViews`; the attention metadata builder turns them into the step's plan
 (:mod:`vllm_hogwild.runner.backend`, the same on both runners). The tokens the step forces, keyed as the
-adapter's logits processor finds its rows (:meth:`WorkerCore.forced_by`), and the placed tokens fed this step
+adapter's logits processor finds its rows (:meth:`WorkerCore.forced_by`), and the forced tokens fed this step
 go to the process's :class:`~vllm_hogwild.runner.context.StepContext` beside them.
 
 What differs between the runners stays in the adapters: where the batch's rows and block lists live, how the
 runner's sampler is reached (V1: a logits processor, and the sampler's own method with speculative decoding;
-V2: a logits processor, which its rejection sampler runs too), how placed tokens get into the runner's token
+V2: a logits processor, which its rejection sampler runs too), how forced tokens get into the runner's token
 state, how a draft model or a dummy batch keeps its own attention (V1: the context is cleared; V2: the views
 travel only with the target's metadata), and, on V2 only, the accepted runs the scheduler cut
 (:attr:`~vllm_hogwild.core.wire.StepWire.rewound`): V1 takes every request's length from the scheduler each

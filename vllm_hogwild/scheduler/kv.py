@@ -188,7 +188,7 @@ class RoomMaker:
         chunks = sum(-(-min(r.num_tokens - r.num_computed_tokens, s.max_num_scheduled_tokens) // bs) + 1
                      for r in chunked)
         first = sum(-(-slots // bs) for _, slots, _ in forked)
-        ahead = s._placed_ahead.num_tokens  # placed tokens appended for this step (a block each at most)
+        ahead = s._fed_ahead.num_tokens  # forced tokens appended for this step (a block each at most)
         return len(s.running) * per_decode + chunks + first + ahead  # (vLLM preempts for running requests only)
 
     def needs(self, forked: list[tuple[str, int, int]]) -> dict[str, int]:

@@ -1,14 +1,14 @@
-"""Placed text fed ahead, in the engine core: appended to a lane's request before vLLM schedules, taken back where
+"""Forced text fed ahead, in the engine core: appended to a lane's request before vLLM schedules, taken back where
 vLLM does not feed it, and sent to the client with the lane's next output, each token in its place.
 
 A fork/join header's tokens after its first are fed in one engine step, not one a step
-(:meth:`vllm_hogwild.core.groups.forkjoin_kind.ForkJoinKind.place_ahead` decides which). The
+(:meth:`vllm_hogwild.core.groups.forkjoin_kind.ForkJoinKind.feed_ahead` decides which). The
 scheduler appends them to the lane's request before vLLM schedules, so that vLLM's own
 running loop feeds them with the lane's unfed token, within its token budget, and its
 KV allocation and the room the plugin makes under KV pressure count them. What vLLM
 does not feed in the step goes back (the request loses those tokens again, and the
 lane's queue gets them back): a lane fed in part samples in that step all the same,
-with the next placed token forced, exactly as without feeding ahead. The fed ones go
+with the next forced token forced, exactly as without feeding ahead. The fed ones go
 to the runner on the step's wire (its adapter writes them into the runner: ``runner/v1.py``,
 ``runner/v2.py``), and to the
 client before the token the lane samples after them, with their log-probabilities
@@ -25,28 +25,28 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.outputs import LogprobsLists
 from vllm.v1.request import RequestStatus
 
-from vllm_hogwild.core.wire import PLACED_LOGPROBS
+from vllm_hogwild.core.wire import FED_AHEAD_LOGPROBS
 
 
-class PlacedAhead:
-    """One scheduler's placed text fed ahead: what it appended this step, and what waits for the lane's output."""
+class FedAhead:
+    """One scheduler's forced text fed ahead: what it appended this step, and what waits for the lane's output."""
 
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         self.num_tokens = 0  # appended before the step being scheduled (the room maker's bound counts them)
-        self._unsent: dict[str, list] = {}  # request id -> [fed placed tokens, their log-probabilities or None]
+        self._unsent: dict[str, list] = {}  # request id -> [fed forced tokens, their log-probabilities or None]
 
     def append(self) -> None:
-        """Before vLLM schedules: each lane's placed tokens to feed this step, appended to its request."""
-        placing = self.scheduler.table.place_ahead(_runs)
-        for request, tokens in placing:
+        """Before vLLM schedules: each lane's forced tokens to feed this step, appended to its request."""
+        ahead = self.scheduler.table.feed_ahead(_runs)
+        for request, tokens in ahead:
             request.append_output_token_ids(tokens)
-        self.num_tokens = sum(len(tokens) for _, tokens in placing)
+        self.num_tokens = sum(len(tokens) for _, tokens in ahead)
 
     def settle(self, output: Any) -> None:
-        """vLLM has scheduled: the placed tokens it does not feed go back; the fed ones wait for the lane's output."""
+        """vLLM has scheduled: the forced tokens it does not feed go back; the fed ones wait for the lane's output."""
         s = self.scheduler
-        for request, count, samples in s.table.placed_fed(output.num_scheduled_tokens):
+        for request, count, samples in s.table.fed_ahead(output.num_scheduled_tokens):
             del request._output_token_ids[-count:]
             del request._all_token_ids[-count:]
             del request.block_hashes[request.num_tokens // s.hash_block_size:]  # a block of them was hashed
@@ -57,24 +57,24 @@ class PlacedAhead:
                     request.num_output_placeholders += s.num_sampled_tokens_per_step
         self.num_tokens = 0
 
-    def sent(self, placed: dict) -> None:
-        """The step's wire carries ``placed`` (request id -> (first index, tokens)): each lane's, unsent."""
-        for request_id, (_, tokens) in placed.items():
+    def sent(self, fed_ahead: dict) -> None:
+        """The step's wire carries ``fed_ahead`` (request id -> (first index, tokens)): each lane's, unsent."""
+        for request_id, (_, tokens) in fed_ahead.items():
             self._unsent[request_id] = [list(tokens), None]
 
     def take_logprobs(self, model_runner_output: Any) -> None:
-        """Before vLLM reads the step's prompt-logprobs dict: the placed tokens' log-probabilities out of it."""
+        """Before vLLM reads the step's prompt-logprobs dict: the forced tokens' log-probabilities out of it."""
         found = model_runner_output.prompt_logprobs_dict
-        keys = [k for k in found if k.startswith(PLACED_LOGPROBS)] if found else ()
+        keys = [k for k in found if k.startswith(FED_AHEAD_LOGPROBS)] if found else ()
         for key in keys:
             tensors = found.pop(key)
-            entry = self._unsent.get(key[len(PLACED_LOGPROBS):])
+            entry = self._unsent.get(key[len(FED_AHEAD_LOGPROBS):])
             if entry is not None:
                 entry[1] = tensors.tolists()
 
     def add_to_outputs(self, outputs: dict) -> None:
-        """Each lane's fed placed tokens go with its next output, before the token it sampled after them. O(outputs)
-        in a step with placed tokens to send, nothing otherwise."""
+        """Each lane's fed forced tokens go with its next output, before the token it sampled after them. O(outputs)
+        in a step with forced tokens to send, nothing otherwise."""
         if not self._unsent:
             return
         for batch in outputs.values():

@@ -4,8 +4,8 @@ Selected by the switch (``additional_config={"hogwild": {...}}``); requests
 without Hogwild options take vLLM's own code paths untouched. Every decision
 about a group (admission, lock-step, the wire, the protocol, preemption and
 replay, parking, the end) is :class:`~vllm_hogwild.core.groups.table.GroupTable`'s;
-this class only translates: a worker's request arrives (held out of the
-waiting queue), the table's admission is queued, its holds sit out the step,
+this class only translates: a worker's request arrives (set aside, out of the
+waiting queue), the table's admission is queued, the workers it says sit out the step do,
 its wire rides on the ``SchedulerOutput``, each accepted run is shown to it
 (and cut where it says), a finished worker's blocks are kept or freed as it
 says. Under KV pressure (``kv: on-demand``) the room a step needs is made
@@ -14,7 +14,7 @@ plain requests preempted in vLLM's policy order, with vLLM's own
 ``_preempt_request``); a resumed group's lanes re-feed their tokens under the
 table's chunk ends, its finished lanes through replay requests made here.
 Also here, as engine-core glue: each worker's incremental detokenizer
-(:mod:`vllm_hogwild.scheduler.detok`), the metrics channel, placed text fed ahead
+(:mod:`vllm_hogwild.scheduler.detok`), the metrics channel, forced text fed ahead
 (:mod:`vllm_hogwild.scheduler.placed`), and each fork/join
 lane's record for the front end, on the plugin's own output field
 (:mod:`vllm_hogwild.core.forkjoin.lane_channel`).
@@ -43,7 +43,7 @@ from vllm_hogwild.core.stats_channel import StatsSender
 from vllm_hogwild.core.wire import STEP_ATTR
 from vllm_hogwild.scheduler.detok import TextStream
 from vllm_hogwild.scheduler.kv import BudgetedAllocation, LaneHashers, RoomMaker
-from vllm_hogwild.scheduler.placed import PlacedAhead
+from vllm_hogwild.scheduler.placed import FedAhead
 
 logger = get_logger(__name__)
 
@@ -75,7 +75,7 @@ class HogwildScheduler(Scheduler):
         self._budget = BudgetedAllocation(self.kv_cache_manager, self.table)
         self._room_maker = RoomMaker(self)
         self._lane_records: dict[str, LaneRecord] = {}  # request id -> its record, to go with its next output
-        self._placed_ahead = PlacedAhead(self)  # fork/join headers fed in one step
+        self._fed_ahead = FedAhead(self)  # fork/join headers fed in one step
         self._replay_ends: dict[str, int] = {}  # this step's chunk end of each replaying lane
         self._rewound: dict[str, tuple[int, int, int]] = {}  # lengths set here since the last step (the wire's)
         self._hogwild_tokenizer = None
@@ -92,22 +92,22 @@ class HogwildScheduler(Scheduler):
             return super().add_request(request)
         request._block_hasher = self._lane_hashers.for_worker(request._block_hasher)
         super().add_request(request)
-        self.waiting.remove_request(request)  # held out of the waiting queue until its group is admitted
+        self.waiting.remove_request(request)  # set aside, out of the waiting queue, until its group is admitted
         self.table.arrive(request.request_id, spec, request, prompt_len=request.num_prompt_tokens,
                           max_tokens=request.max_tokens, eos_token_id=request.sampling_params.eos_token_id,
                           arrival=request.arrival_time)
 
     def get_request_counts(self) -> tuple[int, int]:
-        # Held workers wait too: the engine must keep stepping for them.
+        # Requests set aside wait too: the engine must keep stepping for them.
         num_running, num_waiting = super().get_request_counts()
-        return num_running, num_waiting + self.table.num_held
+        return num_running, num_waiting + self.table.num_aside
 
     # -- one step ------------------------------------------------------------------------------------
 
     def schedule(self, *args: Any, **kwargs: Any):
         table = self.table
         self._settle_replays()
-        self._placed_ahead.append()  # before the room is made: the tokens it appends need room too
+        self._fed_ahead.append()  # before the room is made: the tokens it appends need room too
         preempted = self._room_maker.make_room() if table.on_demand and table.num_running_groups else False
         admission = None if preempted else table.admit(time.time(), self._room, self._oldest_plain_arrival)
         if admission is not None:
@@ -122,51 +122,51 @@ class HogwildScheduler(Scheduler):
         if self.num_spec_tokens:
             for request in table.drafts_to_drop():
                 request.spec_token_ids = []
-        held = self._held()
-        if held:
-            out = {id(r) for r in held}
+        sitting_out = self._sitting_out()
+        if sitting_out:
+            out = {id(r) for r in sitting_out}
             self.running = [r for r in self.running if id(r) not in out]
         if self._resort:  # workers first: vLLM preempts from the tail of `running` (it appends what it admits)
             workers, replays = table.workers, table.replays  # (the table's dicts: no call per request)
             self.running.sort(key=lambda r: r.request_id not in workers and r.request_id not in replays)
         idle = self._cap_replays()
-        waiting, held_plain = self.waiting, ()
+        waiting, deferred_plain = self.waiting, ()
         if preempted:  # as vLLM does after a preemption: no new admissions this step
             self.waiting = create_request_queue(self.policy)
-        elif admission.hold_newer_than is not None:  # a group that waited long enough keeps newer plain ones back
-            held_plain = [r for r in self.waiting
-                          if r.request_id not in table and r.arrival_time > admission.hold_newer_than]
-            self.waiting.remove_requests(held_plain)
+        elif admission.defer_newer_than is not None:  # a group that waited long enough keeps newer plain ones back
+            deferred_plain = [r for r in self.waiting
+                          if r.request_id not in table and r.arrival_time > admission.defer_newer_than]
+            self.waiting.remove_requests(deferred_plain)
         output = super().schedule(*args, **kwargs)
         if preempted:
             waiting.prepend_requests(list(self.waiting))
             self.waiting = waiting
-        for request in held_plain:
+        for request in deferred_plain:
             self.waiting.add_request(request)
         if idle:
             self.waiting.prepend_requests(idle)
-        if held:
-            self.running = [*held, *self.running]
+        if sitting_out:
+            self.running = [*sitting_out, *self.running]
         for request_id in output.preempted_req_ids or ():
             if request_id in table.workers and table.workers[request_id].group.phase is not Phase.PREEMPTED:
                 table.preempted_alone(request_id)  # the table's rules are there so that vLLM never does this
                 logger.error("Hogwild worker %s was preempted alone; its group's views may diverge", request_id)
         scheduled = output.num_scheduled_tokens
-        self._placed_ahead.settle(output)
+        self._fed_ahead.settle(output)
         self._resort = bool(table.num_queued)  # some were queued: those vLLM admits now must move up next step
         wire = table.step(scheduled, output.scheduled_spec_decode_tokens, self._block_ids,
-                          all_scheduled=len(scheduled) == len(self.running) - len(held),
+                          all_scheduled=len(scheduled) == len(self.running) - len(sitting_out),
                           has_tokens=bool(output.total_num_scheduled_tokens))
-        if wire.placed:
-            self._placed_ahead.sent(wire.placed)
+        if wire.fed_ahead:
+            self._fed_ahead.sent(wire.fed_ahead)
         if self._rewound and output.total_num_scheduled_tokens:  # (a step without tokens reaches no worker)
             wire, self._rewound = replace(wire, rewound=self._rewound), {}
         setattr(output, STEP_ATTR, wire)
         return output
 
-    def _held(self) -> list[Request]:
-        """Running workers that sit this step out (the table's holds)."""
-        return [r for r in self.table.holds() if r.status == RequestStatus.RUNNING]
+    def _sitting_out(self) -> list[Request]:
+        """Running workers that sit this step out (as the table says: :meth:`GroupTable.who_sits_out`)."""
+        return [r for r in self.table.who_sits_out() if r.status == RequestStatus.RUNNING]
 
     def _room(self) -> Room:
         return Room(self.kv_cache_manager.block_pool.get_num_free_blocks(), self.kv_cache_manager.watermark_blocks,
@@ -185,7 +185,7 @@ class HogwildScheduler(Scheduler):
 
     def preempt_group(self, group_id: str, timestamp: float) -> None:
         """Preempt a group whole: every lane's blocks freed (the prompt's full blocks stay in the prefix cache),
-        its live workers held out of vLLM's queues until the table admits it again."""
+        its live workers set aside, out of vLLM's queues, until the table admits it again."""
         preemption = self.table.preempt(group_id)
         for request in preemption.requests:
             if request.status == RequestStatus.RUNNING:
@@ -273,9 +273,9 @@ class HogwildScheduler(Scheduler):
     # -- after the step ------------------------------------------------------------------------------
 
     def update_from_output(self, scheduler_output, model_runner_output):
-        self._placed_ahead.take_logprobs(model_runner_output)
+        self._fed_ahead.take_logprobs(model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)  # workers that end are seen there
-        self._placed_ahead.add_to_outputs(outputs)
+        self._fed_ahead.add_to_outputs(outputs)
         self.table.take_sampled()  # where the step's sampled tokens enter the groups
         if self._lane_records:
             self._send_lane_records(outputs)
@@ -298,12 +298,12 @@ class HogwildScheduler(Scheduler):
 
     def _update_worker_with_output(self, request: Request, new_token_ids: list[int], *args: Any, **kwargs: Any):
         """Speculative decoding (this instance's ``_update_request_with_output``): vLLM's, plus per worker:
-        count the step, and keep an accepted run only up to where the table says the engine must place
+        count the step, and keep an accepted run only up to where the table says the engine must force
         text: the rest is dropped as if rejected, so forced tokens follow exactly the token that called
         for them, as without speculation."""
         vllm_update = super()._update_request_with_output  # vLLM's (AsyncScheduler's, with async scheduling)
         worker = self.table.accept(request.request_id)
-        if worker is None or len(new_token_ids) == 1 or not worker.group.driver.places_tokens:
+        if worker is None or len(new_token_ids) == 1 or not worker.group.driver.forces_tokens:
             new_token_ids, stopped = vllm_update(request, new_token_ids, *args, **kwargs)
         else:
             accepted, stopped = self.table.accept_run(
@@ -392,18 +392,18 @@ class HogwildAsyncScheduler(HogwildScheduler, AsyncScheduler):
 
     Plain requests keep it as in stock vLLM. A worker of a group sits out every step scheduled while its last
     step's output is still out (``num_output_placeholders``): each group step is then built, as without async
-    scheduling, from every token sampled before it (its placed tokens, paragraph ends, answers and forks
+    scheduling, from every token sampled before it (its forced tokens, paragraph ends, answers and forks
     need them; a raw group's views would not, but its lanes' ends would differ when a worker stops). A group
     therefore decodes in every other engine step at most, the steps between going to plain requests.
     """
 
-    def _held(self) -> list[Request]:
-        held = super()._held()
+    def _sitting_out(self) -> list[Request]:
+        sitting_out = super()._sitting_out()
         table = self.table
         if not table:
-            return held
-        out = {id(r) for r in held}
+            return sitting_out
+        out = {id(r) for r in sitting_out}
         waiting = [r for r in self.running if r.num_output_placeholders and id(r) not in out and r.request_id in table]
         if waiting:
             table.wait_for_outputs([r.request_id for r in waiting])
-        return held + waiting
+        return sitting_out + waiting

@@ -14,7 +14,7 @@ so that the client gets one completion:
 - **whole** (``FINAL_ONLY``): the flat document the model was trained on:
   each sequence's text with, at each of its fork points, every branch of
   that fork in order (each a document of its own: a branch may fork too),
-  placed headers included; its token ids and logprobs in the same order;
+  forced headers included; its token ids and logprobs in the same order;
   ``completion.hogwild`` carries the tree (:meth:`Assembly.tree`);
 - **streamed** (``DELTA``): the same document in the same order, each token
   once. The text goes out as soon as nothing can come before it: up to a
@@ -172,7 +172,7 @@ class Assembly:
 
     def _own_steps(self, index: int, own: int) -> int:
         """The engine steps lane ``index``'s own ``own`` tokens took: tokens that share an accept step were fed
-        together (placed text fed ahead, accepted drafts); without accept steps, one each."""
+        together (forced text fed ahead, accepted drafts); without accept steps, one each."""
         steps = self.lanes[index].accept_steps
         return len(set(steps[:own])) if steps is not None and len(steps) >= own else own
 

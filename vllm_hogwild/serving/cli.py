@@ -29,7 +29,7 @@ _HELP = {
                        "hogwild_branch_end (RE2 regular expressions, matched in linear time over a bounded window); "
                        "'off' allows the built-in patterns only.",
     "max_plain_wait": "Seconds a plain request may wait while Hogwild groups that arrived after it are "
-                      "admitted ahead of it; a complete group that has waited longer holds back newer "
+                      "admitted ahead of it; a complete group that has waited longer defers newer "
                       "plain requests until it fits.",
     "kv": "How a group takes KV blocks: 'on-demand' (as its workers grow, like every vLLM request; under "
           "pressure a whole group is preempted and later resumed by exact replay) or 'reserve' (every "

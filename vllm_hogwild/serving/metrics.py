@@ -26,7 +26,7 @@ Series (labels ``model_name`` and ``engine``, like vLLM's):
 ``hogwild:group_latency_seconds``          histogram  first worker's arrival at the scheduler to group end
 ``hogwild:admission_wait_seconds``         histogram  first worker's arrival to the group's admission
 ``hogwild:groups_ended_total``             counter    groups ended (finished or aborted)
-``hogwild:member_preemptions_total``       counter    a group member preempted alone (by design 0)
+``hogwild:member_preemptions_total``       counter    a group's worker preempted alone (by design 0)
 ``hogwild:group_preemptions_total``        counter    groups preempted whole under KV pressure (``--hogwild-kv
                                                       on-demand``); each resumes by exact replay
 ``hogwild:replayed_tokens_total``          counter    tokens resumed groups re-fed (the prompt's cached
@@ -113,7 +113,7 @@ class HogwildStatLogger(AggregateStatLoggerBase):
             _WAIT_BUCKETS,
         )
         self.ended = counter("groups_ended", "Hogwild groups ended (finished or aborted).")
-        self.preemptions = counter("member_preemptions", "A Hogwild group member preempted alone (by design never).")
+        self.preemptions = counter("member_preemptions", "A Hogwild group's worker preempted alone (by design never).")
         self.group_preemptions = counter("group_preemptions", "Hogwild groups preempted whole under KV pressure.")
         self.replayed = counter("replayed_tokens", "Tokens resumed Hogwild groups re-fed with their views.")
         info = Gauge(PREFIX + "attention_info",

@@ -129,7 +129,7 @@ def check_sizes(config, options: RequestOptions, num_workers: int, prompt_len: i
 PROMPT_TAIL_TOKENS = 8192  # a fork/join prompt's goal is looked for in its last this many tokens
 
 
-def prompt_fork(processor, request, params, options: RequestOptions, num_lanes: int, max_tokens: int):
+def prompt_fork(processor, request, params, options: RequestOptions, num_workers: int, max_tokens: int):
     """``(fork_now, open_goal, unforked)`` of a fork/join request's prompt (see :class:`RequestSpec`); its
     sampling parameters checked: the engine ends lanes with their end of sequence, which these would defeat.
 
@@ -148,7 +148,7 @@ def prompt_fork(processor, request, params, options: RequestOptions, num_lanes: 
     if parts is None:
         return None, open_goal, None
     try:
-        fork = decide(family, text.rstrip(), depth=0, budget_left=max_tokens, max_branches=num_lanes - 1)
+        fork = decide(family, text.rstrip(), depth=0, budget_left=max_tokens, max_branches=num_workers - 1)
     except ForkTooWide as err:
         raise request_error(HogwildOptionError(
             "hogwild_max_branches", f"the prompt ends in a goal of {err.num_parts} parts: more than this request's "

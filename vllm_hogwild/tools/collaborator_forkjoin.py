@@ -12,9 +12,9 @@ the list dealt out in prompt order (number i goes to group i mod k)::
     </Goal>
 
 At ``</Goal>`` the engine forks (``hogwild_protocol: multiverse``): branch j
-starts with the placed header ``\\n<Path>\\nj:``, reads the text before the
+starts with the forced header ``\\n<Path>\\nj:``, reads the text before the
 fork and itself (never a sibling), and converts its outline's numbers in an
-order it samples, ending with ``\\n</Path>``. At the join the engine places
+order it samples, ending with ``\\n</Path>``. At the join the engine forces
 ``<Conclusion>\\n``; the text after it reads every branch and names the number
 each path started with, in path order (``First: 21 9``), then ends. That
 conclusion is decided by the branches' sampling, not by the prompt: it is
@@ -47,8 +47,8 @@ def model_dir():
     return FORKJOIN_MODEL_DIR
 GOAL_HEAD = "\n<Parallel>"
 CONCLUSION_HEAD = "First:"
-HEADER = "\n<Path>\n{j}:"  # the Multiverse family's branch header (placed by the engine)
-JOIN_HEADER = "<Conclusion>\n"  # placed by the engine at the join
+HEADER = "\n<Path>\n{j}:"  # the Multiverse family's branch header (forced by the engine)
+JOIN_HEADER = "<Conclusion>\n"  # forced by the engine at the join
 BRANCH_END = "\n</Path>"
 _FIRST = re.compile(r"First:((?:\s+\d{1,3})*)\s*$")
 
@@ -70,7 +70,7 @@ def goal(task: roman.Task) -> str:
 
 @dataclass(frozen=True)
 class Request:
-    """One fork/join request's text, part by part (what the model writes and what the engine places)."""
+    """One fork/join request's text, part by part (what the model writes and what the engine forces)."""
 
     task: roman.Task
     orders: tuple[tuple[int, ...], ...]  # each branch's numbers, in the order it did them
@@ -116,7 +116,7 @@ def check(task: roman.Task, branch_texts: Sequence[str], conclusion: str, forked
 class Tree:
     """A request laid out as the engine reads it: for each token, its view position, the part it belongs to
     (``part``: -1 the text before the fork, j branch j, -2 the text after the join) and its target (None: no
-    loss: the engine places the next token, or ends the sequence)."""
+    loss: the engine forces the next token, or ends the sequence)."""
 
     ids: list[int]
     positions: list[int]

@@ -1,6 +1,6 @@
 """Fork/join requests of parallel-reasoning models (Multiverse, NPR), as rules and as records.
 
-Owns: the families' rules, when to fork, what to place, when to join (``families``,
+Owns: the families' rules, when to fork, what to force, when to join (``families``,
 :class:`~vllm_hogwild.core.forkjoin.families.ForkJoinLanes`), and what the engine core tells the front
 end of each fork/join lane (``lane_channel``, :class:`~vllm_hogwild.core.forkjoin.lane_channel.LaneRecord`).
 What each lane reads is :mod:`vllm_hogwild.core.views.forks`; the kind of group is

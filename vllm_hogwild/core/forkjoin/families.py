@@ -1,4 +1,4 @@
-"""Fork/join protocols of parallel-reasoning models (Multiverse, NPR): when to fork, what to place, when to join.
+"""Fork/join protocols of parallel-reasoning models (Multiverse, NPR): when to fork, what to force, when to join.
 
 Pure, no torch and no vLLM. These models write a plan of k parallel parts,
 then the engine decodes k *branches* of the request at once and joins them:
@@ -6,10 +6,10 @@ then the engine decodes k *branches* of the request at once and joins them:
 - **fork**: the text ends with the family's goal end (``</Goal>``,
   ``</guideline>``); the goal since its start tag lists the parts, one numbered
   entry each (``<Outline>\\n1: ...``, ``<plan> 1: ...``). Branch i starts with
-  the placed header of its part's number (``\\n<Path>\\n1:``) and ends when it
+  the forced header of its part's number (``\\n<Path>\\n1:``) and ends when it
   writes the family's branch end (``</Path>``);
 - **join**: when every branch has ended, the continuation reads the prefix and
-  every branch and starts with the placed join header (``<Conclusion>\\n``).
+  every branch and starts with the forced join header (``<Conclusion>\\n``).
 
 A family is one row of :data:`FAMILIES` (a new family is a few lines). The
 rules each family's own engine applies are there too: how deep forks may nest,
@@ -54,9 +54,9 @@ class Family:
     goal_start: str  # the tag that opens a plan of parallel parts
     goal_end: str  # the tag that closes it: the fork point
     entry: str  # RE2 pattern of one part's entry in the goal, its number as group 1
-    branch_header: str  # placed at the start of each branch; ``{n}``: the part's number
+    branch_header: str  # forced at the start of each branch; ``{n}``: the part's number
     branch_end: str  # the branch is done once its text contains this
-    join_header: str  # placed at the start of the continuation after the join
+    join_header: str  # forced at the start of the continuation after the join
     max_depth: int  # forks open at once along one branch, the outermost included
     max_branches: int | None  # more parts than this: no fork (the request goes on); None: no such rule
     min_budget_left: int  # tokens of budget a fork needs left, else no fork
@@ -79,7 +79,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 
 @dataclass(frozen=True)
 class Fork:
-    """A fork decided: one branch per part, in the goal's order; ``headers[i]`` is placed at branch i's start."""
+    """A fork decided: one branch per part, in the goal's order; ``headers[i]`` is forced at branch i's start."""
 
     numbers: tuple[str, ...]
     headers: tuple[str, ...]
@@ -248,9 +248,9 @@ class ForkJoinLanes:
        complete goal: :meth:`fork_now`); the fork's ``at`` is then S's length
        with that token;
     2. the branch lanes go to the engine's queue: each prefills the prompt's
-       last block and samples its first token, placed (its header's first);
+       last block and samples its first token, forced (its header's first);
     3. S then feeds the goal's last token and samples the join header's first
-       token (placed), and waits;
+       token (forced), and waits;
     4. the branches decode (``hogwild`` branches in lock-step, as they read
        each other); a branch that writes its end feeds that token and stops
        (:meth:`lanes_to_stop`), as does one whose budget runs out;
@@ -310,7 +310,7 @@ class ForkJoinLanes:
 
     def observe(self, lane: int, piece: str, lane_len: int, hidden: str = "") -> dict[int, str]:
         """Lane ``lane`` sampled a token adding ``piece`` to its text and holds ``lane_len`` tokens with it; the
-        text to place next, per lane (a placed token's text is fed here too). ``hidden``: the token's text when
+        text to force next, per lane (a forced token's text is fed here too). ``hidden``: the token's text when
         the client's text leaves it out (a special token, as a model's tags may be: ``</Goal>`` in
         Multiverse's tokenizer); the protocol reads it, the fork points count the client's characters."""
         strand = self.strands.get(lane)
@@ -325,15 +325,15 @@ class ForkJoinLanes:
         if strand.wrote_end:
             return {}
         said = strand.watch.feed(piece)
-        placed = {}
+        forced = {}
         if said == "end":
             strand.wrote_end = True
             self._stop.append(lane)
         elif said == "fork" and strand.waits_at is None and not (self.hogwild and strand.depth):
-            placed = self._decide(strand, lane_len)
-        if self.pool and not placed:
+            forced = self._decide(strand, lane_len)
+        if self.pool and not forced:
             self._retire_pool()
-        return placed
+        return forced
 
     def _may_fork(self, strand: Strand) -> bool:
         """Whether a goal ``strand`` writes from now on could still fork, by the family's rules."""
@@ -361,7 +361,7 @@ class ForkJoinLanes:
             fork = NoFork(f"a goal of {fork.num_branches} parts: the request's branch lanes went back")
         if isinstance(fork, Fork) and self.max_positions is not None and self._reach(
                 strand.lane, fork.num_branches) > self.max_positions:
-            fork = NoFork(f"a fork of {fork.num_branches} branches could place text past the context window "
+            fork = NoFork(f"a fork of {fork.num_branches} branches could force text past the context window "
                           f"({self.max_positions} positions)")
         if isinstance(fork, NoFork):
             self.no_fork(strand.number, written, fork.reason)
@@ -451,25 +451,25 @@ class ForkJoinLanes:
         self.version += 1
         return True
 
-    def held(self, computed: Sequence[int], sampled: Sequence[int], live: Sequence[bool]) -> set[int]:
+    def who_sits_out(self, computed: Sequence[int], sampled: Sequence[int], live: Sequence[bool]) -> set[int]:
         """The lanes that sit out the next step (lanes no fork took among them). ``computed``: each lane's tokens
         with K/V; ``sampled``: its sampled tokens; ``live``: it has not stopped. O(lanes)."""
-        hold = set(self.pool)
+        sitting_out = set(self.pool)
         for fork in self.forks:
             if fork.joined:
                 continue
             parent, lanes = fork.parent, fork.lanes
             if computed[parent] >= fork.at:
-                hold.add(parent)  # it waits at the fork
+                sitting_out.add(parent)  # it waits at the fork
             elif fork.at > self.prompt_len and any(live[b] and sampled[b] == 0 for b in lanes):
-                hold.add(parent)  # step 3 after step 2: it feeds the goal's last token once every branch sampled
+                sitting_out.add(parent)  # step 3 after step 2: it feeds the goal's last token once every branch sampled
             running = [b for b in lanes if live[b] and sampled[b] > 0]
             if computed[parent] < fork.at:
-                hold.update(running)  # the branches read the parent up to the fork: it is fed first
+                sitting_out.update(running)  # the branches read the parent up to the fork: it is fed first
             elif self.hogwild and running:  # lock-step: hogwild siblings read each other by step, so a sibling
-                slowest = min(sampled[b] for b in lanes if live[b])  # still to sample its first token holds all
-                hold.update(b for b in running if sampled[b] > slowest)
-        return hold
+                slowest = min(sampled[b] for b in lanes if live[b])  # still to sample its first token keeps all back
+                sitting_out.update(b for b in running if sampled[b] > slowest)
+        return sitting_out
 
     def record(self, lane: int, num_output: int | None = None, ends_with_eos: bool = False) -> LaneRecord:
         """What the front end needs of a lane ≥ 1 to assemble the document (a

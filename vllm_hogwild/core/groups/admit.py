@@ -8,7 +8,7 @@ plain requests allows (:class:`~vllm_hogwild.core.groups.policy.Fairness`). A fo
 lanes that no fork took yet (``Group.spare``) stay in the table: with ``on-demand`` they take no
 KV until a fork takes them (then they ask for it like any request, and the room-making pass
 counts them with their group: :meth:`Admitter.forked_lanes`); with ``reserve`` their budgets are
-kept aside. The admitter owns the indexes of all this (the waiting groups, the requests held, the
+kept aside. The admitter owns the indexes of all this (the waiting groups, the requests set aside, the
 promised first allocations, the lanes a fork took); the table owns the running groups: it records the
 groups each admission returns, and asks the admitter to forget a group that ends
 (:meth:`Admitter.forget`).
@@ -50,12 +50,12 @@ class Admission:
     queue: list[Any] = field(default_factory=list)  # requests to put at the head of the waiting queue, in order
     # finished lanes of resumed groups: (worker, its lane's tokens) for each replay request to make first
     replays: list[tuple[Worker, list[int]]] = field(default_factory=list)
-    hold_newer_than: float | None = None  # plain requests that arrived after this wait this step
+    defer_newer_than: float | None = None  # plain requests that arrived after this wait this step
     groups: list[Group] = field(default_factory=list)  # the groups admitted now, in order (the table runs them)
 
 
 class Admitter:
-    """The table's admission part: the groups that wait, the requests held out of the engine's queues, the first
+    """The table's admission part: the groups that wait, the requests set aside (out of the engine's queues), the first
     allocations promised to queued requests, and the spare lanes a fork took."""
 
     def __init__(self, *, block_size: int, slack: int, on_demand: bool, max_plain_wait: float,
@@ -63,7 +63,7 @@ class Admitter:
         self.block_size, self.slack, self.on_demand, self._clock = block_size, slack, on_demand, clock
         self.fairness = Fairness(max_plain_wait)
         self.waiting: dict[str, Group] = {}  # groups not admitted (or preempted), oldest first
-        self.num_held = 0  # requests of waiting groups that have arrived and not finished
+        self.num_aside = 0  # requests of waiting groups that have arrived and not finished
         # requests handed to the engine's waiting queue, not scheduled yet -> slots their first allocation takes
         # (with `reserve` the whole budget, which that allocation reserves: :meth:`first_allocation`)
         self.promises = Promises(block_size)
@@ -72,10 +72,10 @@ class Admitter:
         self._forked: dict[str, Worker] = {}  # lanes a fork took, handed to the engine's queue (:meth:`forked_lanes`)
 
     def arrived(self, group: Group, new: bool) -> None:
-        """A worker's request of ``group`` arrived (``new``: the group's first): held until the group is admitted."""
+        """A worker's request of ``group`` arrived (``new``: the group's first): set aside until the group is admitted."""
         if new:
             self.waiting[group.group_id] = group
-        self.num_held += 1
+        self.num_aside += 1
 
     def release(self, workers: Sequence[Worker]) -> None:
         """Spare lanes a fork took go to the engine's queue at the next admission."""
@@ -94,7 +94,7 @@ class Admitter:
         admission = Admission()
         if self._released:
             for worker in self._released:
-                self.num_held -= 1
+                self.num_aside -= 1
                 self.promises.set(worker.request_id, self._first_slots(worker.group))
                 if self.on_demand:  # (the room-making pass, which reads them, runs with on-demand only)
                     self._forked[worker.request_id] = worker
@@ -108,8 +108,8 @@ class Admitter:
             decision = self.fairness.decide(now, group.arrival, self._fits(group, here), oldest)
             if decision is Decision.WAIT:
                 break  # first come, first served among groups: a later group does not overtake
-            if decision is Decision.HOLD_NEWER:
-                admission.hold_newer_than = group.arrival
+            if decision is Decision.DEFER_NEWER:
+                admission.defer_newer_than = group.arrival
                 break
             self._admit(group, admission)
         return admission
@@ -164,7 +164,7 @@ class Admitter:
         group.shape_sent = False  # the worker processes get it (again) with its first scheduled step
         spare = group.spare
         live = [w for w in group.workers if not w.request.is_finished() and w.index not in spare]
-        self.num_held -= len(live)
+        self.num_aside -= len(live)
         if spare:
             self._with_spares[group.group_id] = group
         first = self._first_slots(group)
@@ -211,32 +211,32 @@ class Admitter:
 
     def lane_finished(self, worker: Worker, phase: Phase) -> None:
         """``worker``'s request finished (or was aborted) while its group was in ``phase``: nothing promised to it
-        any more; a request held here (its group not admitted, or a spare lane) is held no more."""
+        any more; a request set aside here (its group not admitted, or a spare lane) is aside no more."""
         group = worker.group
         if self.promises:
             self.promises.set(worker.request_id, None)
         if phase is not Phase.ADMITTED and phase is not Phase.REPLAYING:
-            self.num_held -= 1  # aborted while its group waited
+            self.num_aside -= 1  # aborted while its group waited
         elif (group.spare or self._released) and (
                 worker.index in group.spare or any(w is worker for w in self._released)):  # a spare lane
             group.spare.discard(worker.index)  # not handed to the engine's queue yet (aborted)
             self._released = [w for w in self._released if w is not worker]
-            self.num_held -= 1
+            self.num_aside -= 1
 
     def preempted(self, group: Group) -> set[int]:
         """A running group is preempted: its lanes' promises are dropped, and the lanes a fork took that were not
-        queued yet stay held (their indices are returned: queued on resumption). Then :meth:`wait_again`."""
+        queued yet stay aside (their indices are returned: queued on resumption). Then :meth:`wait_again`."""
         self._with_spares.pop(group.group_id, None)
         pending = {w.index for w in self._released if w.group is group}
-        if pending:  # fork/join lanes a fork took, not queued yet: held already, queued on resumption
+        if pending:  # fork/join lanes a fork took, not queued yet: aside already, queued on resumption
             self._released = [w for w in self._released if w.group is not group]
         for w in group.workers:
             self.promises.set(w.lane_request_id, None)
         return pending
 
-    def wait_again(self, group: Group, num_held: int) -> None:
-        """The preempted group waits again, oldest first, its ``num_held`` live requests held here."""
-        self.num_held += num_held
+    def wait_again(self, group: Group, num_aside: int) -> None:
+        """The preempted group waits again, oldest first, its ``num_aside`` live requests set aside here."""
+        self.num_aside += num_aside
         self.waiting[group.group_id] = group
         self.waiting = dict(sorted(self.waiting.items(), key=lambda item: item[1].arrival))  # oldest first
 

@@ -7,12 +7,12 @@ protocol (:class:`~vllm_hogwild.core.forkjoin.families.ForkJoinLanes`, driven by
 the text. This kind's part of the group's life
 (:class:`~vllm_hogwild.core.groups.kind.GroupKind`):
 
-- **holds**: the protocol's: a lane whose next token must wait for others (a
+- **sit out**: the protocol's: a lane whose next token must wait for others (a
   join reads every branch to its end) sits the step out; never settled;
-- **place ahead**: a header's tokens after its first are fed in one step
-  (:meth:`ForkJoinKind.place_ahead`), as drafts are: co-workers read them
+- **feed ahead**: a header's tokens after its first are fed in one step
+  (:meth:`ForkJoinKind.feed_ahead`), as drafts are: co-workers read them
   from the next step on;
-- **step**: the engine places branch and join headers; when a fork starts or
+- **step**: the engine forces branch and join headers; when a fork starts or
   joins, the worker processes get the new fork state
   (:class:`~vllm_hogwild.core.wire.GroupFork`); every step that decodes is logged;
 - **after outputs**: lanes the protocol is done with end next (a branch at its
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 class ForkJoinKind:
     name = "fork/join"
     records = True  # each lane's part (trunk, branch) goes to the front end
-    places_ahead = True  # a header's tokens after its first are fed in one step
+    feeds_ahead = True  # a header's tokens after its first are fed in one step
 
     def takes(self, options: "RequestOptions") -> bool:
         return options.forks
@@ -56,29 +56,29 @@ class ForkJoinKind:
                      StepLog(n, prompt_len), self, workers=[None] * n, num_live=n, counters=GroupCounters(n),
                      spare=set(driver.lanes.pool))
 
-    def holds(self, group: Group, steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+    def who_sits_out(self, group: Group, steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
         ws = group.workers
-        held = group.driver.lanes.held([w.request.num_computed_tokens for w in ws],
+        sitting_out = group.driver.lanes.who_sits_out([w.request.num_computed_tokens for w in ws],
                                        [w.request.num_output_tokens for w in ws],
                                        [not w.request.is_finished() for w in ws])
-        return [i for i in held if i not in group.spare], False
+        return [i for i in sitting_out if i not in group.spare], False
 
-    def place_ahead(self, group: Group, runs: Callable[[Any], bool],
+    def feed_ahead(self, group: Group, runs: Callable[[Any], bool],
                     max_positions: int | None) -> list[tuple["Worker", int, list[int]]]:
-        """The placed text each lane feeds whole in the coming step: ``(worker, index of its first output token,
+        """The forced text each lane feeds whole in the coming step: ``(worker, index of its first output token,
         the tokens)`` each, taken from the lane's queue. A header's first token is sampled (forced) in the step
-        that feeds the token before it, as any placed token; the rest of the header is taken here, by a lane
-        that runs (``runs(request)``: vLLM's running state), is not held, and whose only unfed token is that
-        placed one, up to its budget and the context window, never its end of sequence (vLLM must sample
+        that feeds the token before it, as any forced token; the rest of the header is taken here, by a lane
+        that runs (``runs(request)``: vLLM's running state), does not sit out, and whose only unfed token is that
+        forced one, up to its budget and the context window, never its end of sequence (vLLM must sample
         that, to stop the lane). O(lanes)."""
-        driver, out, held = group.driver, [], None
+        driver, out, sitting_out = group.driver, [], None
         for w in group.workers:
             queue = driver.queues[w.index]
             if not queue or w.finished or w.index in group.spare:
                 continue
             request = w.request
             n, num_tokens = request.num_output_tokens, request.num_tokens
-            if (not n or n - 1 not in driver.placed[w.index] or request.num_computed_tokens != num_tokens - 1
+            if (not n or n - 1 not in driver.forced_at[w.index] or request.num_computed_tokens != num_tokens - 1
                     or not runs(request)):
                 continue
             limit = group.max_tokens - n - 2  # the lane still samples after them, and a branch ends at max - 1
@@ -88,15 +88,15 @@ class ForkJoinKind:
                 limit = min(limit, queue.index(w.eos_token_id))
             if limit <= 0:
                 continue
-            if held is None:
-                held = set(self.holds(group, None)[0])
-            if w.index not in held:
+            if sitting_out is None:
+                sitting_out = set(self.who_sits_out(group, None)[0])
+            if w.index not in sitting_out:
                 out.append((w, n, driver.take(w.index, n, limit)))
         return out
 
     def step(self, group: Group, step: StepInput, sits_out: bool) -> StepResult:
-        if group.driver.places_tokens:
-            group.place_tokens(step.scheduled, step.forced, step.drafts)
+        if group.driver.forces_tokens:
+            group.force_tokens(step.scheduled, step.forced, step.drafts)
         lanes, fork = group.driver.lanes, None
         if lanes.version != group.fork_sent:  # a fork started or joined: the worker processes' views change
             fork = GroupFork(group.group_id, lanes.state)

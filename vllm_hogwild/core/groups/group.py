@@ -3,7 +3,7 @@
 A group is the ``n`` requests of one vLLM parent request, one per worker. A
 :class:`Group` holds the :class:`Worker` records, the
 :class:`~vllm_hogwild.core.options.RequestSpec`, the paragraph tracker (layouts
-with a shared history), the protocol driver (placed tokens, answers, the
+with a shared history), the protocol driver (forced tokens, answers, the
 finisher) and the counters the metrics report. What crosses to the worker
 processes is built from it by :meth:`Group.step` and :meth:`Group.shape`. Its
 life (arrival, admission, lock-step, the end) is :mod:`vllm_hogwild.core.groups.table`'s.
@@ -57,7 +57,7 @@ class StepInput:
 
     scheduled: Mapping[str, int]  # tokens per request this step
     drafts: Mapping[str, Sequence[int]]  # each request's draft tokens this step
-    forced: dict[str, int]  # request id -> the token the engine places (filled in by the kinds)
+    forced: dict[str, int]  # request id -> the token the engine forces (filled in by the kinds)
     all_scheduled: bool  # vLLM scheduled every running request (none fell out of the token budget)
     speculative: bool  # the engine verifies drafts
 
@@ -70,7 +70,7 @@ class StepResult:
     fork: GroupFork | None = None  # the fork state, when a fork started or joined (fork/join)
     lane_lens: list[int] | None = None  # its lanes' lengths for the wire (None: no row of it decodes)
     steady: bool = False  # steady from the next step on: the table advances it with the other steady groups
-    settled: bool | None = None  # True: even from the next step on (holds need not be asked); False: it fell
+    settled: bool | None = None  # True: even from the next step on (who sits out need not be asked); False: it fell
     # out of step (ask again); None: no change
 
 
@@ -213,7 +213,7 @@ class Group:
         """Where sampled tokens enter the group's state: its driver reads the text of every token ``worker``
         sampled since last time (groups that read no text: nothing). The table calls it after each step's
         outputs (:meth:`~vllm_hogwild.core.groups.table.GroupTable.take_sampled`), for a worker that finishes,
-        and token by token in a speculative accepted run (:func:`~vllm_hogwild.core.groups.drafts.must_place`)."""
+        and token by token in a speculative accepted run (:func:`~vllm_hogwild.core.groups.drafts.must_force`)."""
         driver = self.driver
         if not driver.observes_text:
             return
@@ -230,8 +230,8 @@ class Group:
 
     def decode(self, step: StepInput, fed_ahead: bool = False) -> StepResult:
         """A step in which its workers decode: logged, its lanes' lengths for the wire, its joins and drafts, if any.
-        ``fed_ahead``: a lane's tokens beyond its first this step count as drafts (placed text fed ahead:
-        :meth:`~vllm_hogwild.core.groups.table.GroupTable.place_ahead`): co-workers read them from the next step
+        ``fed_ahead``: a lane's tokens beyond its first this step count as drafts (forced text fed ahead:
+        :meth:`~vllm_hogwild.core.groups.table.GroupTable.feed_ahead`): co-workers read them from the next step
         on, and the step is a run of its own."""
         workers, scheduled, out = self.workers, step.scheduled, StepResult()
         decoding = [w.index for w in workers if not w.finished and (n := scheduled.get(w.request_id))
@@ -241,7 +241,7 @@ class Group:
             out.settled = False
         if not decoding:
             return out  # prefill rows read their own lane: plain attention
-        if fed_ahead:  # a lane's tokens past its first: its drafts, or placed text fed ahead (see lane_lens)
+        if fed_ahead:  # a lane's tokens past its first: its drafts, or forced text fed ahead (see lane_lens)
             num_drafts = [0] * len(workers)
             for i in decoding:
                 num_drafts[i] = scheduled[workers[i].request_id] - 1
@@ -258,15 +258,15 @@ class Group:
         live = [w.index for w in self.workers if not w.request.is_finished()]
         self.driver.stop(live, [w.eos_token_id for w in self.workers], keep=keep)
 
-    def place_tokens(self, scheduled: Mapping[str, int], forced: dict[str, int],
+    def force_tokens(self, scheduled: Mapping[str, int], forced: dict[str, int],
                      drafts: Mapping[str, Sequence[int]]) -> None:
-        """The token each worker that samples this step must produce, where the protocol places text (into
+        """The token each worker that samples this step must produce, where the protocol forces text (into
         ``forced``: request id -> token). ``scheduled``: tokens per request this step; ``drafts``: each
         request's draft tokens.
 
         A worker verifying drafts this step (its queue filled after scheduling: the finisher started)
         gets its token next step: a forced token applies to a request's bonus row only. Its accepted
-        run is then cut after its first token (:func:`~vllm_hogwild.core.groups.drafts.must_place`).
+        run is then cut after its first token (:func:`~vllm_hogwild.core.groups.drafts.must_force`).
         """
         driver = self.driver
         finisher = driver.maybe_start_finisher(

@@ -2,18 +2,18 @@
 
 This kind's part of a group's life (:class:`~vllm_hogwild.core.groups.kind.GroupKind`):
 
-- **holds**: a worker ahead of the group's slowest live worker sits a step out
+- **sit out**: a worker ahead of the group's slowest live worker sits a step out
   (workers finish their prefill in different steps, and vLLM's token budget may
   leave one out of a step); a prefilled group whose live workers are even is
   settled, and stays so while all are scheduled (a group whose workers all
   sample their first token in one step is settled then, and one never
-  scheduled has nothing to hold);
-- **step**: the engine places the protocol's text (prefixes, answers, the
+  scheduled has nothing to sit out);
+- **step**: the engine forces the protocol's text (prefixes, answers, the
   finisher); nothing decodes until every worker has the prompt (a worker that
   has it sits out until then); a group in lock-step (the same workers,
   one token more each, no paragraph to join) costs one counter in its log
   (:meth:`~vllm_hogwild.core.groups.group.Group.lock_step`), and one that
-  reads and places no text (the raw protocol) is steady: the table advances it
+  reads and forces no text (the raw protocol) is steady: the table advances it
   with the others, without asking this kind, until it falls out of step (from
   its second decoding step when every live worker decodes in its first); any other step
   is logged (:meth:`~vllm_hogwild.core.groups.group.Group.decode`); either way the
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 class HogwildKind:
     name = "hogwild"
     records = False  # vLLM's outputs carry all a worker's client needs
-    places_ahead = False  # step prefixes are placed one token a step: the lock-step views read them so
+    feeds_ahead = False  # paragraph prefixes are forced one token a step: the lock-step views read them so
 
     def takes(self, options: "RequestOptions") -> bool:
         return not options.forks
@@ -59,19 +59,19 @@ class HogwildKind:
         return Group(group_id, spec, max_tokens, prompt_len, arrival, arrival_time, tracker, driver,
                      StepLog(n, prompt_len), self, workers=[None] * n, num_live=n, counters=GroupCounters(n))
 
-    def holds(self, group: Group, steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+    def who_sits_out(self, group: Group, steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
         if not group.shape_sent and not group.counters.num_preemptions:
             return [], False  # no worker of it was ever scheduled: none has sampled, none is ahead
         ahead = ahead_of_group([None if w.request.is_finished() else steps_of(w) for w in group.workers])
         group.in_step = group.prefilled and not ahead
         return ahead, group.in_step
 
-    def place_ahead(self, group: Group, runs, max_positions):
+    def feed_ahead(self, group: Group, runs, max_positions):
         return []
 
     def step(self, group: Group, step: StepInput, sits_out: bool) -> StepResult:
-        if group.driver.places_tokens:  # a worker's first sample may be placed too: before the prefill check
-            group.place_tokens(step.scheduled, step.forced, step.drafts)
+        if group.driver.forces_tokens:  # a worker's first sample may be forced too: before the prefill check
+            group.force_tokens(step.scheduled, step.forced, step.drafts)
         if not group.prefilled:
             prefilled, sample_together = group.count_prefill(step.scheduled)
             if not prefilled:
@@ -79,12 +79,12 @@ class HogwildKind:
             group.prefilled = True
             if sample_together and not step.speculative:
                 # Every row prefills (none decodes) and each worker samples its first token now, together: the
-                # group is even from the next step on, without asking :meth:`holds`.
+                # group is even from the next step on, without asking :meth:`who_sits_out`.
                 group.in_step = True
                 return StepResult(settled=True)
-        # A group that reads no text and places none is steady while in lock-step: the table advances it with
+        # A group that reads no text and forces none is steady while in lock-step: the table advances it with
         # the others until it falls out of step.
-        steady = not (group.driver.places_tokens or group.driver.observes_text)
+        steady = not (group.driver.forces_tokens or group.driver.observes_text)
         if in_lock_step(group, step, sits_out):
             # The same workers, one token more each: a counter, and the lanes' lengths.
             return StepResult(lane_lens=group.lock_step(), steady=steady)
@@ -109,7 +109,7 @@ HOGWILD = HogwildKind()
 def in_lock_step(group: Group, step: StepInput, sits_out: bool) -> bool:
     """Whether the group's next step is its log's last run going on: that run's decoding workers are the live
     ones (as many, none of them finished since: a worker that stopped and one that sat out may leave the count
-    equal), every request was scheduled in this step, none of the group's held back (``sits_out``), no paragraph
+    equal), every request was scheduled in this step, none of the group's sitting out (``sits_out``), no paragraph
     pending."""
     log = group.log
     return (step.all_scheduled and not step.speculative and not sits_out and bool(log.runs)

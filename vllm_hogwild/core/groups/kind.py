@@ -5,8 +5,8 @@ the same way: arrival, admission, KV promises, preemption and replay, parking
 and the end. What a kind of group decides for itself, it decides through a
 :class:`GroupKind`, which the table calls and never branches around:
 
-- :meth:`~GroupKind.holds`: which of its workers sit this engine step out;
-- :meth:`~GroupKind.place_ahead`: placed text its lanes feed whole in the coming step;
+- :meth:`~GroupKind.who_sits_out`: which of its workers sit this engine step out;
+- :meth:`~GroupKind.feed_ahead`: forced text its lanes feed whole in the coming step;
 - :meth:`~GroupKind.step`: its part of the step's wire, once vLLM has scheduled;
 - :meth:`~GroupKind.after_outputs`: what the step's sampled tokens change;
 - :meth:`~GroupKind.finished`: a worker's request ended;
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 class GroupKind(Protocol):
     records: bool  # whether :meth:`record` may return a record (the table asks only kinds that do)
-    places_ahead: bool  # whether :meth:`place_ahead` may return anything (the table asks only kinds that do)
+    feeds_ahead: bool  # whether :meth:`feed_ahead` may return anything (the table asks only kinds that do)
 
     def takes(self, options: "RequestOptions") -> bool:
         """Whether requests with these options are groups of this kind."""
@@ -49,17 +49,17 @@ class GroupKind(Protocol):
                   arrival_time: float, encode: Callable[[str], list[int]],
                   max_positions: int | None = None) -> "Group":
         """A group of this kind, no worker arrived yet (``arrival``: wall clock, fairness; ``arrival_time``:
-        monotonic, metrics; ``encode``: text to token ids, for placed text; ``max_positions``: the context
+        monotonic, metrics; ``encode``: text to token ids, for forced text; ``max_positions``: the context
         window)."""
 
-    def holds(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
+    def who_sits_out(self, group: "Group", steps_of: Callable[["Worker"], int]) -> tuple[list[int], bool]:
         """The workers (indices) that sit this engine step out, and whether the group is settled: in step with
         itself, so that the table need not ask again until it falls out of step. ``steps_of(worker)``: the
         engine steps in which it accepted tokens."""
 
-    def place_ahead(self, group: "Group", runs: Callable[[Any], bool],
+    def feed_ahead(self, group: "Group", runs: Callable[[Any], bool],
                     max_positions: int | None) -> list[tuple["Worker", int, list[int]]]:
-        """Before vLLM schedules: placed tokens each lane feeds together in the coming step, beyond its one unfed
+        """Before vLLM schedules: forced tokens each lane feeds together in the coming step, beyond its one unfed
         token, as ``(worker, index of the first one among its output tokens, tokens)``; taken from the group's
         driver (the table gives back what vLLM did not feed). ``runs(request)``: vLLM runs it."""
 
@@ -67,7 +67,7 @@ class GroupKind(Protocol):
         """The group's part of the step (vLLM has scheduled; token counts are advanced): its lanes' lengths,
         its :class:`~vllm_hogwild.core.wire.GroupStep` and :class:`~vllm_hogwild.core.wire.GroupFork` (None:
         the worker processes need none), and whether it is steady or settled, for the table to record. Tokens
-        the engine places go into ``step.forced`` (request id -> token). ``sits_out``: a worker of the group
+        the engine forces go into ``step.forced`` (request id -> token). ``sits_out``: a worker of the group
         sits this step out."""
 
     def after_outputs(self, group: "Group") -> list["Worker"]:

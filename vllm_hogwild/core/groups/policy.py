@@ -14,7 +14,7 @@ vLLM's request arrival times):
 - a group may go ahead of an older waiting plain request only while that
   request has waited less than the bound;
 - a complete group that has waited longer than the bound without fitting
-  holds back the plain requests that arrived after it, so that the room
+  defers the plain requests that arrived after it, so that the room
   running requests free goes to the group, not to newer requests.
 
 Groups among themselves are first come, first served: a later group never
@@ -31,7 +31,7 @@ from typing import Sequence
 class Decision(Enum):
     ADMIT = "admit"  # queue the group's workers now
     WAIT = "wait"  # not now; plain requests go on as usual
-    HOLD_NEWER = "hold_newer"  # not now; plain requests that arrived after the group wait too
+    DEFER_NEWER = "defer_newer"  # not now; plain requests that arrived after the group wait too
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Fairness:
             return Decision.WAIT  # that request goes first
         if fits:
             return Decision.ADMIT
-        return Decision.HOLD_NEWER if now - group_arrival >= self.max_plain_wait else Decision.WAIT
+        return Decision.DEFER_NEWER if now - group_arrival >= self.max_plain_wait else Decision.WAIT
 
 
 def fits(need_blocks: int, promised_blocks: int, watermark_blocks: int, free_blocks: int,
@@ -87,7 +87,7 @@ class Unit:
     arrival: float  # wall-clock arrival time (a group: its first request's)
     priority: int  # vLLM's request priority (lower is more urgent)
     need: int  # blocks its requests ask for this step
-    held: int  # blocks it holds
+    owned: int  # blocks it owns
 
 
 def preemption_order(units: Sequence[Unit], by_priority: bool) -> list[Unit]:
@@ -95,7 +95,7 @@ def preemption_order(units: Sequence[Unit], by_priority: bool) -> list[Unit]:
     the priority policy the least urgent (highest priority value), newest first among equals. Units that hold
     no block are left out (preempting them frees nothing)."""
     key = (lambda u: (u.priority, u.arrival)) if by_priority else (lambda u: u.arrival)
-    return sorted((u for u in units if u.held), key=key, reverse=True)
+    return sorted((u for u in units if u.owned), key=key, reverse=True)
 
 
 class Promises:

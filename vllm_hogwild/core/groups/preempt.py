@@ -52,7 +52,7 @@ class Replayer:
     def preempt(self, group: Group, pending: set[int]) -> Preemption:
         """Take a running group out whole (the table has taken it out of the running indexes, its log caught up):
         what it had to re-feed, read here once (a group preempted again while it replays keeps what it had), and
-        its requests by where they stand (``pending``: lanes a fork took, held already)."""
+        its requests by where they stand (``pending``: lanes a fork took, aside already)."""
         self.replaying.pop(group.group_id, None)
         if group.replay is None:
             group.replay = Replay(group.log, [w.length() for w in group.workers])

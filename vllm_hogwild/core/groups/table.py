@@ -5,16 +5,16 @@ into the table's inputs and applies the table's answers; what is decided about
 a group is decided here:
 
 - **arrive**: a worker's request comes in (they arrive one by one, in any
-  order); the scheduler holds it out of vLLM's waiting queue;
+  order); the scheduler sets it aside, out of vLLM's waiting queue;
 - **admit**: complete groups, oldest first, go to vLLM's waiting queue whole,
   when they fit (the KV rule: :mod:`vllm_hogwild.core.groups.admit`) and fairness allows
   (:class:`~vllm_hogwild.core.groups.admit.Admitter`, on the rules of
   :mod:`vllm_hogwild.core.groups.policy`); a preempted group comes back the same
   way, its finished lanes with replay requests of their own;
-- **hold**, **step**, **take sampled**: what differs between kinds of group (lock-step
+- **sit out**, **step**, **take sampled**: what differs between kinds of group (lock-step
   Hogwild groups, fork/join requests) each kind decides through one interface,
   :class:`~vllm_hogwild.core.groups.kind.GroupKind`: which workers sit a step
-  out (:meth:`holds`), its part of the step's wire for the worker processes
+  out (:meth:`who_sits_out`), its part of the step's wire for the worker processes
   (:meth:`step`), what sampled tokens change (:meth:`take_sampled`: where they
   enter the groups, their text read by each group's driver, which may stop it);
   with speculative decoding, what the table says of drafts and accepted runs
@@ -61,7 +61,7 @@ class GroupTable:
                  hidden_for: Callable[[Any], Callable[[int], str] | None] | None = None, slack: int = 0,
                  speculative: bool = False, kv: str = "on-demand", max_positions: int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """``encode``: text to token ids (placed text); ``text_for(request)``: that request's detokenizer
+        """``encode``: text to token ids (fed_ahead text); ``text_for(request)``: that request's detokenizer
         (the text each sampled token adds), for groups that observe text; ``hidden_for(request)``: a token's
         text that request's text leaves out (special tokens it skips; None: none), which fork/join protocols
         read (a model's tags may be special tokens); ``slack``: slots a lane may need
@@ -85,20 +85,20 @@ class GroupTable:
         self.admitter = Admitter(block_size=block_size, slack=slack, on_demand=self.on_demand,
                                  max_plain_wait=max_plain_wait, clock=clock)
         self.replayer = Replayer()
-        # what the holds compare: engine steps in which a worker accepted tokens (without drafts: one token each)
+        # what the sit-out decisions compare: engine steps in which a worker accepted tokens (without drafts: one token each)
         self._steps_of = (lambda w: w.sampled_steps) if speculative else (lambda w: w.request.num_output_tokens)
         self.groups: dict[str, Group] = {}  # by group id, in arrival order
         self.workers: dict[str, Worker] = {}  # by request id
         self._running: dict[str, Group] = {}  # admitted groups, in admission order
         self._observing: dict[str, Group] = {}  # admitted groups whose text the driver reads
-        self._unsettled: set[str] = set()  # admitted groups whose kind may hold workers back (:meth:`holds`)
+        self._unsettled: set[str] = set()  # admitted groups whose kind may have workers sit out (:meth:`who_sits_out`)
         self._ended: list[str] = []  # groups whose shape the worker processes hold, ended since the last wire
-        self._sitting_out: set[str] = set()  # groups with a worker held out of the step being scheduled
+        self._sitting_out: set[str] = set()  # groups with a worker sitting out the step being scheduled
         self._steady = SteadyGroups()  # groups in steady lock-step, advanced together (:meth:`Group.lock_step`)
         self._num_recording = 0  # groups whose kind sends lane records (:meth:`lane_record`)
-        self.feeds_placed_ahead = True  # placed text after its first token is fed in one step (off: a control)
+        self.feeding_ahead = True  # forced text after its first token is fed in one step (off: a control)
         self._placing: dict[str, tuple[Worker, int, list[int]]] = {}  # taken for the step being scheduled
-        self._placed: dict[str, tuple[int, tuple[int, ...]]] = {}  # fed in it: request id -> (first index, tokens)
+        self._fed: dict[str, tuple[int, tuple[int, ...]]] = {}  # fed in it: request id -> (first index, tokens)
 
     def __contains__(self, request_id: str) -> bool:
         """A worker's request, or a replay request: a lane of some group."""
@@ -112,8 +112,8 @@ class GroupTable:
         return self.replayer.replays
 
     @property
-    def num_held(self) -> int:  # requests held out of the engine's queues (their groups are not admitted)
-        return self.admitter.num_held
+    def num_aside(self) -> int:  # requests set aside, out of the engine's queues (their groups are not admitted)
+        return self.admitter.num_aside
 
     @property
     def num_waiting_groups(self) -> int:
@@ -190,7 +190,7 @@ class GroupTable:
     def preempted_alone(self, request_id: str) -> None:
         """vLLM preempted one worker (the table's rules are there so that it never does): counted."""
         worker = self.workers[request_id]
-        self.stats.num_member_preemptions += 1
+        self.stats.num_lone_preemptions += 1
         self.admitter.preempted_alone(worker)
 
     # -- preempt and replay (the replayer's) ---------------------------------------------------------------
@@ -264,30 +264,30 @@ class GroupTable:
         (:func:`~vllm_hogwild.core.groups.drafts.accept_run`): ``(accepted, stopped)``."""
         return drafts_part.accept_run(worker, tokens, accept)
 
-    # -- hold -------------------------------------------------------------------------------------------
+    # -- sit out -------------------------------------------------------------------------------------------
 
-    def holds(self) -> list[Any]:
+    def who_sits_out(self) -> list[Any]:
         """Requests of running workers that sit this step out, as each group's kind decides
-        (:meth:`~vllm_hogwild.core.groups.kind.GroupKind.holds`).
+        (:meth:`~vllm_hogwild.core.groups.kind.GroupKind.who_sits_out`).
 
         Only unsettled groups are asked: a Hogwild group whose live workers are even stays even while
         all are scheduled (a worker left out of a step by vLLM's token budget unsettles it again).
         """
-        held = []
+        sitting_out = []
         for group_id in list(self._unsettled):
             group = self.groups[group_id]
             if group.phase is not Phase.ADMITTED:
                 continue  # replaying lanes keep step through their chunk ends
-            waits, settled = group.kind.holds(group, self._steps_of)
+            waits, settled = group.kind.who_sits_out(group, self._steps_of)
             if waits:
                 self._sit_out(group_id)
-            held += [group.workers[w].request for w in waits]
+            sitting_out += [group.workers[w].request for w in waits]
             if settled:
                 self._unsettled.discard(group_id)
-        return held
+        return sitting_out
 
     def wait_for_outputs(self, request_ids: Sequence[str]) -> None:
-        """The engine holds these workers out of this step: their last output is not in yet (async scheduling)."""
+        """These workers sit this step out: their last output is not in yet (async scheduling)."""
         for request_id in request_ids:
             worker = self.workers.get(request_id)
             if worker is not None:
@@ -298,36 +298,36 @@ class GroupTable:
         self._steady.drop(group_id)
         self._sitting_out.add(group_id)
 
-    # -- place ahead ------------------------------------------------------------------------------------
+    # -- feed ahead -------------------------------------------------------------------------------------
 
-    def place_ahead(self, runs: Callable[[Any], bool]) -> list[tuple[Any, list[int]]]:
-        """Before vLLM schedules: the placed tokens each lane feeds whole in the coming step, ``(request,
+    def feed_ahead(self, runs: Callable[[Any], bool]) -> list[tuple[Any, list[int]]]:
+        """Before vLLM schedules: the forced tokens each lane feeds whole in the coming step, ``(request,
         tokens)`` for the scheduler to append to the request (its kind decides: :meth:`~vllm_hogwild.core.
-        groups.kind.GroupKind.place_ahead`); ``runs(request)``: vLLM runs it. Once vLLM has scheduled,
-        :meth:`placed_fed` says what was fed. O(groups whose kind places ahead)."""
-        if not self.feeds_placed_ahead or not self._observing:
+        groups.kind.GroupKind.feed_ahead`); ``runs(request)``: vLLM runs it. Once vLLM has scheduled,
+        :meth:`fed_ahead` says what was fed. O(groups whose kind forces ahead)."""
+        if not self.feeding_ahead or not self._observing:
             return []
         out = []
         for group in self._observing.values():
-            if group.kind.places_ahead and group.phase is Phase.ADMITTED:
-                for worker, first, tokens in group.kind.place_ahead(group, runs, self.max_positions):
+            if group.kind.feeds_ahead and group.phase is Phase.ADMITTED:
+                for worker, first, tokens in group.kind.feed_ahead(group, runs, self.max_positions):
                     self._placing[worker.request_id] = (worker, first, tokens)
                     out.append((worker.request, tokens))
         return out
 
-    def placed_fed(self, scheduled: Mapping[str, int]) -> list[tuple[Any, int, bool]]:
-        """vLLM has scheduled (``scheduled``: tokens per request): of each lane's placed tokens, those it feeds
+    def fed_ahead(self, scheduled: Mapping[str, int]) -> list[tuple[Any, int, bool]]:
+        """vLLM has scheduled (``scheduled``: tokens per request): of each lane's forced tokens, those it feeds
         this step stay (they go on the wire); the rest go back to the lane's queue. Returns ``(request, how
         many of its last tokens to take back, whether it samples in this step all the same)``."""
         back = []
         for request_id, (worker, first, tokens) in self._placing.items():
             n = scheduled.get(request_id, 0)
-            fed = max(0, n - 1)  # its unfed token first, then the placed ones
+            fed = max(0, n - 1)  # its unfed token first, then the forced ones
             if fed < len(tokens):
                 worker.group.driver.give_back(worker.index, tokens[fed:], first + fed)
                 back.append((worker.request, len(tokens) - fed, n > 0))
             if fed:
-                self._placed[request_id] = (first, tuple(tokens[:fed]))
+                self._fed[request_id] = (first, tuple(tokens[:fed]))
         self._placing.clear()
         return back
 
@@ -391,9 +391,9 @@ class GroupTable:
         ended = ()
         if self._ended and has_tokens:
             ended, self._ended = tuple(self._ended), []
-        placed, self._placed = self._placed, {}
+        fed_ahead, self._fed = self._fed, {}
         return StepWire(tuple(shapes), tuple(steps), *lengths.columns(), ended, forced, tuple(replays), tuple(forks),
-                        placed)
+                        fed_ahead)
 
     # -- take sampled -----------------------------------------------------------------------------------
 

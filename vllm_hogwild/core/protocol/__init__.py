@@ -1,6 +1,6 @@
-"""Driving a group's protocol: what the engine places into lanes, where paragraphs end, the group's answer.
+"""Driving a group's protocol: what the engine forces into lanes, where paragraphs end, the group's answer.
 
-Owns: the protocol driver (``driver``: step prefixes, answers, the finisher, when a group stops, and the
+Owns: the protocol driver (``driver``: paragraph prefixes, answers, the finisher, when a group stops, and the
 fork/join driver over :mod:`vllm_hogwild.core.forkjoin`), paragraphs and the shared history
 (``paragraphs``), and the ``collab`` protocol's text in a request and a group's answer and transcript
 (``collab``). The words themselves (names, prefixes, preambles, the answer patterns) are

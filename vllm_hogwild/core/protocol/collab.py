@@ -1,7 +1,7 @@
 """The collaboration protocol's text in a request, and the answer and transcript of a group. Pure, no vLLM.
 
 Where the ``collab`` protocol's text enters a request (the front end's hooks,
-:mod:`vllm_hogwild.serving.requests`, call these; the engine core places step
+:mod:`vllm_hogwild.serving.requests`, call these; the engine core forces paragraph
 prefixes and the finisher, :mod:`vllm_hogwild.core.protocol.driver`):
 
 - **Chat** (``LLM.chat``, ``/v1/chat/completions``): the preamble becomes a
@@ -16,12 +16,12 @@ prefixes and the finisher, :mod:`vllm_hogwild.core.protocol.driver`):
   with the prompt, once per group; views show the prompt up to the first
   header and reference each header where it belongs. The group's first
   token is sampled after the whole stored prompt; with ``collab`` it is the
-  first token of a step prefix, which the engine places anyway.
+  first token of a paragraph prefix, which the engine forces anyway.
 
 The answer: :func:`answer` reads a finished group's final answer from its
 ``RequestOutput`` (offline) and :func:`answer_of_texts` from its texts; the
 server puts the same record in the response (:mod:`vllm_hogwild.serving.responses`).
-:func:`transcript` puts the workers' steps back into the order in which they
+:func:`transcript` puts the workers' paragraphs back into the order in which they
 joined the shared history.
 """
 
@@ -120,7 +120,7 @@ def answer(output, pattern: str | None = None, task: str = "math") -> Answer | N
 # -- the transcript -----------------------------------------------------------
 
 def _prefix(worker: int) -> re.Pattern:
-    """The step prefix the engine places for ``worker`` (a model may write other names' prefixes too)."""
+    """The paragraph prefix the engine forces for ``worker`` (a model may write other names' prefixes too)."""
     return re.compile(rf"\*\*{protocol_text.NAMES[worker]} \[(\d+)\]:\*\* ")
 
 
@@ -131,25 +131,25 @@ class Paragraph:
     worker: int
     number: int  # counted from 1, as in the prefix
     text: str  # from its prefix to the next one (or the end)
-    joined_at: int  # the token index (the group step) whose feeding moved it into the history
+    joined_at: int  # the token index (the group's engine step) whose feeding moved it into the history
 
 
 def transcript(pieces: Sequence[Sequence[str]]) -> list[Paragraph]:
-    """Every worker's steps in the order they joined the shared history (named and collab protocols).
+    """Every worker's paragraphs in the order they joined the shared history (named and collab protocols).
 
-    Only a worker's own prefix, at a token boundary, starts one of its steps:
-    the engine places nothing else, while a model may write other workers'
+    Only a worker's own prefix, at a token boundary, starts one of its paragraphs:
+    the engine forces nothing else, while a model may write other workers'
     prefixes into its own text.
 
     ``pieces[w][t]`` is the text of worker ``w``'s ``t``-th token (offline:
     each token of ``CompletionOutput.token_ids`` decoded alone; a server
-    stream: each delta). A step of a worker ends where its next step prefix
+    stream: each delta). A paragraph of a worker ends where its next paragraph prefix
     starts, and joins once the first token of that prefix has been fed, one
-    group step later; a worker's last step joins when the worker stops.
-    Steps that join in the same group step come in worker order, as in the
+    engine step later; a worker's last paragraph joins when the worker stops.
+    Paragraphs that join in the same engine step come in worker order, as in the
     engine.
     """
-    steps = []
+    paragraphs = []
     for w, toks in enumerate(pieces):
         text = "".join(toks)
         offsets, pos = [], 0
@@ -165,10 +165,10 @@ def transcript(pieces: Sequence[Sequence[str]]) -> list[Paragraph]:
             b = bounds[k + 1] if k + 1 < len(bounds) else len(text)
             joined = token_at[b] if b in token_at and b < len(text) else len(toks)
             m = _prefix(w).match(text, a)
-            steps.append(Paragraph(w, int(m.group(1)) if m else 0, text[a:b], joined))
-    return sorted(steps, key=lambda s: (s.joined_at, s.worker))
+            paragraphs.append(Paragraph(w, int(m.group(1)) if m else 0, text[a:b], joined))
+    return sorted(paragraphs, key=lambda s: (s.joined_at, s.worker))
 
 
-def render_transcript(steps: Sequence[Paragraph]) -> str:
-    return "".join(s.text if s.text.endswith("\n") else s.text + "\n\n" for s in steps)
+def render_transcript(paragraphs: Sequence[Paragraph]) -> str:
+    return "".join(s.text if s.text.endswith("\n") else s.text + "\n\n" for s in paragraphs)
 

@@ -1,12 +1,12 @@
-"""Protocol driving for one group: the tokens the engine places into lanes, and when the group stops. Pure.
+"""Protocol driving for one group: the tokens the engine forces into lanes, and when the group stops. Pure.
 
 The scheduler shows the driver every sampled token's text (:meth:`ProtocolDriver.observe`,
 incrementally detokenized) and asks it, for each worker that samples in a step,
-which token to place (:meth:`ProtocolDriver.forced`). What it drives:
+which token to force (:meth:`ProtocolDriver.forced`). What it drives:
 
-- **step prefixes** (``named``, ``collab``): every step of a worker starts with
-  ``**Alice [k]:** ``, queued as token ids when the previous step ends (and for
-  step 1 at the start), placed one token per step; every ``redundancy_every``
+- **paragraph prefixes** (``named``, ``collab``): every paragraph of a worker starts with
+  ``**Alice [k]:** ``, queued as token ids when the previous paragraph ends (and for
+  paragraph 1 at the start), forced one token per step; every ``redundancy_every``
   tokens of the group, a worker's next prefix carries the redundancy check;
 - **answers** (``answer_pattern``): once any worker's text matches, every live
   worker samples its end of sequence next (:meth:`ProtocolDriver.stop`);
@@ -14,11 +14,11 @@ which token to place (:meth:`ProtocolDriver.forced`). What it drives:
   the lowest live worker's budget go to the task's "time is up" suffix and then
   greedy tokens (:data:`~vllm_hogwild.core.wire.ARGMAX`), and every other live
   worker ends, so the finisher reads the whole shared transcript. The finisher
-  starts when the worker's budget, after the step prefix it is placing, has no
+  starts when the worker's budget, after the paragraph prefix it is forcing, has no
   more than that room left; when the prefix and the suffix do not both fit, the
-  prefix gives way (its placed part stays).
+  prefix gives way (its forced part stays).
 
-Text the engine placed never ends a step. No vLLM import: token ids come from an
+Text the engine forced never ends a paragraph. No vLLM import: token ids come from an
 ``encode`` callable, end-of-sequence ids from the caller.
 """
 
@@ -34,43 +34,43 @@ from vllm_hogwild.core.protocol.paragraphs import ParagraphTracker
 from vllm_hogwild.core.wire import ARGMAX
 
 
-class PlacedTokens:
-    """Each lane's queue of token ids the engine places, one per sampled token; what was placed, by index."""
+class ForcedTokens:
+    """Each lane's queue of token ids the engine forces, one per sampled token; what was forced, by index."""
 
-    def __init__(self, num_lanes: int) -> None:
-        self.queues = [deque() for _ in range(num_lanes)]  # tokens still to place, per lane
-        self.placed = [set() for _ in range(num_lanes)]  # output indices placed, per lane
+    def __init__(self, num_workers: int) -> None:
+        self.queues = [deque() for _ in range(num_workers)]  # tokens still to force, per lane
+        self.forced_at = [set() for _ in range(num_workers)]  # output indices forced, per lane
 
     def forced(self, worker: int, num_output_tokens: int) -> int | None:
         """The token ``worker`` must sample as its output token ``num_output_tokens`` (None: its own choice)."""
         queue = self.queues[worker]
         if not queue:
             return None
-        self.placed[worker].add(num_output_tokens)
+        self.forced_at[worker].add(num_output_tokens)
         return queue.popleft()
 
     def take(self, worker: int, num_output_tokens: int, limit: int) -> list[int]:
         """Up to ``limit`` queued tokens of ``worker`` at once, from its output token ``num_output_tokens`` on:
-        the engine feeds them in one step (they are placed, never sampled). :meth:`give_back` undoes it."""
+        the engine feeds them in one step (they are forced, never sampled). :meth:`give_back` undoes it."""
         queue = self.queues[worker]
         tokens = [queue.popleft() for _ in range(min(limit, len(queue)))]
-        self.placed[worker].update(range(num_output_tokens, num_output_tokens + len(tokens)))
+        self.forced_at[worker].update(range(num_output_tokens, num_output_tokens + len(tokens)))
         return tokens
 
     def give_back(self, worker: int, tokens: Sequence[int], num_output_tokens: int) -> None:
         """Taken tokens the engine did not feed (``num_output_tokens``: the first one's index) go back to the
         front of the queue, in order."""
         self.queues[worker].extendleft(reversed(tokens))
-        self.placed[worker].difference_update(range(num_output_tokens, num_output_tokens + len(tokens)))
+        self.forced_at[worker].difference_update(range(num_output_tokens, num_output_tokens + len(tokens)))
 
-    def place_only(self, worker: int, token: int | None) -> None:
-        """``worker`` places ``token`` next and nothing else (``None``: nothing at all)."""
+    def force_only(self, worker: int, token: int | None) -> None:
+        """``worker`` forces ``token`` next and nothing else (``None``: nothing at all)."""
         self.queues[worker].clear()
         if token is not None:
             self.queues[worker].append(token)
 
 
-class ProtocolDriver(PlacedTokens):
+class ProtocolDriver(ForcedTokens):
     reads_hidden = False  # the text of tokens the client's text leaves out (special tokens): not read
 
     def __init__(self, options: RequestOptions, num_workers: int, max_tokens: int, prompt_len: int,
@@ -79,12 +79,12 @@ class ProtocolDriver(PlacedTokens):
         self.num_workers = num_workers
         self.max_tokens = max_tokens
         self.prompt_len = prompt_len
-        self.tracker = tracker  # step ends (the layouts with a shared history), shared with the views
+        self.tracker = tracker  # paragraph ends (the layouts with a shared history), shared with the views
         self.encode = encode
         self.named = options.protocol in NAMED_PROTOCOLS
         super().__init__(num_workers)
         self.num_observed = [0] * num_workers  # output tokens of each lane seen so far
-        self.paragraph_numbers = [1] * num_workers  # the step each worker writes
+        self.paragraph_numbers = [1] * num_workers  # the paragraph each worker writes
         self.checked_at = [0] * num_workers  # group tokens at each worker's last redundancy check
         self.answers = (
             [WindowMatcher(answer_regex(options.answer_pattern)) for _ in range(num_workers)]
@@ -95,8 +95,8 @@ class ProtocolDriver(PlacedTokens):
         self.suffix = encode(FINISHER_SUFFIX[options.task]) if options.finisher else []
         # Whether the scheduler must detokenize this group's tokens (paragraphs or answers).
         self.observes_text = tracker is not None or self.answers is not None
-        # Whether the engine may ever place a token in this group (prefixes, the finisher, stops).
-        self.places_tokens = self.named or self.answers is not None or self.reserve > 0
+        # Whether the engine may ever force a token in this group (prefixes, the finisher, stops).
+        self.forces_tokens = self.named or self.answers is not None or self.reserve > 0
         if self.named:
             for w in range(num_workers):
                 self.queues[w].extend(encode(paragraph_prefix(w, 1, num_workers)))
@@ -112,7 +112,7 @@ class ProtocolDriver(PlacedTokens):
         """Output token ``index`` of ``worker`` was sampled; ``text`` is what it adds to the worker's text (the
         Hogwild protocols read the client's text: ``hidden``, a token's text the client does not see, is not)."""
         ended = self.tracker is not None and self.tracker.on_sampled(
-            worker, self.prompt_len + index, text, can_end=index not in self.placed[worker])
+            worker, self.prompt_len + index, text, can_end=index not in self.forced_at[worker])
         self.num_observed[worker] = index + 1
         if ended and self.named and self.finisher is None:
             self._queue_next_prefix(worker, index)
@@ -130,8 +130,8 @@ class ProtocolDriver(PlacedTokens):
             self.checked_at[worker] = seen
         self.queues[worker].extend(prefix)
 
-    def may_place(self, worker: int, num_output_tokens: int) -> bool:
-        """Whether the engine may place ``worker``'s next token: something is queued, the group stops,
+    def may_force(self, worker: int, num_output_tokens: int) -> bool:
+        """Whether the engine may force ``worker``'s next token: something is queued, the group stops,
         or the finisher's room is reached (speculative decoding: such a worker must not run on drafts)."""
         if self.queues[worker] or self.answered or self.finisher is not None:
             return True
@@ -148,7 +148,7 @@ class ProtocolDriver(PlacedTokens):
         if not live:
             return None
         queue = self.queues[live[0]]
-        room = self.max_tokens - num_outputs[live[0]] - len(queue)  # after a step prefix being placed
+        room = self.max_tokens - num_outputs[live[0]] - len(queue)  # after a paragraph prefix being forced
         if room > self.reserve:
             return None
         self.finisher = live[0]
@@ -162,58 +162,58 @@ class ProtocolDriver(PlacedTokens):
         for w in live:
             eos = eos_ids[w]
             if w != keep and eos is not None and list(self.queues[w]) != [eos]:
-                self.place_only(w, eos)
+                self.force_only(w, eos)
 
 
-class ForkJoinDriver(PlacedTokens):
+class ForkJoinDriver(ForcedTokens):
     """Protocol driving for a fork/join request (``multiverse``, ``npr``): the same interface as
     :class:`ProtocolDriver`, over :class:`~vllm_hogwild.core.forkjoin.families.ForkJoinLanes`.
 
-    It places each branch's header and each forking sequence's join header (as token ids, one per step),
+    It forces each branch's header and each forking sequence's join header (as token ids, one per step),
     and ends every lane ≥ 1 that is done (a branch that wrote its end, a lane no fork took) with its end
     of sequence. No answers, no finisher.
     """
 
     observes_text = True
-    places_tokens = True
+    forces_tokens = True
     reads_hidden = True  # a model's fork/join tags may be special tokens the client's text leaves out
     tracker = None
     answered = False
     finisher = None
     reserve = 0
 
-    def __init__(self, options: RequestOptions, num_lanes: int, max_tokens: int, prompt_len: int,
+    def __init__(self, options: RequestOptions, num_workers: int, max_tokens: int, prompt_len: int,
                  encode: Callable[[str], list[int]], fork_now: Sequence[str] | None = None,
                  open_goal: str = "", max_positions: int | None = None) -> None:
         from vllm_hogwild.core.forkjoin.families import FAMILIES, ForkJoinLanes
 
         self.options = options
-        self.num_workers = num_lanes
+        self.num_workers = num_workers
         self.prompt_len = prompt_len
         self.encode = encode
-        self.lanes = ForkJoinLanes(FAMILIES[options.protocol], num_lanes, prompt_len, max_tokens,
+        self.lanes = ForkJoinLanes(FAMILIES[options.protocol], num_workers, prompt_len, max_tokens,
                                    hogwild=options.branches == "hogwild", branch_end=options.branch_end,
                                    trunk_text=open_goal, max_positions=max_positions)
-        super().__init__(num_lanes)
-        self.num_observed = [0] * num_lanes
+        super().__init__(num_workers)
+        self.num_observed = [0] * num_workers
         if fork_now:
-            self._place(self.lanes.fork_now(fork_now))
+            self._force(self.lanes.fork_now(fork_now))
 
-    def _place(self, texts: dict[int, str]) -> None:
+    def _force(self, texts: dict[int, str]) -> None:
         for lane, text in texts.items():
             self.queues[lane].extend(self.encode(text))
 
     def observe(self, worker: int, index: int, text: str, hidden: str = "") -> None:
         self.num_observed[worker] = index + 1
-        self._place(self.lanes.observe(worker, text, self.prompt_len + index + 1, hidden))
+        self._force(self.lanes.observe(worker, text, self.prompt_len + index + 1, hidden))
 
     def end_lanes(self, eos_ids: Sequence[int | None]) -> None:
         """Lanes the protocol is done with sample their end of sequence next."""
         for lane in self.lanes.lanes_to_stop():
-            self.place_only(lane, eos_ids[lane])
+            self.force_only(lane, eos_ids[lane])
 
-    def may_place(self, worker: int, num_output_tokens: int) -> bool:
-        """Text queued for the lane, or its end of sequence to come (placed after the step's outputs)."""
+    def may_force(self, worker: int, num_output_tokens: int) -> bool:
+        """Text queued for the lane, or its end of sequence to come (forced after the step's outputs)."""
         return bool(self.queues[worker]) or self.lanes.ends_next(worker, num_output_tokens)
 
     def maybe_start_finisher(self, num_outputs: Sequence[int | None]) -> int | None:

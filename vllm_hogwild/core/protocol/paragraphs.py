@@ -79,7 +79,7 @@ class ParagraphTracker:
     def on_sampled(self, worker: int, position: int, text: str, can_end: bool = True) -> bool:
         """Record the token sampled for ``worker`` at stored ``position``; True if it ends a paragraph.
 
-        ``can_end=False`` for text the engine placed (a paragraph prefix): it is
+        ``can_end=False`` for text the engine forced (a paragraph prefix): it is
         part of the paragraph but never ends one.
         """
         lane = self._lanes[worker]

@@ -1,7 +1,7 @@
 """Groups in steady lock-step, advanced together: one array operation per engine step for all of them. Pure, no vLLM import.
 
 A group is steady while the same workers decode, one token more each per engine step, vLLM schedules every
-running request, and its kind needs nothing else of it (no text placed or read; see
+running request, and its kind needs nothing else of it (no text forced or read; see
 :meth:`~vllm_hogwild.core.groups.group.Group.lock_step`). Each engine step then adds one step to its
 log's last run, and its lanes' lengths follow from that run alone: the run's lengths, plus the steps so
 far for the lanes that decode in it (:meth:`~vllm_hogwild.core.replay.step_log.StepLog.advance`).

@@ -1,4 +1,4 @@
-"""Views: what each worker reads, as ordered spans of lanes, and the RoPE deltas that place them.
+"""Views: what each worker reads, as ordered spans of lanes, and the RoPE deltas that position them.
 
 Owns: spans, views and segments for every layout (``spans``), a fork/join lane's view from its forks
 (``forks``), a group's views on the worker-process side, built from its shape and each step's wire

@@ -106,7 +106,7 @@ class GroupViews:
             raise ValueError(f"group {self.shape.group_id}: lanes {[w for w, _ in decoding]} decode but the wire "
                              f"has {'no' if lane_lens is None else len(lane_lens)} lane lengths for its "
                              f"{len(self.lanes)} lanes")
-        # A lane's tokens past its length this step: drafts, or placed text fed ahead (the scheduler counts both
+        # A lane's tokens past its length this step: drafts, or forced text fed ahead (the scheduler counts both
         # on the step's wire; the batch knows only drafts).
         ahead = step.drafts if step is not None and step.drafts else None
         drafts = [ahead[w] if ahead else row.num_drafts for w, row in decoding]

@@ -11,8 +11,8 @@ Pure bookkeeping, no torch and no vLLM.
   so its next token continues its own text.
 
 The RoPE identity: ``<R(a) q, R(b) k>`` depends only on ``a - b``. A span stored
-at ``s..`` but placed at view position ``v..`` is attended exactly by rotating
-the query (stored at ``p``, placed at ``view_pos(p)``) by
+at ``s..`` but positioned at view position ``v..`` is attended exactly by rotating
+the query (stored at ``p``, positioned at ``view_pos(p)``) by
 
     delta = (view_pos(p) - p) - (v - s)
 
@@ -49,7 +49,7 @@ class Span:
 
 @dataclass(frozen=True)
 class Separators:
-    """Token runs placed between the parts of a ``combined`` view.
+    """Token runs positioned between the parts of a ``combined`` view.
 
     Each is a span whose K/V exists once somewhere in the group (the engine
     stores them at the tail of the common prompt, after ``prompt_end``, see
@@ -81,7 +81,7 @@ class View:
     """An ordered list of spans; the last one is the reader's own text.
 
     ``starts``: the view position of each span's first token. ``None`` (every
-    Hogwild layout) places the spans one after another. A fork/join view gives
+    Hogwild layout) positions the spans one after another. A fork/join view gives
     them: the branches of a join all start where the prefix ends, and the
     continuation after the longest (:func:`~vllm_hogwild.core.views.forks.fork_view`). Spans are read in
     ``spans`` order either way; the own span is last and starts at or after
@@ -202,7 +202,7 @@ def combined_views(
 
     ``prompt_end`` (default ``prompt_len``): the prompt part of every view is
     ``[0, prompt_end)``; the stored prompt's tail after it holds the separators,
-    which appear only where the view places it.
+    which appear only where the view positions it.
     """
     return build_views("combined", prompt_len, lane_lens, history=history, paragraph_starts=paragraph_starts,
                        separators=separators, prompt_end=prompt_end)
@@ -346,7 +346,7 @@ class SegmentColumns:
         row added) when the view is its own lane alone: plain attention.
 
         ``[prompt][co-workers with text, in lane order][own]``: the prompt is read from the reader's lane,
-        co-worker ``o``'s text ``[prompt_len, n_o)`` is placed after the text of the co-workers before it, and
+        co-worker ``o``'s text ``[prompt_len, n_o)`` is positioned after the text of the co-workers before it, and
         the own text comes last, so the query's offset is all co-workers' text.
         """
         own_end = lane_lens[w]
