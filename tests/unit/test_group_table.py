@@ -303,3 +303,20 @@ def test_an_ended_group_is_freed_without_the_garbage_collector() -> None:
         assert group() is None and all(w() is None for w in workers)
     finally:
         gc.enable()
+
+
+def test_an_orphaned_replay_request_is_let_go_after_its_group_ended() -> None:
+    """A group that ended while one of its lanes was being re-fed leaves that replay request an orphan, which the
+    scheduler aborts; freeing it must not read the ended group (its workers no longer point at it)."""
+    from types import SimpleNamespace
+
+    from vllm_hogwild.core.groups.group import Worker
+    from vllm_hogwild.core.groups.preempt import Replayer
+
+    replayer = Replayer()
+    request = SimpleNamespace(request_id="r-replay", is_finished=lambda: False)
+    worker = Worker(group=None, index=0, request_id="r", request=SimpleNamespace(request_id="r"))
+    replayer.replay_request(worker, request)
+    assert replayer.prefix_hit_cap(worker, 16) is None
+    assert replayer.replay_parked("r-replay", groups={}) is False  # not parked: its blocks go the plain way
+    assert "r-replay" not in replayer.replays

@@ -119,7 +119,7 @@ class Replayer:
         worker = self.replays.get(request_id)
         if worker is None:
             return False
-        if worker.group.group_id not in groups:
+        if worker.group is None or worker.group.group_id not in groups:  # an orphan: its group ended
             del self.replays[request_id]
             return False
         return True
@@ -130,7 +130,7 @@ class Replayer:
         one token short of the lane's end (it re-feeds at least one token), rounded down to whole blocks (its
         blocks past the prompt hold K/V of Hogwild views: they are re-fed with them). None: no cap (not a lane of
         a replaying group)."""
-        if worker is None or worker.group.phase is not Phase.REPLAYING:
+        if worker is None or worker.group is None or worker.group.phase is not Phase.REPLAYING:
             return None
         group = worker.group
         cap = min(group.prompt_len, group.replay.targets[worker.index] - 1)
