@@ -18,6 +18,7 @@ ROOT = Path(__file__).parents[2]
 
 def _run(args: list[str]) -> str:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # A hang guard: an example runs in under 50 s on 2 cores (each test did in a whole suite's run), 600 s is 12 times.
     run = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
                          stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
@@ -29,10 +30,17 @@ def test_the_main_job_shows_four_workers_beat_one_and_the_split_made_in_advance(
     assert "--- 1 worker (a plain request) ---" in out and "--- 4 workers (raw mode, contiguous) ---" in out
     assert out.count("answer: correct;") == 2 and "Dave   takes " in out and "FOUND: " in out  # names padded to 5
     summary = re.search(r"^4 workers: (\d+) steps against (\d+) for one worker \S+ and (\d+) for a split made in "
-                        r"advance", out, re.M)  # vLLM's shutdown logs follow
+                        r"advance", out, re.M)
     assert summary, out[-3000:]
     group, one, split = map(int, summary.groups())
     assert group < 0.6 * one and group < split, summary.group(0)
+    # Quiet: the demo's own lines only; vLLM's logs (and the plugin's) are in the file it names first.
+    logs = re.match(r"\(vLLM's logs: (\S+); --verbose shows them here\)\n", out)
+    assert logs, out[:500]
+    assert not re.search(r"^(INFO|WARNING|DEBUG|ERROR|\(EngineCore)", out, re.M), out
+    text = Path(logs.group(1)).read_text()
+    assert "INFO" in text and "vllm" in text.lower(), text[:2000]
+    Path(logs.group(1)).unlink()
 
 
 def test_the_smollm2_demo_records_a_collaborating_pair(tmp_path) -> None:

@@ -18,6 +18,9 @@ take on the same task (worker i takes starts i, i + N, ...: no worker can stop
 at the find, since none knows what the others found). ``--mode all`` follows
 every path; ``--layout isolated`` runs the control where workers cannot read
 each other; ``--roman`` runs the first collaborator (Roman numerals).
+
+The engine's logs go to a file whose path the demo prints first; ``--verbose``
+shows them in the terminal instead.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import re
 import sys
 import time
 
-from vllm_hogwild.core.protocol import NAMES
+from vllm_hogwild.core.protocol_text import NAMES
 
 SMOLLM2_DOC = """The SmolLM2 collab demo: a Hogwild group of 2 workers of the embedded SmolLM2-135M-Instruct.
 
@@ -97,8 +100,8 @@ def smollm2_demo(argv: list[str]) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM, SamplingParams
 
-    from vllm_hogwild.core.collab import answer_of_texts, render_transcript, transcript
-    from vllm_hogwild.core.protocol import DEFAULT_ANSWER_PATTERN
+    from vllm_hogwild.core.protocol.collab import answer_of_texts, render_transcript, transcript
+    from vllm_hogwild.core.protocol_text import DEFAULT_ANSWER_PATTERN
 
     t0 = time.perf_counter()
     llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=4096, seed=args.seed,
@@ -165,7 +168,7 @@ class ClaimBoard:
         self.claimed: dict[int, list[str]] = {}
 
     def update(self, step: int, worker: int, text: str) -> None:
-        from vllm_hogwild.core import roman
+        from vllm_hogwild.tools import roman
 
         entries, _ = roman.parse(text)
         for number, numeral in entries[self.num_entries[worker]:]:
@@ -186,7 +189,7 @@ def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     """One group (``num_workers`` 1: a plain request) on ``task``, its claims printed as they are written."""
     from vllm.sampling_params import RequestOutputKind
 
-    from vllm_hogwild.core import roman
+    from vllm_hogwild.tools import roman
     from vllm_hogwild.tools import solve
 
     params = solve.params(num_workers, layout, seed, solve.budget(task.num_items))
@@ -213,22 +216,31 @@ def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
 class PathBoard:
     """Who took which start, each path's end and the find, printed as the workers write."""
 
-    def __init__(self, num_workers: int) -> None:
+    def __init__(self, num_workers: int, task) -> None:
+        self.task = task
         self.texts = [""] * num_workers
         self.num_entries = [0] * num_workers
-        self.claimed: dict[int, list[str]] = {}
+        self.claimed: dict[str, list[str]] = {}
+
+    def start(self, letter: str) -> str:
+        """``b=12``: a claimed letter and the start it names (``?`` for a letter no start has)."""
+        from vllm_hogwild.tools import links
+
+        index = links.SLOTS.index(letter)
+        return f"{letter}={self.task.starts[index] if index < len(self.task.starts) else '?'}"
 
     def update(self, step: int, worker: int, text: str) -> None:
         from vllm_hogwild.tools import links
 
         entries, _ = links.parse(text, allow_unfinished=True)
-        for start, nodes, found in entries[self.num_entries[worker]:]:
+        for index, nodes, found in entries[self.num_entries[worker]:]:
+            start = self.start(links.SLOTS[index])
             what = f"FOUND: {start} leads to {nodes[-1]}" if found else f"{start} leads to {nodes[-1]}"
-            print(f"  step {step:4d}  {NAMES[worker]:<5}  {what} ({len(nodes)} links)")
+            print(f"  step {step:4d}  {NAMES[worker]:<5}  {what} ({len(nodes) - 1} links)")
         self.num_entries[worker] = len(entries)
-        claim = re.search(r"\n(\d+):[^;!\n]*$", text)  # an entry started, not ended
+        claim = re.search(r"\n([a-z]):[^;!\n]*$", text)  # an entry started, not ended
         if claim and text != self.texts[worker]:
-            start = int(claim.group(1))
+            start = self.start(claim.group(1))
             takers = self.claimed.setdefault(start, [])
             if NAMES[worker] not in takers:
                 takers.append(NAMES[worker])
@@ -246,7 +258,7 @@ def run_links(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     params = solve.links_params(num_workers, layout, seed, solve.links_budget([task]))
     params.output_kind = RequestOutputKind.CUMULATIVE
     engine = llm.llm_engine
-    board = PathBoard(num_workers)
+    board = PathBoard(num_workers, task)
     t0 = time.perf_counter()
     engine.add_request(f"demo-links-{num_workers}-{layout}-{seed}", task.prompt(), params)
     step, num_tokens = 0, [0] * num_workers
@@ -310,8 +322,42 @@ def links_demo(argv: list[str]) -> None:
           f"{'correct' if one['score'].correct and group['score'].correct else 'checked above'}.")
 
 
+def logs_to_file(folder=None):
+    """Send this process's and the engine's logs (vLLM's, the plugin's, warnings, progress bars: everything on
+    standard error) to a fresh file, so that standard output holds the demo's own lines; returns the path, which
+    the demo prints first. The engine's processes inherit the redirection."""
+    import tempfile
+
+    folder = folder or os.environ.get("VLLM_HOGWILD_LOG_DIR") or tempfile.gettempdir()
+    fd, path = tempfile.mkstemp(prefix="hogwild-demo-", suffix=".log", dir=folder)
+    os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"  # vLLM logs to standard output unless told
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if "--verbose" in argv:
+        argv = [a for a in argv if a != "--verbose"]
+    elif not {"-h", "--help"} & set(argv):
+        saved = os.dup(2)
+        path = logs_to_file()
+        print(f"(vLLM's logs: {path}; --verbose shows them here)", flush=True)
+        try:
+            return _main(argv)
+        except BaseException:
+            os.dup2(saved, 2)
+            with open(path, errors="replace") as log:
+                tail = log.readlines()[-20:]
+            print("".join(tail) + f"(the run stopped; the last lines of {path} are above)", file=sys.stderr,
+                  flush=True)
+            raise
+    return _main(argv)
+
+
+def _main(argv: list[str]) -> None:
     if "--smollm2" in argv:
         return smollm2_demo([a for a in argv if a != "--smollm2"])
     if "--roman" not in argv:
@@ -328,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 8:
         parser.error("--workers: 1 to 8")
-    from vllm_hogwild.core import roman
+    from vllm_hogwild.tools import roman
 
     try:
         task = roman.make_task(args.items, args.seed)
