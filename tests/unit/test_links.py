@@ -34,27 +34,34 @@ def test_item_costs_are_heavy_tailed_and_nothing_in_the_prompt_tells_them() -> N
 
 def test_the_checker_scores_exactly() -> None:
     task = L.make_task(6, 9, "all")
-    right = [L.entry(p) for p in task.paths]
+    right = [L.entry(i, p) for i, p in enumerate(task.paths)]
     assert L.check(task, ["".join(right[:2]), "".join(right[2:])]).correct
     score = L.check(task, ["".join(right[:2]), "".join(right[1:])])  # a duplicated item: waste, not an error
     assert score.correct and score.duplicated_items == 1
     assert L.check(task, ["".join(right[:-1])]).missing == (task.paths[-1][0],)
     wrong = list(task.paths[0])
     wrong[-1] = next(t for t in L.TERMINALS if t not in {p[-1] for p in task.paths})
-    score = L.check(task, ["".join(right[1:]) + L.entry(wrong)])
+    score = L.check(task, ["".join(right[1:]) + L.entry(0, wrong)])
     assert not score.correct and score.wrong == (task.paths[0][0],)
-    assert not L.check(task, ["".join(right) + "\n12: 4"]).correct  # an unfinished entry, in all mode
+    assert not L.check(task, ["".join(right) + "\nb: 4"]).correct  # an unfinished entry, in all mode
+    # a claim's letter names the start: the same path under another start's letter is wrong
+    assert L.check(task, ["".join(right[2:]) + L.entry(1, task.paths[0]) + right[1]]).wrong == (task.paths[1][0],)
+    # a letter no start has is no entry
+    score = L.check(task, ["".join(right) + L.entry(6, task.paths[0])])
+    assert not score.correct and score.malformed == len(L.entry(6, task.paths[0])) - 1 and score.wrong == ()
 
 
 def test_find_mode_is_done_by_the_find_and_lets_readers_stop_mid_path() -> None:
     task = L.make_task(6, 4, "find")
-    answer = task.paths[task.answer_index]
-    other = next(p for p in task.paths if p is not answer)
-    stopped = f"\n{other[0]}:" + "".join(f" {x}" for x in other[1:2])  # a worker that read the find mid-path
-    score = L.check(task, [L.entry(answer, found=True), stopped])
+    a = task.answer_index
+    answer = task.paths[a]
+    o = next(i for i in range(len(task.paths)) if i != a)
+    other = task.paths[o]
+    stopped = f"\n{L.SLOTS[o]}:" + "".join(f" {x}" for x in other[:2])  # a worker that read the find mid-path
+    score = L.check(task, [L.entry(a, answer, found=True), stopped])
     assert score.correct and score.found == answer[0]
-    assert not L.check(task, [L.entry(answer)]).correct  # not reported as the find
-    assert not L.check(task, [L.entry(other, found=True)]).correct  # a wrong find
+    assert not L.check(task, [L.entry(a, answer)]).correct  # not reported as the find
+    assert not L.check(task, [L.entry(o, other, found=True)]).correct  # a wrong find
 
 
 def test_the_splits_costs() -> None:
@@ -84,6 +91,8 @@ def test_the_splits_costs() -> None:
     (lambda: L.LinksTask(((1, 2, "A"),), (0, 0)), "link_order"),
     (lambda: L.task_of_prompt("Links:\n 1 2\nStarts: 1\nPaths:"), "prompt"),
     (lambda: L.task_of_prompt(17), "prompt"),
+    (lambda: L.task_of_prompt(L.make_task(3, 1).prompt().replace(" b=", " c=")), "prompt"),
+    (lambda: L.entry(26, (1, "A")), "index"),
     (lambda: L.check(L.make_task(2, 1), "text"), "texts"),
     (lambda: L.check(L.make_task(2, 1), [3]), "texts"),
     (lambda: L.round_robin_steps(L.make_task(2, 1), 0), "num_workers"),
@@ -98,17 +107,20 @@ def test_every_node_is_one_token_in_each_role() -> None:
     task = L.make_task(20, 1, "find")
     ids = vocab.prompt(task)
     assert tok.decode(ids[1:]) == task.prompt()
-    assert len(ids) == 1 + 1 + len(task.links) + 1 + len(task.paths) + 2 + 1  # a link is one token
+    assert len(ids) == 1 + 1 + len(task.links) + 1 + 2 * len(task.paths) + 2 + 1  # a link is one token
     assert ids[2:2 + len(task.links)] == [vocab.link(a, b) for a, b in task.links]
-    # a start in the list and the terminal to find are tokens of their own, not the nodes a path writes
-    listed = [tok.decode([i]) for i in ids[3 + len(task.links):3 + len(task.links) + len(task.paths)]]
-    assert listed == [f" {s}," for s in task.starts] and tok.decode([ids[-2]]) == f" {task.target}."
+    # a start in the list, with its letter, and the terminal to find are tokens of their own
+    at = 3 + len(task.links)
+    listed = [tok.decode([i]) for i in ids[at:at + 2 * len(task.paths)]]
+    assert listed == [x for i, s in enumerate(task.starts) for x in (f" {L.SLOTS[i]}={s}", ",")]
+    assert tok.decode([ids[-2]]) == f" {task.target}."
+    assert [tok.decode([vocab.claim[i]]) for i in range(len(L.SLOTS))] == [f"\n{x}:" for x in L.SLOTS]
     links, sources, ends = C.link_parts(vocab)
     assert len(set(links)) == len(links) == L.MAX_NODE * (L.MAX_NODE + len(L.TERMINALS))
     assert tok.decode([links[0]]) == "\n1>1" and (sources[0], ends[0]) == (0, 0)
     assert tok.decode([links[-1]]) == f"\n{L.MAX_NODE}>Z" and sources[-1] == L.MAX_NODE - 1
-    for p in task.paths:
-        assert len(tok.encode(L.entry(p), add_special_tokens=False).ids) == len(p) - 1 + L.ITEM_OVERHEAD
+    for i, p in enumerate(task.paths):
+        assert len(tok.encode(L.entry(i, p), add_special_tokens=False).ids) == len(p) - 1 + L.ITEM_OVERHEAD
 
 
 @pytest.mark.parametrize("mode", L.MODES)
@@ -161,13 +173,16 @@ def test_the_trainer_writes_a_plain_llama_whose_links_are_sums(tmp_path) -> None
     link = lambda s, e: table[vocab.link(s, e)]  # noqa: E731
     assert torch.allclose(link(3, 7) - link(3, "B"), link(90, 7) - link(90, "B"), atol=2e-3)
     assert not torch.allclose(link(3, 7) - link(3, "B"), link(90, 8) - link(90, "B"), atol=2e-3)
-    # a node in each role: its vector plus the role's (a claim, a listed start and the node on a path share it)
-    ids, _, _ = C.role_parts(vocab)
-    start = {n: ids[3 * (n - 1) + 2] for n in (5, 77)}
-    assert torch.allclose(table[vocab.claim[5]] - table[vocab.node[5]], table[vocab.claim[77]] - table[vocab.node[77]],
-                          atol=2e-3)
-    assert torch.allclose(table[start[5]] - table[vocab.node[5]], table[start[77]] - table[vocab.node[77]], atol=2e-3)
-    assert C.build_tokenizer().decode([start[77]]) == " 77,"
+    # a listed start is its letter's vector, its node's and the start role's; a claim its letter's and the claim
+    # role's: a listed start less its node's path token is the same for every node, and less the claim of its
+    # letter the same for every letter
+    claims, _, listed, _ = C.letter_parts(vocab)
+    start = lambda letter, n: table[listed[letter * L.MAX_NODE + n - 1]]  # noqa: E731
+    assert C.build_tokenizer().decode([listed[2 * L.MAX_NODE + 76]]) == " c=77"
+    assert torch.allclose(start(2, 5) - table[vocab.node[5]], start(2, 77) - table[vocab.node[77]], atol=2e-3)
+    assert torch.allclose(start(2, 5) - table[claims[2]] - table[vocab.node[5]],
+                          start(9, 5) - table[claims[9]] - table[vocab.node[5]], atol=2e-3)
+    assert not torch.allclose(start(2, 5) - table[vocab.node[5]], start(9, 5) - table[vocab.node[5]], atol=2e-3)
     # going on from a folder: its training record is kept
     c = train(tmp_path / "c", steps=1, threads=1, log_every=1, init=tmp_path / "a")
     assert c["init"]["loss_curve"] == a["loss_curve"] and c["hidden"] == 32

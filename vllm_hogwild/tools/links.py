@@ -19,16 +19,17 @@ The text (one node a token for the trained collaborator's tokenizer)::
     7>C
     45>7
     88>B
-    Starts: 12, 88,
+    Starts: a=12, b=88,
     Find: C.                <- find mode only
     Paths:
-    12: 45 7 C!             <- a worker: the find ("!" where ";" ends any other path)
-    88: B;                  <- another worker
+    a: 12 45 7 C!           <- a worker: the find ("!" where ";" ends any other path)
+    b: 88 B;                <- another worker
 
 Internal nodes are numbers 1..:data:`MAX_NODE`, terminals the letters ``A``.. ``Z`` (a path's terminal is its
-own); a link is written ``source>end``, each start is followed by a comma and
-the terminal to find by a full stop. Writing ``"\\n{start}:"`` claims the start. The answer is checked by :func:`check`, exactly; every error
-in an argument is a ``ValueError`` that names the field. Pure: no torch, no vLLM.
+own); a link is written ``source>end``; each start has a letter (:data:`SLOTS`, in the list's order), written
+``letter=start,``; the terminal to find is followed by a full stop. Writing ``"\\n{letter}:"`` claims that start;
+the entry goes on with the start and its path. The answer is checked by :func:`check`, exactly; every error in an
+argument is a ``ValueError`` that names the field. Pure: no torch, no vLLM.
 """
 
 from __future__ import annotations
@@ -41,15 +42,17 @@ from typing import Sequence
 MAX_NODE = 149  # internal nodes 1..149
 TERMINALS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
 MAX_ITEMS = len(TERMINALS)  # a terminal per path
+SLOTS = "abcdefghijklmnopqrstuvwxyz"  # the starts' letters, in the list's order (a claim names a letter)
 MAX_HOPS = 30  # links on one path
 MAX_TOTAL_HOPS = 140  # a task's paths together (its starts and inner nodes, one per link, must fit MAX_NODE)
 MODES = ("all", "find")
 LINKS_HEAD, STARTS_HEAD, FIND_HEAD, PATHS_HEAD = "Links:", "Starts:", "Find:", "Paths:"
 PATH_END, FOUND, LINK = ";", "!", ">"
-ITEM_OVERHEAD = 2  # tokens of an entry besides its hops: the claim ("\n12:") and its end (";" or "!")
-_ENTRY = re.compile(r"\n(\d{1,3}):((?: (?:\d{1,3}|[A-Z]))*)([;!])")
+ITEM_OVERHEAD = 3  # tokens of an entry besides its hops: the claim ("\nb:"), the start (" 12") and the end (";" or "!")
+_ENTRY = re.compile(r"\n([a-z]):((?: (?:\d{1,3}|[A-Z]))+)([;!])")
+_UNFINISHED = re.compile(r"\n[a-z]:(?: (?:\d{1,3}|[A-Z]))*")
 _PROMPT = re.compile(
-    r"Links:((?:\n\d{1,3}>(?:\d{1,3}|[A-Z]))+)\nStarts:((?: \d{1,3},)+)(?:\nFind: ([A-Z])\.)?\nPaths:$")
+    r"Links:((?:\n\d{1,3}>(?:\d{1,3}|[A-Z]))+)\nStarts:((?: [a-z]=\d{1,3},)+)(?:\nFind: ([A-Z])\.)?\nPaths:$")
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ def prompt(task: LinksTask) -> str:
     if not isinstance(task, LinksTask):
         raise ValueError("task: a LinksTask")
     links = "".join(f"\n{a}{LINK}{b}" for a, b in task.links)  # a link: its source, then where it leads
-    starts = " ".join(f"{s}," for s in task.starts)  # a start, then a comma
+    starts = " ".join(f"{SLOTS[i]}={s}," for i, s in enumerate(task.starts))  # its letter, the start, a comma
     find = f"\n{FIND_HEAD} {task.target}." if task.target is not None else ""
     return f"{LINKS_HEAD}{links}\n{STARTS_HEAD} {starts}{find}\n{PATHS_HEAD}"
 
@@ -172,7 +175,7 @@ def task_of_prompt(text: str) -> LinksTask:
         raise ValueError("prompt: a string of at most 16384 characters")
     match = _PROMPT.match(text)
     if match is None:
-        raise ValueError(f"prompt: expected {LINKS_HEAD!r} lines 'a>b', {STARTS_HEAD!r} and {PATHS_HEAD!r}")
+        raise ValueError(f"prompt: expected {LINKS_HEAD!r} lines 'a>b', {STARTS_HEAD!r} 'a=12,' and {PATHS_HEAD!r}")
     links = [tuple(line.split(LINK)) for line in match.group(1).strip("\n").split("\n")]
     succ = {}
     for a, b in links:
@@ -180,7 +183,10 @@ def task_of_prompt(text: str) -> LinksTask:
             raise ValueError("prompt: a node with two links")
         succ[int(a)] = int(b) if b.isdigit() else b
     paths, order_of = [], {}
-    for start in (int(s) for s in match.group(2).replace(",", " ").split()):
+    lettered = re.findall(r" ([a-z])=(\d{1,3}),", match.group(2))
+    if "".join(letter for letter, _ in lettered) != SLOTS[:len(lettered)]:
+        raise ValueError("prompt: the starts lettered a, b, c, ... in order")
+    for start in (int(s) for _, s in lettered):
         path, node = [start], start
         while not isinstance(node, str):
             if node not in succ or len(path) > MAX_HOPS + 1:
@@ -197,17 +203,18 @@ def task_of_prompt(text: str) -> LinksTask:
     return LinksTask(tuple(paths), tuple(position[link] for link in listed), "find" if target else "all", target)
 
 
-def entry(path: Sequence, found: bool = False) -> str:
-    """One worker's entry for a path: ``"\\n{start}: {node} ... {terminal};"`` (``!`` for the find)."""
-    start, *rest = path
-    return f"\n{start}:" + "".join(f" {node}" for node in rest) + (FOUND if found else PATH_END)
+def entry(index: int, path: Sequence, found: bool = False) -> str:
+    """One worker's entry for the path of the ``index``-th start: ``"\\n{letter}: {start} {node} ... {terminal};"``
+    (``!`` for the find)."""
+    _check_int("index", index, 0, MAX_ITEMS - 1)
+    return f"\n{SLOTS[index]}:" + "".join(f" {node}" for node in path) + (FOUND if found else PATH_END)
 
 
 @dataclass(frozen=True)
 class PathEntry:
     worker: int
-    start: int
-    nodes: tuple  # what the worker wrote after the start
+    start: int  # the start its letter names
+    nodes: tuple  # what the worker wrote after the letter: the start, then the path
     found: bool
 
 
@@ -218,15 +225,17 @@ class LinksScore:
     correct: bool  # all: every start's path exactly, nothing else; find: the find, right, and no wrong path
     entries: list[PathEntry] = field(default_factory=list)  # every finished entry, worker by worker, in writing order
     missing: tuple[int, ...] = ()  # all: starts nobody finished
-    wrong: tuple[int, ...] = ()  # starts with a wrong path (or not listed), or a wrong find
-    malformed: int = 0  # characters that are no entry (find mode: a worker's unfinished last entry is not)
+    wrong: tuple[int, ...] = ()  # starts with a wrong path, or a wrong find
+    malformed: int = 0  # characters that are no entry, or an entry of a letter no start has (find mode: a
+    # worker's unfinished last entry is not)
     duplicated_items: int = 0  # finished entries beyond the first for a start
     found: int | None = None  # find: the start reported found (the first, by worker order)
 
 
 def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tuple, bool]], int]:
-    """``(entries, malformed characters)`` of one worker's text; its unfinished last entry is malformed unless
-    ``allow_unfinished`` (a worker that stopped reading a co-worker's find)."""
+    """``(entries, malformed characters)`` of one worker's text, each entry ``(index of its letter, the nodes
+    written after it, found)``; its unfinished last entry is malformed unless ``allow_unfinished`` (a worker that
+    stopped reading a co-worker's find)."""
     if not isinstance(text, str):
         raise ValueError("texts: every text is a string")
     entries, pos, bad = [], 0, 0
@@ -235,12 +244,12 @@ def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tu
         if match is None:
             nxt = text.find("\n", pos + 1)
             end = len(text) if nxt < 0 else nxt
-            if not (allow_unfinished and nxt < 0 and re.fullmatch(r"\n\d{1,3}:(?: (?:\d{1,3}|[A-Z]))*", text[pos:])):
+            if not (allow_unfinished and nxt < 0 and _UNFINISHED.fullmatch(text[pos:])):
                 bad += len(text[pos:end].strip())
             pos = end
             continue
         nodes = tuple(int(x) if x.isdigit() else x for x in match.group(2).split())
-        entries.append((int(match.group(1)), nodes, match.group(3) == FOUND))
+        entries.append((SLOTS.index(match.group(1)), nodes, match.group(3) == FOUND))
         pos = match.end()
     return entries, bad
 
@@ -251,16 +260,19 @@ def check(task: LinksTask, texts: Sequence[str]) -> LinksScore:
         raise ValueError("task: a LinksTask")
     if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
         raise ValueError("texts: a non-empty sequence of strings, one per worker")
-    truth = {path[0]: tuple(path[1:]) for path in task.paths}
     find = task.mode == "find"
     entries, malformed, seen, wrong, found = [], 0, {}, set(), None
     for worker, text in enumerate(texts):
         got, bad = parse(text, allow_unfinished=find)
         malformed += bad
-        for start, nodes, is_find in got:
+        for index, nodes, is_find in got:
+            if index >= len(task.paths):  # a letter no start has
+                malformed += len(entry(index, nodes, is_find)) - 1
+                continue
+            start = task.paths[index][0]
             entries.append(PathEntry(worker, start, nodes, is_find))
             seen[start] = seen.get(start, 0) + 1
-            right = truth.get(start) == nodes
+            right = task.paths[index] == nodes
             if not right or is_find != (find and nodes[-1] == task.target):
                 wrong.add(start)
             if is_find and found is None:

@@ -9,18 +9,22 @@ step collide and both do the item.
 The policy it imitates (:func:`policy_target`), for worker ``w``'s next token, from what its view shows:
 
 - find mode, a co-worker's find (``!``) in the view: its end of sequence; after its own find: the same;
+- after its claim (a start's letter, ``"\\nb:"``): the start that letter names in the prompt's list;
 - inside an entry: the path's next node (the link from its last node, read off the table), or, after the
   terminal, ``;`` (``!`` when the terminal is the one to find);
-- between entries: a start nobody has claimed in the view, uniformly (a soft target over all of them), or its
-  end of sequence when every start is claimed.
+- between entries: the letter of a start nobody has claimed in the view, uniformly (a soft target over all of
+  them), or its end of sequence when every start is claimed.
 
 Nothing tells a worker its index or name: sampling breaks the symmetry (vLLM gives worker ``i`` the seed
-``seed + i``). The tokenizer is byte-level BPE with fixed merges: every node is one token, ``" 12"``, the same
-as a start and on a path, and every terminal ``" A"``; a claim, ``"\\n12:"``, is a token of its own (what a worker
-reads to know which starts are taken); and every link the prompt can list, ``"\\n12>45"``, is one token, so that
+``seed + i``). The tokenizer is byte-level BPE with fixed merges: every node is one token, ``" 12"``, and every
+terminal ``" A"``; a listed start with its letter, ``" b=12"``, is one token, and a claim, ``"\\nb:"``, is one
+token per letter (what a worker reads to know which starts are taken: a claim names one of at most 26 letters,
+not one of 149 nodes, which a 4-layer model of width 128 told apart from the nodes of the links table no better
+than 0.42 of a claim's probability after 2,500 steps; see ``docs/user_guide.md``); and every link the prompt can
+list, ``"\\n12>45"``, is one token, so that
 following a link is one attention lookup (the link token whose source is the path's last node) and not two (the
 source's token, then the one after it: an induction head, which this 4-layer model did not learn in a thousand
-steps on two cores, where it learns the one-token lookup in about six hundred; see ``docs/collaborator.md``). In
+steps on two cores, where it learns the one-token lookup in about six hundred; see ``docs/user_guide.md``). In
 training a link token's embedding is the sum of its source's and its end's (:func:`link_parts`), so that what is
 learned of one link carries to every other; the shipped weights hold the sums. The weights ship in
 ``vllm_hogwild/models/links-collaborator``; ``python -m vllm_hogwild.tools.train_links`` rebuilds them.
@@ -65,18 +69,22 @@ def _link_text(source: int, end) -> str:
 def _targets() -> list[str]:
     nodes = range(1, L.MAX_NODE + 1)
     links = [_spelled(_link_text(a, b)) for a in nodes for b in (*nodes, *L.TERMINALS)]
-    # after the links: the start and find tokens (added by a second training phase; earlier ids unchanged)
-    starts = [_spelled(f" {n},") for n in nodes]
+    claims = [_spelled(f"\n{letter}:") for letter in L.SLOTS]
     finds = [_spelled(f" {t}.") for t in L.TERMINALS]
-    return ([_spelled(f" {n}") for n in nodes] + [_spelled(f"\n{n}:") for n in nodes]
-            + [_spelled(f" {t}") for t in L.TERMINALS] + [_spelled(h) for h in _HEADS] + links + starts + finds)
+    return ([_spelled(f" {n}") for n in nodes] + [_spelled(f" {t}") for t in L.TERMINALS]
+            + [_spelled(h) for h in _HEADS] + links + claims + finds)
+
+
+def _listed() -> list[tuple[str, str]]:
+    """A listed start, ``" b=12"`` (its comma a token of its own): its letter's half and its node's half."""
+    return [(_spelled(f" {letter}="), _spelled(f"{n}")) for letter in L.SLOTS for n in range(1, L.MAX_NODE + 1)]
 
 
 @lru_cache(maxsize=1)
 def build_tokenizer():
     """The tokenizer (``tokenizers.Tokenizer``): byte-level BPE over the whole text (no pre-split), whose merges
-    spell exactly :func:`_targets`."""
-    return bpe_tokenizer(_targets(), split_words=False)
+    spell exactly :func:`_targets` and the listed starts (:func:`_listed`, a letter's half joined to a node's)."""
+    return bpe_tokenizer(_targets(), split_words=False, joined=_listed())
 
 
 def save_tokenizer(folder: Path) -> None:
@@ -92,7 +100,7 @@ class LinksVocab:
     eos: int
     pad: int
     node: dict  # node or terminal -> " {node}" (a link's source or end, a start, on a path)
-    claim: dict[int, int]  # node -> "\n{node}:" (an entry's claim)
+    claim: dict[int, int]  # a start's index in the list -> "\n{letter}:" (an entry's claim)
     path_end: int
     found: int
 
@@ -109,15 +117,16 @@ class LinksVocab:
         nodes = range(1, L.MAX_NODE + 1)
         node = {n: one(f" {n}") for n in nodes} | {t: one(f" {t}") for t in L.TERMINALS}
         return cls(tok.get_vocab_size(), tok.token_to_id(BOS), tok.token_to_id(EOS), tok.token_to_id(PAD),
-                   node, {n: one(f"\n{n}:") for n in nodes}, one(L.PATH_END), one(L.FOUND))
+                   node, {i: one(f"\n{letter}:") for i, letter in enumerate(L.SLOTS)}, one(L.PATH_END),
+                   one(L.FOUND))
 
     def link(self, source: int, end) -> int:
         """The token of the link ``source>end``."""
         return build_tokenizer().token_to_id(_spelled(_link_text(source, end)))
 
     @cached_property
-    def start_of_claim(self) -> dict[int, int]:
-        return {i: n for n, i in self.claim.items()}
+    def index_of_claim(self) -> dict[int, int]:
+        return {t: i for i, t in self.claim.items()}
 
     @cached_property
     def node_of(self) -> dict:
@@ -148,19 +157,21 @@ class Reader:
 
 
 def policy_target(reader: Reader, taken: set, found_by_other: bool, own: Sequence[int]) -> int | tuple[int, ...]:
-    """The policy's next token for a worker whose view shows the starts ``taken`` (claimed in any lane it reads,
-    its own included), whether a co-worker's find is in it, and its own tokens ``own``: a token id, or a tuple of
-    ids (a uniform choice)."""
+    """The policy's next token for a worker whose view shows the starts ``taken`` (their indices in the list,
+    claimed in any lane it reads, its own included), whether a co-worker's find is in it, and its own tokens
+    ``own``: a token id, or a tuple of ids (a uniform choice)."""
     v, task = reader.vocab, reader.task
     if task.mode == "find" and (found_by_other or (own and own[-1] == v.found)):
         return v.eos
     if own and own[-1] not in (v.path_end, v.found):  # inside an entry: its path's next node, or its end
         last = own[-1]
-        node = v.start_of_claim[last] if last in v.start_of_claim else v.node_of[last]
+        if last in v.index_of_claim:  # the start its letter names
+            return v.node[reader.starts[v.index_of_claim[last]]]
+        node = v.node_of[last]
         if isinstance(node, str):  # a terminal
             return v.found if node == task.target else v.path_end
         return v.node[reader.next_of[node]]
-    free = tuple(v.claim[s] for s in reader.starts if s not in taken)
+    free = tuple(v.claim[i] for i in range(len(reader.starts)) if i not in taken)
     return free or v.eos
 
 
@@ -177,8 +188,8 @@ class Visible:
         self.vocab, self.taken, self.finders = vocab, set(), set()
 
     def add(self, worker: int, token: int) -> None:
-        if token in self.vocab.start_of_claim:
-            self.taken.add(self.vocab.start_of_claim[token])
+        if token in self.vocab.index_of_claim:
+            self.taken.add(self.vocab.index_of_claim[token])
         elif token == self.vocab.found:
             self.finders.add(worker)
 
@@ -262,27 +273,43 @@ def link_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
     return ids, sources, to
 
 
-ROLES = ("node", "claim", "start", "find")  # " 12" or " C" on a path; "\n12:" a claim; " 12," listed; " C." to find
+ROLES = ("node", "claim", "start", "find")  # " 12" or " C" on a path; "\nb:" a claim; " b=12" listed; " C." to find
 
 
 def role_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
-    """Every token that stands for one node or terminal in one role (:data:`ROLES`), its entity (nodes 1.. then the
-    terminals, 0-based) and its role: what training factors these tokens' embeddings by (the entity's vector plus
-    the role's), so that a start listed, the same start claimed and the node on a path share a direction."""
+    """Every token that stands for one node or terminal on a path or to find (:data:`ROLES` 0 and 3), its entity
+    (nodes 1.. then the terminals, 0-based) and its role: what training factors these tokens' embeddings by (the
+    entity's vector plus the role's)."""
     tok = build_tokenizer()
     entities = [*range(1, L.MAX_NODE + 1), *L.TERMINALS]
     ids, which, roles = [], [], []
     for e, x in enumerate(entities):
-        texts = {"node": f" {x}"}
-        if isinstance(x, int):
-            texts |= {"claim": f"\n{x}:", "start": f" {x},"}
-        else:
-            texts["find"] = f" {x}."
+        texts = {"node": f" {x}"} | ({} if isinstance(x, int) else {"find": f" {x}."})
         for role, text in texts.items():
             ids.append(tok.token_to_id(_spelled(text)))
             which.append(e)
             roles.append(ROLES.index(role))
     return ids, which, roles
+
+
+def letter_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The tokens that carry a start's letter: the claims (``"\\nb:"``: the letter's vector plus the claim role's)
+    and the listed starts (``" b=12"``: the letter's, the node's and the start role's). Returns ``(claim ids, their
+    letters, listed ids, their letters)``, letters 0-based; a listed start's node is its entity
+    (:func:`listed_nodes`)."""
+    tok = build_tokenizer()
+    claims = [vocab.claim[i] for i in range(len(L.SLOTS))]
+    listed, letters = [], []
+    for i, letter in enumerate(L.SLOTS):
+        for n in range(1, L.MAX_NODE + 1):
+            listed.append(tok.token_to_id(_spelled(f" {letter}={n}")))
+            letters.append(i)
+    return claims, list(range(len(L.SLOTS))), listed, letters
+
+
+def listed_nodes() -> list[int]:
+    """The entity (0-based node) of each listed-start token, in :func:`letter_parts`' order."""
+    return [n - 1 for _ in L.SLOTS for n in range(1, L.MAX_NODE + 1)]
 
 
 def model_config(vocab: LinksVocab, num_layers: int = 4, hidden: int = 128):

@@ -80,8 +80,9 @@ def _modules():
 
     class FactoredTable(torch.nn.Module):
         """The embedding (tied to the output layer): a row per token, where a link token's row is its source's
-        vector plus its end's, and a node's or terminal's token in a role (on a path, a claim, a listed start, the
-        find) is the entity's vector plus the role's."""
+        vector plus its end's, a node's or terminal's token on a path or to find is the entity's vector plus the
+        role's, a claim is its letter's vector plus the claim role's, and a listed start ``" b=12"`` its letter's,
+        its node's and the start role's."""
 
         def __init__(self, vocab: C.LinksVocab, hidden: int, std: float) -> None:
             super().__init__()
@@ -99,10 +100,21 @@ def _modules():
             self.register_buffer("role_ids", torch.tensor(role_ids), persistent=False)
             self.register_buffer("which", torch.tensor(which), persistent=False)
             self.register_buffer("roles", torch.tensor(roles), persistent=False)
+            claims, claim_letters, listed, listed_letters = C.letter_parts(vocab)
+            self.letter = torch.nn.Parameter(torch.randn(len(L.SLOTS), hidden) * std)
+            self.register_buffer("claim_ids", torch.tensor(claims), persistent=False)
+            self.register_buffer("claim_letters", torch.tensor(claim_letters), persistent=False)
+            self.register_buffer("listed_ids", torch.tensor(listed), persistent=False)
+            self.register_buffer("listed_letters", torch.tensor(listed_letters), persistent=False)
+            self.register_buffer("listed_nodes", torch.tensor(C.listed_nodes()), persistent=False)
 
         def forward(self) -> torch.Tensor:
+            claim, start = C.ROLES.index("claim"), C.ROLES.index("start")
             rows = self.table.index_put((self.ids,), self.source[self.sources] + self.end[self.ends])
-            return rows.index_put((self.role_ids,), self.entity[self.which] + self.role[self.roles])
+            rows = rows.index_put((self.role_ids,), self.entity[self.which] + self.role[self.roles])
+            rows = rows.index_put((self.claim_ids,), self.letter[self.claim_letters] + self.role[claim])
+            return rows.index_put((self.listed_ids,), self.letter[self.listed_letters]
+                                  + self.entity[self.listed_nodes] + self.role[start])
 
     class Embedding(torch.nn.Module):
         def __init__(self, table) -> None:
@@ -143,7 +155,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
     FactoredTable, Embedding = _modules()
     table = FactoredTable(vocab, hidden, config.initializer_range)
     if before is not None:
-        carry_over(before, model, table)
+        carry_over(before, init, model, table)
     model.model.embed_tokens = Embedding(table)
     model.lm_head = torch.nn.Identity()
     params = [p for name, p in model.named_parameters()]
@@ -205,33 +217,42 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
     return record
 
 
-def carry_over(before, model, table) -> None:
-    """Start from a trained folder: its layers, its token rows (the ids it had keep their meaning: new tokens come
-    after them), and each link's source and end vectors recovered from its sums (a link row ``S[a] + D[b]``:
-    ``S[a]`` the mean over ``b``, ``D[b]`` the mean over ``a`` less the mean of all)."""
+def carry_over(before, folder: Path, model, table) -> None:
+    """Start from a trained folder: its layers; its token rows, token by token by their text (its
+    ``tokenizer.json``: a token it had keeps its row wherever it now is); each link's source and end vectors
+    recovered from its sums (a link row ``S[a] + D[b]``: ``S[a]`` the mean over ``b``, ``D[b]`` the mean over ``a``
+    less the mean of all); each entity's vector its token on a path had; and each role's the mean, over the tokens
+    of that role it had, of their rows less their entity's (a role it had no token for starts at zero). The claim
+    and start roles come from a folder whose claims and starts were tokens of a node (``"\\n12:"``, ``" 12,"``),
+    which this tokenizer no longer has; letters start fresh."""
     import torch
+    from tokenizers import Tokenizer
 
     state = {k: v for k, v in before.state_dict().items() if not k.startswith(("model.embed_tokens", "lm_head"))}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= {"model.embed_tokens.weight", "lm_head.weight"}, (missing, unexpected)
     old = before.get_input_embeddings().weight.detach()
+    had = Tokenizer.from_file(str(Path(folder) / "tokenizer.json")).get_vocab()
+    now = C.build_tokenizer().get_vocab()
+    shared = [(now[text], i) for text, i in had.items() if text in now and i < old.shape[0]]
     with torch.no_grad():
-        table.table[:old.shape[0]] = old
-        links = old[table.ids].reshape(table.source.shape[0], table.end.shape[0], -1)
+        new_ids, old_ids = map(torch.tensor, zip(*shared))
+        table.table[new_ids] = old[old_ids]
+        links = table.table[table.ids].reshape(table.source.shape[0], table.end.shape[0], -1)
         table.source.copy_(links.mean(1))
         table.end.copy_(links.mean(0) - links.mean((0, 1)))
-        # a token in a role: the entity's vector its token on a path had, each role the mean of its rows less that
-        # (tokens the folder did not have start from the role's mean alone)
-        known = table.role_ids < old.shape[0]
-        rows = torch.where(known[:, None], old[table.role_ids.clamp_max(old.shape[0] - 1)], 0.0)
         node = table.roles == 0
-        table.entity[table.which[node]] = rows[node]
-        for r in range(table.role.shape[0]):
-            mine = (table.roles == r) & known
-            if r and mine.any():
-                table.role[r] = (rows[mine] - table.entity[table.which[mine]]).mean(0)
-            elif not r:
-                table.role[r] = 0.0
+        table.entity[table.which[node]] = table.table[table.role_ids[node]]
+        table.role.zero_()
+        find = table.roles == C.ROLES.index("find")
+        table.role[C.ROLES.index("find")] = (table.table[table.role_ids[find]] - table.entity[table.which[find]]).mean(0)
+        spelled = C._spelled
+        for role, text in (("claim", "\n{}:"), ("start", " {},")):
+            pairs = [(had[spelled(text.format(n))], n - 1) for n in range(1, L.MAX_NODE + 1)
+                     if spelled(text.format(n)) in had]
+            if pairs:
+                rows, which = map(torch.tensor, zip(*pairs))
+                table.role[C.ROLES.index(role)] = (old[rows] - table.entity[which]).mean(0)
 
 
 def export(model, table, config, out: Path) -> None:
