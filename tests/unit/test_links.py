@@ -186,3 +186,21 @@ def test_the_trainer_writes_a_plain_llama_whose_links_are_sums(tmp_path) -> None
     # going on from a folder: its training record is kept
     c = train(tmp_path / "c", steps=1, threads=1, log_every=1, init=tmp_path / "a")
     assert c["init"]["loss_curve"] == a["loss_curve"] and c["hidden"] == 32
+
+
+def test_the_demo_board_names_each_claim_by_its_letter_and_start(capsys) -> None:
+    from vllm_hogwild.tools.demo import PathBoard
+
+    task = L.make_task(4, 2, "find")
+    board = PathBoard(2, task)
+    a = task.answer_index
+    other = next(i for i in range(4) if i != a)
+    board.update(1, 0, f"\n{L.SLOTS[a]}:")
+    board.update(1, 1, f"\n{L.SLOTS[other]}:")
+    board.update(2, 1, f"\n{L.SLOTS[other]}: {task.paths[other][0]}")  # the same entry: no second claim
+    board.update(9, 0, L.entry(a, task.paths[a], found=True))
+    out = capsys.readouterr().out
+    assert f"Alice  takes {L.SLOTS[a]}={task.paths[a][0]}" in out and out.count(" takes ") == 2
+    assert f"FOUND: {L.SLOTS[a]}={task.paths[a][0]} leads to {task.target} ({len(task.paths[a]) - 1} links)" in out
+    board.update(10, 1, "\nz:")  # a letter no start has
+    assert "takes z=?" in capsys.readouterr().out
