@@ -54,6 +54,16 @@ DEFAULT_PROMPTS = {
 }
 
 
+def announce_take(claimed: dict, step: int, worker: int, item) -> None:
+    """Print a worker's claim of ``item`` the first time it makes it, naming the co-workers who took it before
+    (``claimed``: item -> the names of its takers, kept by the board)."""
+    takers = claimed.setdefault(item, [])
+    if NAMES[worker] not in takers:
+        takers.append(NAMES[worker])
+        also = f"   (also taken by {', '.join(takers[:-1])})" if len(takers) > 1 else ""
+        print(f"  step {step:4d}  {NAMES[worker]:<5}  takes {item}{also}")
+
+
 class Board:
     """Each worker's text as it grows: redrawn in place on a terminal, appended chunks otherwise."""
 
@@ -176,12 +186,7 @@ class ClaimBoard:
         self.num_entries[worker] = len(entries)
         claim = re.match(r"\s*(\d+)", text[text.rfind(roman.ENTRY_END) + 1:])  # an entry started, not ended
         if claim and text != self.texts[worker]:
-            number = int(claim.group(1))
-            takers = self.claimed.setdefault(number, [])
-            if NAMES[worker] not in takers:
-                takers.append(NAMES[worker])
-                also = f"   (also taken by {', '.join(takers[:-1])})" if len(takers) > 1 else ""
-                print(f"  step {step:4d}  {NAMES[worker]:<5}  takes {number}{also}")
+            announce_take(self.claimed, step, worker, int(claim.group(1)))
         self.texts[worker] = text
 
 
@@ -240,12 +245,7 @@ class PathBoard:
         self.num_entries[worker] = len(entries)
         claim = re.search(r"\n([a-z]):[^;!\n]*$", text)  # an entry started, not ended
         if claim and text != self.texts[worker]:
-            start = self.start(claim.group(1))
-            takers = self.claimed.setdefault(start, [])
-            if NAMES[worker] not in takers:
-                takers.append(NAMES[worker])
-                also = f"   (also taken by {', '.join(takers[:-1])})" if len(takers) > 1 else ""
-                print(f"  step {step:4d}  {NAMES[worker]:<5}  takes {start}{also}")
+            announce_take(self.claimed, step, worker, self.start(claim.group(1)))
         self.texts[worker] = text
 
 
