@@ -183,9 +183,47 @@ def test_the_trainer_writes_a_plain_llama_whose_links_are_sums(tmp_path) -> None
     assert torch.allclose(start(2, 5) - table[claims[2]] - table[vocab.node[5]],
                           start(9, 5) - table[claims[9]] - table[vocab.node[5]], atol=2e-3)
     assert not torch.allclose(start(2, 5) - table[vocab.node[5]], start(9, 5) - table[vocab.node[5]], atol=2e-3)
-    # going on from a folder: its training record is kept
-    c = train(tmp_path / "c", steps=1, threads=1, log_every=1, init=tmp_path / "a")
+    # going on from a folder: its training record is kept, and its table is recovered exactly (a step at lr 0
+    # writes back the rows it read: links, entities, roles and letters)
+    c = train(tmp_path / "c", steps=1, lr=0.0, threads=1, log_every=1, init=tmp_path / "a")
     assert c["init"]["loss_curve"] == a["loss_curve"] and c["hidden"] == 32
+    wc = load_file(tmp_path / "c" / "model.safetensors")
+    assert torch.allclose(wc["model.embed_tokens.weight"].float(), wa["model.embed_tokens.weight"].float(), atol=2e-3)
+    assert all(torch.equal(wc[k], wa[k]) for k in wa if "embed" not in k)
+
+
+def test_a_sampled_run_is_labeled_by_the_policy_and_what_it_cannot_label_is_not_taught(tmp_path) -> None:
+    """The engine's own runs (a duplicate claim, a wrong node, a wrong find) are labeled with the policy's target
+    from each token's view; after a node the table has no link from there is none, and such a token weighs 0."""
+    import json
+
+    from vllm_hogwild.tools import train_links as T
+
+    vocab = C.LinksVocab.build()
+    task = L.make_task(4, 5, "find")
+    a = task.answer_index
+    b = next(i for i in range(4) if i != a)
+    tok = C.build_tokenizer()
+    ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    worker0 = ids(L.entry(b, task.paths[b])) + ids(f"\n{L.SLOTS[b]}:")  # does b, then claims it again
+    stray = next(n for n in range(1, L.MAX_NODE + 1) if n not in {x for p in task.paths for x in p})
+    worker1 = ids(f"\n{L.SLOTS[a]}: {task.paths[a][0]} {stray} 7")  # a node no link leaves
+    group, targets = C.labeled_run(vocab, task, [worker0, worker1])
+    assert group.outputs == (tuple(worker0), tuple(worker1))
+    assert targets[0][1:len(worker0) - 1] == worker0[1:-1]  # its entry, token by token: the policy's own
+    assert worker0[0] in targets[0][0] and targets[0][-1] == tuple(
+        vocab.claim[i] for i in range(4) if i not in (a, b))  # the second claim of b: b and a are taken
+    assert targets[1][2] == vocab.node[task.paths[a][1]]  # the start's link, though the worker wrote the stray node
+    assert targets[1][3] is None  # after the stray node: nothing to teach
+    assert T._weight(vocab, task, None) == 0.0
+    assert T._weight(vocab, task, vocab.found) == T.FOUND_WEIGHT > T._weight(vocab, task, vocab.path_end) > 1.0
+    assert T._weight(vocab, task, targets[0][0]) == T._weight(vocab, task, vocab.eos) == T.CLAIM_WEIGHT
+    # the file --sample-runs writes reads back
+    path = tmp_path / "runs.jsonl"
+    row = {"paths": task.paths, "link_order": task.link_order, "mode": task.mode, "target": task.target,
+           "outputs": [worker0, worker1]}
+    path.write_text(json.dumps({"seed": 0}) + "\n" + json.dumps(row) + "\n")
+    assert T.load_runs(path) == {2: [(task, [worker0, worker1])]}
 
 
 def test_the_demo_board_names_each_claim_by_its_letter_and_start(capsys) -> None:

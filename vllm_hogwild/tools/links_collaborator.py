@@ -260,6 +260,30 @@ def labeled_group(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: r
     return TrainingGroup(tuple(vocab.prompt(task)), tuple(map(tuple, outputs))), targets
 
 
+def labeled_run(vocab: LinksVocab, task: L.LinksTask, outputs: Sequence[Sequence[int]]):
+    """``(lockstep.TrainingGroup, targets)`` for a group's run the engine sampled (each worker's output tokens,
+    token ``j`` written at step ``j``): the policy's target for every token from the view it was written from, or
+    ``None`` where the policy has none (the token after a node the table has no link from, or after a letter no
+    start has: the worker is already wrong there, and what follows is not taught)."""
+    from vllm_hogwild.tools.lockstep import TrainingGroup
+
+    reader = Reader(task, vocab)
+    targets = [[] for _ in outputs]
+    seen = Visible(vocab, len(outputs))
+    for j in range(max(len(o) for o in outputs)):
+        for w, out in enumerate(outputs):
+            if j < len(out):
+                try:
+                    target = policy_target(reader, seen.taken, seen.found_by_other(w), out[:j])
+                except (KeyError, IndexError):
+                    target = None
+                targets[w].append(target)
+        for w, out in enumerate(outputs):
+            if j < len(out):
+                seen.add(w, out[j])
+    return TrainingGroup(tuple(vocab.prompt(task)), tuple(tuple(o) for o in outputs)), targets
+
+
 def link_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
     """The link tokens, each one's source (0-based: node 1 is 0) and its end (nodes 1.. then the terminals, 0-based):
     what training factors each link token's embedding by."""

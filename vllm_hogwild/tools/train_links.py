@@ -31,12 +31,24 @@ from vllm_hogwild.tools import links_collaborator as C
 from vllm_hogwild.tools.lockstep import group_logits
 from vllm_hogwild.tools.machine import machine
 
-CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's
+CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's (and its end of sequence, when all are claimed)
+END_WEIGHT, FOUND_WEIGHT = 4.0, 16.0  # find mode: a path's end, ";" or (the terminal to find) "!"
+RUNS_SHARE = 0.5  # with --runs: the share of batches drawn from the engine's sampled runs
 TOKENS_PER_BATCH = 6000  # about: prompts and outputs of a batch's groups together
 FIRST_ITEMS, GROW_AT, MAX_ITEMS = 2, 0.9, 22
 
 
-def batches(vocab: C.LinksVocab, seed: int, max_items):
+def _weight(vocab: C.LinksVocab, task: L.LinksTask, target) -> float:
+    if target is None:
+        return 0.0
+    if isinstance(target, tuple) or target == vocab.eos:
+        return CLAIM_WEIGHT
+    if task.mode == "find" and target in (vocab.path_end, vocab.found):
+        return FOUND_WEIGHT if target == vocab.found else END_WEIGHT
+    return 1.0
+
+
+def batches(vocab: C.LinksVocab, seed: int, max_items, runs: dict | None = None):
     """Endless ``(groups, index [B, N, T, K], share [B, N, T, K], weight [B, N, T])``: each output token's target
     tokens and their shares (one token, or a uniform choice among ``K`` at most), position 0 every worker's token 0
     (from the prompt), position ``j + 1`` its token ``j + 1`` (from its fed token ``j``). ``max_items()``: the
@@ -46,15 +58,26 @@ def batches(vocab: C.LinksVocab, seed: int, max_items):
     rng = random.Random(seed)
     while True:
         cap = max_items()
-        task, n = C.draw(rng, cap)  # the batch's group size, and about its tasks' size (little padding)
-        groups, labels, size = [], [], 0
-        while size < TOKENS_PER_BATCH and len(groups) < 48:
-            if groups:
-                task = C.draw_like(rng, task, cap)
-            group, targets = C.labeled_group(vocab, task, n, rng)
-            groups.append(group)
-            labels.append(targets)
-            size += len(group.prompt) + sum(len(o) for o in group.outputs)
+        groups, labels, tasks, size = [], [], [], 0
+        if runs and rng.random() < RUNS_SHARE:  # the engine's own runs of an earlier model, labeled by the policy
+            n = rng.choice(sorted(runs))
+            while size < TOKENS_PER_BATCH and len(groups) < 48:
+                task, outputs = rng.choice(runs[n])
+                group, targets = C.labeled_run(vocab, task, outputs)
+                groups.append(group)
+                labels.append(targets)
+                tasks.append(task)
+                size += len(group.prompt) + sum(len(o) for o in group.outputs)
+        else:
+            task, n = C.draw(rng, cap)  # the batch's group size, and about its tasks' size (little padding)
+            while size < TOKENS_PER_BATCH and len(groups) < 48:
+                if groups:
+                    task = C.draw_like(rng, task, cap)
+                group, targets = C.labeled_group(vocab, task, n, rng)
+                groups.append(group)
+                labels.append(targets)
+                tasks.append(task)
+                size += len(group.prompt) + sum(len(o) for o in group.outputs)
         t = max(len(o) for g in groups for o in g.outputs)
         k = max((len(x) for rows in labels for row in rows for x in row if isinstance(x, tuple)), default=1)
         index = torch.zeros(len(groups), n, t, k, dtype=torch.long)
@@ -63,14 +86,13 @@ def batches(vocab: C.LinksVocab, seed: int, max_items):
         for b, targets in enumerate(labels):
             for w, row in enumerate(targets):
                 for j, tgt in enumerate(row):
+                    weight[b, w, j] = _weight(vocab, tasks[b], tgt)
                     if isinstance(tgt, tuple):
                         index[b, w, j, :len(tgt)] = torch.tensor(tgt)
                         share[b, w, j, :len(tgt)] = 1.0 / len(tgt)
-                        weight[b, w, j] = CLAIM_WEIGHT
-                    else:
+                    elif tgt is not None:
                         index[b, w, j, 0] = tgt
                         share[b, w, j, 0] = 1.0
-                        weight[b, w, j] = 1.0
         yield groups, index, share, weight
 
 
@@ -140,7 +162,8 @@ def hidden_of(model, groups, pad: int):
 
 
 def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
-          threads: int = 2, log_every: int = 25, init: Path | None = None, first_items: int = FIRST_ITEMS) -> dict:
+          threads: int = 2, log_every: int = 25, init: Path | None = None, first_items: int = FIRST_ITEMS,
+          runs: Path | None = None) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
@@ -169,7 +192,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
 
     cap = [first_items]
     grew = []  # (step, paths) each time tasks grew
-    stream = batches(vocab, seed, lambda: cap[0])
+    stream = batches(vocab, seed, lambda: cap[0], None if runs is None else load_runs(runs))
     nodes = torch.zeros(vocab.size, dtype=torch.bool)
     nodes[list(vocab.node.values())] = True
     curve, t0 = [], time.perf_counter()
@@ -191,18 +214,21 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         opt.step()
         hop = (sh[:, 0] == 1) & nodes[idx[:, 0]]  # a path's next node
         acc = (logp.argmax(-1) == idx[:, 0])[hop].float().mean().item() if hop.any() else 0.0
-        claims = w == CLAIM_WEIGHT  # between entries: a start nobody has claimed, any of them
+        claims = w == CLAIM_WEIGHT  # between entries: a start nobody has claimed, any of them, or the end
         picked = ((idx == logp.argmax(-1, keepdim=True)) & (sh > 0)).any(-1)
         claim_acc = picked[claims].float().mean().item() if claims.any() else 0.0
+        finds = w == FOUND_WEIGHT
+        find_acc = picked[finds].float().mean().item() if finds.any() else float("nan")
         if acc >= GROW_AT and cap[0] < MAX_ITEMS:
             cap[0] += 1
             grew.append([step, cap[0]])
         if step % log_every == 0 or step == steps - 1:
             excess = loss.item() - floor.item()
-            curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4)])
+            curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4),
+                          None if math.isnan(find_acc) else round(find_acc, 4)])
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
                   f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
-                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
+                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
                   flush=True)
     seconds = time.perf_counter() - t0
     export(model, table, config, out)
@@ -210,11 +236,50 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
               "num_layers": num_layers, "hidden": hidden, "threads": threads, "tokens_per_batch": TOKENS_PER_BATCH,
               "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
                                                           "max_items": MAX_ITEMS, "grew": grew},
+              "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT,
+              "runs": None if runs is None else {"file": Path(runs).name, "share": RUNS_SHARE,
+                                                 **json.loads(Path(runs).read_text().split("\n", 1)[0])},
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
               "loss_curve": curve, "machine": machine(), "torch": torch.__version__}
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0) -> None:
+    """Let the engine run a trained folder on ``groups`` tasks per group size (1, 2, 4 and 8 workers; 2 to
+    :data:`MAX_ITEMS` paths, either mode) and write each run to ``out`` (JSON lines: a header, then a task and
+    each worker's output tokens a line). Training on these runs, every token labeled with what the policy would
+    have written from that view, teaches the model to go on right from where its own sampling takes it (a claim
+    of a taken start, a wrong find), which runs of the policy alone never show it."""
+    from vllm_hogwild.tools import solve
+
+    rng = random.Random(seed)
+    llm = solve.links_engine(str(model))
+    lines = [json.dumps({"model": json.loads((Path(model) / "training.json").read_text()).get("command"),
+                         "groups_per_size": groups, "seed": seed})]
+    for n in (1, 2, 4, 8):
+        tasks = [L.make_task(rng.randint(2, MAX_ITEMS), rng.randrange(1 << 62), rng.choice(L.MODES))
+                 for _ in range(groups)]
+        for i in range(0, groups, 64):
+            chunk = tasks[i:i + 64]
+            outs, _ = solve.run_links_groups(llm, chunk, n, "contiguous", rng.randrange(1 << 31))
+            for task, o in zip(chunk, outs):
+                lanes = [list(c.token_ids) for c in sorted(o.outputs, key=lambda c: c.index)]
+                lines.append(json.dumps({"paths": task.paths, "link_order": task.link_order, "mode": task.mode,
+                                         "target": task.target, "outputs": lanes}))
+        print(f"sampled {groups} groups of {n}", flush=True)
+    out.write_text("\n".join(lines) + "\n")
+
+
+def load_runs(path: Path) -> dict[int, list]:
+    """:func:`sample_runs`' file as ``{workers: [(task, outputs), ...]}``."""
+    runs: dict[int, list] = {}
+    for line in Path(path).read_text().splitlines()[1:]:
+        r = json.loads(line)
+        task = L.LinksTask(tuple(tuple(p) for p in r["paths"]), tuple(r["link_order"]), r["mode"], r["target"])
+        runs.setdefault(len(r["outputs"]), []).append((task, r["outputs"]))
+    return runs
 
 
 def carry_over(before, folder: Path, model, table) -> None:
@@ -224,7 +289,8 @@ def carry_over(before, folder: Path, model, table) -> None:
     less the mean of all); each entity's vector its token on a path had; and each role's the mean, over the tokens
     of that role it had, of their rows less their entity's (a role it had no token for starts at zero). The claim
     and start roles come from a folder whose claims and starts were tokens of a node (``"\\n12:"``, ``" 12,"``),
-    which this tokenizer no longer has; letters start fresh."""
+    which this tokenizer no longer has, or from a lettered folder (a letter's vector its claim's row, a listed
+    start's role the mean of its row less its letter's and its node's); letters start fresh otherwise."""
     import torch
     from tokenizers import Tokenizer
 
@@ -253,6 +319,13 @@ def carry_over(before, folder: Path, model, table) -> None:
             if pairs:
                 rows, which = map(torch.tensor, zip(*pairs))
                 table.role[C.ROLES.index(role)] = (old[rows] - table.entity[which]).mean(0)
+        letters = [had.get(spelled(f"\n{letter}:")) for letter in L.SLOTS]
+        if all(i is not None for i in letters):  # a lettered folder: a claim's row is its letter's (claim role 0)
+            table.letter.copy_(old[torch.tensor(letters)])
+            table.role[C.ROLES.index("claim")] = 0
+            rows = torch.tensor([had[spelled(f" {letter}={n}")] for letter in L.SLOTS for n in range(1, L.MAX_NODE + 1)])
+            table.role[C.ROLES.index("start")] = (old[rows] - table.letter[table.listed_letters]
+                                                  - table.entity[table.listed_nodes]).mean(0)
 
 
 def export(model, table, config, out: Path) -> None:
@@ -287,7 +360,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--init", type=Path, default=None, help="go on from this trained folder")
     parser.add_argument("--first-items", type=int, default=FIRST_ITEMS, help="the paths of the first tasks")
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="also train on these runs the engine sampled (written by --sample-runs)")
+    parser.add_argument("--sample-runs", type=Path, default=None, metavar="FILE",
+                        help="instead of training: let the engine run the --init folder and write its runs to FILE")
+    parser.add_argument("--groups", type=int, default=256, help="--sample-runs: tasks per group size")
     args = parser.parse_args(argv)
+    if args.sample_runs is not None:
+        if args.init is None:
+            parser.error("--sample-runs: needs --init, the folder to run")
+        sample_runs(args.init, args.sample_runs, args.groups, args.seed)
+        return
     if not 1 <= args.first_items <= MAX_ITEMS:
         parser.error(f"--first-items: 1 to {MAX_ITEMS}")
     for name in ("steps", "layers", "hidden", "threads"):
@@ -299,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
 
         out = cache_dir() / f"links-collaborator-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads, init=args.init,
-                   first_items=args.first_items)
+                   first_items=args.first_items, runs=args.runs)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
 
 
