@@ -18,7 +18,11 @@ def test_the_generator_is_seeded_and_its_prompt_reads_back() -> None:
         assert task == L.make_task(12, 5, mode) != L.make_task(12, 6, mode)
         assert L.task_of_prompt(task.prompt()) == task
         assert (task.target is not None) == (mode == "find")
+        ends = [p[-1] for p in task.paths]  # the goal ends the answer's path only, and none in all mode
+        assert ends.count(L.GOAL) == (mode == "find") and (mode == "all" or ends[task.answer_index] == L.GOAL)
     assert L.make_tasks(3, 1) == L.make_tasks(3, 1)
+    big = [L.make_task(L.MAX_ITEMS, s, mode) for s in range(20) for mode in L.MODES]
+    assert all(len(t.paths) == L.MAX_ITEMS for t in big)
 
 
 def test_item_costs_are_heavy_tailed_and_nothing_in_the_prompt_tells_them() -> None:
@@ -86,6 +90,9 @@ def test_the_splits_costs() -> None:
     (lambda: L.make_task(True, 1), "num_items"),
     (lambda: L.make_tasks(2, 1, min_items=5, max_items=4), "max_items"),
     (lambda: L.LinksTask(((1, 2, "A"),), (0, 1), "find"), "target"),
+    (lambda: L.LinksTask(((1, 2, "A"), (3, "Z")), (0, 1, 2), "find", "A"), "target"),  # the goal is Z
+    (lambda: L.LinksTask(((1, 2, "A"), (3, "Z")), (0, 1, 2)), "paths"),  # all mode: nobody's goal
+    (lambda: L.make_task(L.MAX_ITEMS + 1, 1), "num_items"),
     (lambda: L.LinksTask(((1, "A"), (1, "B")), (0, 1)), "paths"),
     (lambda: L.LinksTask(((1, "A"), (2, "A")), (0, 1)), "paths"),
     (lambda: L.LinksTask(((1, 2, "A"),), (0, 0)), "link_order"),

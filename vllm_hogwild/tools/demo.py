@@ -277,7 +277,7 @@ def links_demo(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --links", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
-    parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 26)")
+    parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 25)")
     parser.add_argument("--seed", type=int, default=0, help="draws the task and seeds the sampling")
     parser.add_argument("--mode", default="find", choices=["find", "all"])
     parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])

@@ -8,25 +8,27 @@ so nothing cheaper than following a path tells its length. A split made in advan
 what is left when it is free, finish sooner. Two modes:
 
 - **all**: every start's path is the answer;
-- **find**: exactly one start's path ends at the named terminal; the group is done when that one is found and
-  written. A worker that reads a co-worker's find can stop; a split made in advance cannot (no worker knows
+- **find**: exactly one start's path ends at the goal, the terminal :data:`GOAL` (``Z``) the prompt names; the
+  group is done when that one is found and written. A worker that reads a co-worker's find can stop; a split made in advance cannot (no worker knows
   what the others found), so it runs every share to its end.
 
 The text (one node a token for the trained collaborator's tokenizer)::
 
     Links:
     12>45
-    7>C
+    7>Z
     45>7
     88>B
     Starts: a=12, b=88,
-    Find: C.                <- find mode only
+    Find: Z.                <- find mode only
     Paths:
-    a: 12 45 7 C!           <- a worker: the find ("!" where ";" ends any other path)
+    a: 12 45 7 Z!           <- a worker: the find ("!" where ";" ends any other path)
     b: 88 B;                <- another worker
 
 Internal nodes are numbers 1..:data:`MAX_NODE`, terminals the letters ``A``.. ``Z`` (a path's terminal is its
-own); a link is written ``source>end``; each start has a letter (:data:`SLOTS`, in the list's order), written
+own; ``Z``, the goal, ends the answer's path in find mode and no path in all mode: which path reaches it is known
+only by following them, and telling the goal needs no comparison of two letters, which a 4-layer model of width
+128 did not learn over long prompts; see ``docs/user_guide.md``); a link is written ``source>end``; each start has a letter (:data:`SLOTS`, in the list's order), written
 ``letter=start,``; the terminal to find is followed by a full stop. Writing ``"\\n{letter}:"`` claims that start;
 the entry goes on with the start and its path. The answer is checked by :func:`check`, exactly; every error in an
 argument is a ``ValueError`` that names the field. Pure: no torch, no vLLM.
@@ -41,7 +43,8 @@ from typing import Sequence
 
 MAX_NODE = 149  # internal nodes 1..149
 TERMINALS = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
-MAX_ITEMS = len(TERMINALS)  # a terminal per path
+GOAL = TERMINALS[-1]  # find mode: the terminal to find, and only the answer's path ends there (all mode: none does)
+MAX_ITEMS = len(TERMINALS) - 1  # a terminal per path, the goal kept for the find
 SLOTS = "abcdefghijklmnopqrstuvwxyz"  # the starts' letters, in the list's order (a claim names a letter)
 MAX_HOPS = 30  # links on one path
 MAX_TOTAL_HOPS = 140  # a task's paths together (its starts and inner nodes, one per link, must fit MAX_NODE)
@@ -89,8 +92,10 @@ class LinksTask:
             raise ValueError("link_order: a permutation of the links")
         if (self.mode == "find") != (self.target is not None):
             raise ValueError("target: a terminal to find in find mode, none in all mode")
-        if self.target is not None and self.target not in terminals:
-            raise ValueError("target: the terminal of one of the paths")
+        if self.target is not None and (self.target != GOAL or self.target not in terminals):
+            raise ValueError(f"target: the goal {GOAL}, the terminal of one of the paths")
+        if self.target is None and GOAL in terminals:
+            raise ValueError(f"paths: no path ends at the goal {GOAL} in all mode")
 
     @property
     def starts(self) -> tuple[int, ...]:
@@ -146,7 +151,10 @@ def make_task(num_items: int, seed: int, mode: str = "all") -> LinksTask:
     order = list(range(sum(hops)))
     rng.shuffle(order)
     target = rng.choice(ends) if mode == "find" else None
-    return LinksTask(tuple(paths), tuple(order), mode, target)
+    # the goal is the answer's terminal (find) or nobody's (all): swap letters, leaving every draw above as it was
+    swap = {target: GOAL, GOAL: target} if target is not None else {GOAL: next(t for t in TERMINALS if t not in ends)}
+    paths = [(*p[:-1], swap.get(p[-1], p[-1])) for p in paths]
+    return LinksTask(tuple(paths), tuple(order), mode, None if target is None else GOAL)
 
 
 def make_tasks(num_tasks: int, seed: int, mode: str = "all", min_items: int = 16, max_items: int = 20) -> list[LinksTask]:

@@ -247,9 +247,9 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
 
 
 def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0) -> None:
-    """Let the engine run a trained folder on ``groups`` tasks per group size (1, 2, 4 and 8 workers; 2 to
-    :data:`MAX_ITEMS` paths, either mode) and write each run to ``out`` (JSON lines: a header, then a task and
-    each worker's output tokens a line). Training on these runs, every token labeled with what the policy would
+    """Let the engine run a trained folder on ``groups`` tasks per group size (1, 2, 4 and 8 workers; paths as
+    :func:`links_collaborator.draw_size` draws them, either mode) and write each run to ``out`` (JSON lines: a
+    header, then a task and each worker's output tokens a line). Training on these runs, every token labeled with what the policy would
     have written from that view, teaches the model to go on right from where its own sampling takes it (a claim
     of a taken start, a wrong find), which runs of the policy alone never show it."""
     from vllm_hogwild.tools import solve
@@ -259,7 +259,7 @@ def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0) -> Non
     lines = [json.dumps({"model": json.loads((Path(model) / "training.json").read_text()).get("command"),
                          "groups_per_size": groups, "seed": seed})]
     for n in (1, 2, 4, 8):
-        tasks = [L.make_task(rng.randint(2, MAX_ITEMS), rng.randrange(1 << 62), rng.choice(L.MODES))
+        tasks = [L.make_task(C.draw_size(rng, MAX_ITEMS), rng.randrange(1 << 62), rng.choice(L.MODES))
                  for _ in range(groups)]
         for i in range(0, groups, 64):
             chunk = tasks[i:i + 64]
