@@ -241,9 +241,21 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
                                                  **json.loads(Path(runs).read_text().split("\n", 1)[0])},
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
-              "loss_curve": curve, "machine": machine(), "torch": torch.__version__}
+              "loss_curve": curve, "machine": machine(), "torch": torch.__version__, "commit": _commit()}
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+def _commit() -> str | None:
+    """The checkout's commit (a phase's record names the code that ran it), or None outside a git checkout."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0) -> None:
