@@ -479,7 +479,7 @@ def test_readme_examples_use_the_plugins_own_names() -> None:
 def test_readme_names_the_demos_flags_and_the_suites_settings() -> None:
     demo = (PACKAGE / "tools" / "demo.py").read_text()
     flags = set(re.findall(r"\./run\.sh (--[\w-]+)", README_FLAT))
-    assert {"--links", "--smollm2", "--layout"} <= flags
+    assert {"--roman", "--smollm2", "--layout"} <= flags
     for flag in flags:
         assert f'"{flag}"' in demo, flag
     slowest = int(re.search(r"prints the (\d+) slowest tests", README_FLAT).group(1))

@@ -1,23 +1,23 @@
 """The main job: a trained collaborator solves one task with 1 worker, then as a Hogwild group of 4.
 
-    python -m vllm_hogwild.tools.demo [--workers 4] [--items 20] [--seed 0] [--layout contiguous]
-    python -m vllm_hogwild.tools.demo --links --model DIR [--mode find] ...  # the links task
+    python -m vllm_hogwild.tools.demo [--workers 4] [--items 18] [--seed 0] [--mode find] [--layout contiguous]
+    python -m vllm_hogwild.tools.demo --roman [--items 20] ...  # the Roman-numeral collaborator
     python -m vllm_hogwild.tools.demo --smollm2 [--help]      # the SmolLM2 collab demo
 
-By default the shipped Roman-numeral collaborator (:mod:`vllm_hogwild.tools.roman`,
-``vllm_hogwild/models/collaborator``) writes the numerals of a list of numbers:
-each worker claims a number by writing it, and a co-worker that reads the claim
-takes another. Both runs stream who took what; the summary sets the group's
-steps beside one worker's. ``--layout isolated`` runs the control where workers
-cannot read each other.
-
-``--links`` runs the links task (:mod:`vllm_hogwild.tools.links`): a table of
-links and a list of lettered starts, and (``--mode find``) exactly one start's
-path ends at the named terminal; what a path costs nobody knows until it is
-followed. The summary sets the group's steps beside one worker's and beside the
-steps a split made in advance would take on the same task (worker i takes
-starts i, i + N, ...). No trained links collaborator ships yet: pass one with
-``--model DIR`` (``python -m vllm_hogwild.tools.train_links --out DIR``).
+By default the task is a *find* (:mod:`vllm_hogwild.tools.links`): a table of
+links and a list of lettered starts, and exactly one start's path ends at the
+goal the prompt names (``Z``). What a path costs nobody knows until it is
+followed. The links collaborator (:mod:`vllm_hogwild.tools.links_collaborator`,
+shipped in the package) takes a start by writing its letter, follows its path
+link by link, and a co-worker that reads the claim takes another start; a
+worker that reads a co-worker's find stops. With one shared KV cache, a co-worker's tokens are
+readable one engine step after they are written. Both runs stream who took
+which start, what each path came to and the find; the summary sets the group's
+steps beside one worker's and beside the steps a split made in advance would
+take on the same task (worker i takes starts i, i + N, ...: no worker can stop
+at the find, since none knows what the others found). ``--mode all`` follows
+every path; ``--layout isolated`` runs the control where workers cannot read
+each other; ``--roman`` runs the first collaborator (Roman numerals).
 
 The engine's logs go to a file whose path the demo prints first; ``--verbose``
 shows them in the terminal instead.
@@ -274,14 +274,15 @@ def run_links(llm, task, num_workers: int, layout: str, seed: int) -> dict:
 
 
 def links_demo(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --links", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
     parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 25)")
     parser.add_argument("--seed", type=int, default=0, help="draws the task and seeds the sampling")
     parser.add_argument("--mode", default="find", choices=["find", "all"])
     parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
-    parser.add_argument("--model", default=None, help="HF folder of a trained links collaborator (none ships yet)")
+    parser.add_argument("--model", default=None, help="HF folder (default: the shipped links collaborator)")
+    parser.add_argument("--roman", action="store_true", help="run the Roman-numeral collaborator instead")
     parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 8:
@@ -296,10 +297,7 @@ def links_demo(argv: list[str]) -> None:
     from vllm_hogwild.tools import solve
 
     t0 = time.perf_counter()
-    try:
-        llm = solve.links_engine(args.model)
-    except ValueError as err:
-        parser.error(str(err))
+    llm = solve.links_engine(args.model)
     what = f"find the start whose path ends at {task.target}" if task.mode == "find" else "follow every path"
     lines = task.prompt().split("\n")
     shown = "\n".join(lines[:7] + [f"... ({len(task.links)} links in all)"] + lines[1 + len(task.links):])
@@ -362,16 +360,16 @@ def main(argv: list[str] | None = None) -> None:
 def _main(argv: list[str]) -> None:
     if "--smollm2" in argv:
         return smollm2_demo([a for a in argv if a != "--smollm2"])
-    if "--links" in argv:
-        return links_demo([a for a in argv if a != "--links"])
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
+    if "--roman" not in argv:
+        return links_demo(argv)
+    argv = [a for a in argv if a != "--roman"]
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --roman", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
     parser.add_argument("--items", type=int, default=20, help="numbers in the task (1 to 39)")
     parser.add_argument("--seed", type=int, default=0, help="draws the task and seeds the sampling")
     parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
     parser.add_argument("--model", default=None, help="HF folder (default: the shipped collaborator)")
-    parser.add_argument("--links", action="store_true", help="run the links task instead (--links --help)")
     parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 8:

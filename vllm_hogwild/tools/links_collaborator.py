@@ -27,7 +27,9 @@ source's token, then the one after it: an induction head, which this 4-layer mod
 steps on two cores, where it learns the one-token lookup in about six hundred; see ``docs/user_guide.md``). In
 training a link token's embedding is the sum of its source's and its end's (:func:`link_parts`), so that what is
 learned of one link carries to every other; the shipped weights hold the sums. The weights ship in
-``vllm_hogwild/models/links-collaborator``; ``python -m vllm_hogwild.tools.train_links`` rebuilds them.
+``vllm_hogwild/models/links-collaborator``, trained in phases by ``python -m vllm_hogwild.tools.train_links``, the
+later ones on the engine's own runs of the phase before (:func:`labeled_run`; the phases and their commands are in
+``docs/user_guide.md`` and the folder's ``training.json``).
 """
 
 from __future__ import annotations

@@ -11,10 +11,16 @@ to :data:`MAX_ITEMS` (a run whose tasks grew on a schedule, from 1 path to 22 ov
 follow a link after 325). A link token's embedding is trained as the sum of
 its source's and its end's (:class:`FactoredTable`); the folder holds the sums, as a plain Llama's embedding,
 stored in float16 (the engine computes in float32). Seeded and reproducible on one machine (the same seed, steps
-and thread count give the same weights). Without ``--out`` it writes a fresh folder under the cache; the shipped
-weights (``vllm_hogwild/models/links-collaborator``) were written with ``--out
-vllm_hogwild/models/links-collaborator`` (its ``training.json`` holds the arguments, the loss curve, the time it
-took and the machine).
+and thread count give the same weights). Without ``--out`` it writes a fresh folder under the cache.
+
+    python -m vllm_hogwild.tools.train_links --sample-runs RUNS --init DIR [--groups 256] [--seed K]
+    python -m vllm_hogwild.tools.train_links --init DIR --runs RUNS --out NEXT ...
+
+The first lets the engine run a trained folder and writes its runs; the second trains the next phase on them as
+well (:data:`RUNS_SHARE` of the batches), every token labeled with the policy's target from its view. The shipped
+weights (``vllm_hogwild/models/links-collaborator``) are such a chain of phases; its ``training.json`` nests every
+phase's arguments, runs, loss curve, time, machine and commit (``docs/user_guide.md`` tells what each phase
+changed).
 """
 
 from __future__ import annotations
