@@ -251,21 +251,8 @@ def draw_like(rng: random.Random, task: L.LinksTask, max_items: int = 22) -> L.L
 
 def labeled_group(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: random.Random):
     """``(lockstep.TrainingGroup, targets)``: a simulated run and, for every worker and output token, the policy's target
-    given the view the token was written from."""
-    from vllm_hogwild.tools.lockstep import TrainingGroup
-
-    reader = Reader(task, vocab)
-    outputs = simulate(vocab, task, num_workers, rng)
-    targets = [[] for _ in range(num_workers)]
-    seen = Visible(vocab, num_workers)
-    for j in range(max(len(o) for o in outputs)):
-        for w, out in enumerate(outputs):
-            if j < len(out):
-                targets[w].append(policy_target(reader, seen.taken, seen.found_by_other(w), out[:j]))
-        for w, out in enumerate(outputs):
-            if j < len(out):
-                seen.add(w, out[j])
-    return TrainingGroup(tuple(vocab.prompt(task)), tuple(map(tuple, outputs))), targets
+    given the view the token was written from (:func:`labeled_run` of the policy's own run)."""
+    return labeled_run(vocab, task, simulate(vocab, task, num_workers, rng))
 
 
 def labeled_run(vocab: LinksVocab, task: L.LinksTask, outputs: Sequence[Sequence[int]]):
