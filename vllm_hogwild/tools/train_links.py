@@ -54,6 +54,20 @@ def _weight(vocab: C.LinksVocab, task: L.LinksTask, target) -> float:
     return 1.0
 
 
+def _from_runs(vocab: C.LinksVocab, runs: list, rng: random.Random):
+    """Endless ``(task, labeled group)`` drawn from the engine's runs of one group size."""
+    while True:
+        task, outputs = rng.choice(runs)
+        yield task, C.labeled_run(vocab, task, outputs)
+
+
+def _from_policy(vocab: C.LinksVocab, task: L.LinksTask, n: int, cap: int, rng: random.Random):
+    """Endless ``(task, labeled group)``: the policy's runs of ``n`` workers on ``task``, then on tasks like it."""
+    while True:
+        yield task, C.labeled_group(vocab, task, n, rng)
+        task = C.draw_like(rng, task, cap)
+
+
 def batches(vocab: C.LinksVocab, seed: int, max_items, runs: dict | None = None):
     """Endless ``(groups, index [B, N, T, K], share [B, N, T, K], weight [B, N, T])``: each output token's target
     tokens and their shares (one token, or a uniform choice among ``K`` at most), position 0 every worker's token 0
@@ -64,26 +78,20 @@ def batches(vocab: C.LinksVocab, seed: int, max_items, runs: dict | None = None)
     rng = random.Random(seed)
     while True:
         cap = max_items()
-        groups, labels, tasks, size = [], [], [], 0
         if runs and rng.random() < RUNS_SHARE:  # the engine's own runs of an earlier model, labeled by the policy
             n = rng.choice(sorted(runs))
-            while size < TOKENS_PER_BATCH and len(groups) < 48:
-                task, outputs = rng.choice(runs[n])
-                group, targets = C.labeled_run(vocab, task, outputs)
-                groups.append(group)
-                labels.append(targets)
-                tasks.append(task)
-                size += len(group.prompt) + sum(len(o) for o in group.outputs)
+            examples = _from_runs(vocab, runs[n], rng)
         else:
             task, n = C.draw(rng, cap)  # the batch's group size, and about its tasks' size (little padding)
-            while size < TOKENS_PER_BATCH and len(groups) < 48:
-                if groups:
-                    task = C.draw_like(rng, task, cap)
-                group, targets = C.labeled_group(vocab, task, n, rng)
-                groups.append(group)
-                labels.append(targets)
-                tasks.append(task)
-                size += len(group.prompt) + sum(len(o) for o in group.outputs)
+            examples = _from_policy(vocab, task, n, cap, rng)
+        groups, labels, tasks, size = [], [], [], 0
+        for task, (group, targets) in examples:
+            groups.append(group)
+            labels.append(targets)
+            tasks.append(task)
+            size += len(group.prompt) + sum(len(o) for o in group.outputs)
+            if size >= TOKENS_PER_BATCH or len(groups) == 48:
+                break
         t = max(len(o) for g in groups for o in g.outputs)
         k = max((len(x) for rows in labels for row in rows for x in row if isinstance(x, tuple)), default=1)
         index = torch.zeros(len(groups), n, t, k, dtype=torch.long)
