@@ -1,8 +1,10 @@
-"""Oracle checks shared by the engine tests (offline engine, other attention paths, Ray, TP)."""
+"""Checks shared by the engine tests (offline engine, other attention paths, Ray, TP, the collaborators)."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 
 def token_texts(tokenizer, tokens: list[int]) -> list[str]:
@@ -32,6 +34,20 @@ def step_ends_for(tokenizer, tokens: list[int], pattern: str) -> list[int]:
 
 def max_err(got: list[list[float]], expected: list[list[float]]) -> float:
     return max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
+
+
+def check_trained_folder(collaborator, vocab) -> tuple[Path, dict]:
+    """A shipped collaborator's folder (``collaborator.model_dir()``) holds the tokenizer its module builds and a
+    config of the shape its training record names: ``(folder, config)``."""
+    folder = collaborator.model_dir()
+    assert json.loads((folder / "tokenizer.json").read_text()) == json.loads(collaborator.build_tokenizer().to_str())
+    record = json.loads((folder / "training.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    want = collaborator.model_config(vocab, record["num_layers"], record["hidden"]).to_dict()
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
+                "max_position_embeddings", "tie_word_embeddings"):
+        assert config[key] == want[key], key
+    return folder, config
 
 
 def header_ranges(tokenizer, prompt: list[int]) -> tuple[int, dict[str, tuple[int, int]]]:

@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks import bench
 from benchmarks.bench import answer as answer_bench
+from tests.hogwild_checks import check_trained_folder
 from tests.integration.conftest import make_llm, shutdown
 from vllm_hogwild.tools import roman
 from vllm_hogwild.tools import collaborator as C
@@ -102,14 +103,7 @@ def test_bench_answer_reports_every_width_layout_and_the_fit(llm, tmp_path) -> N
 
 
 def test_shipped_folder_is_what_the_training_command_writes() -> None:
-    folder = C.model_dir()
-    assert json.loads((folder / "tokenizer.json").read_text()) == json.loads(C.build_tokenizer().to_str())
-    record = json.loads((folder / "training.json").read_text())
-    config = json.loads((folder / "config.json").read_text())
-    want = C.model_config(C.Vocab.build(), record["num_layers"], record["hidden"]).to_dict()
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
-                "max_position_embeddings", "tie_word_embeddings"):
-        assert config[key] == want[key], key
+    folder, _ = check_trained_folder(C, C.Vocab.build())
     assert sum(f.stat().st_size for f in folder.iterdir()) < 10 * 2**20
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import PROMPT_ID_TOP, TEXT_SCALE
-from tests.hogwild_checks import collab_errors, step_ends_for
+from tests.hogwild_checks import collab_errors, max_err, step_ends_for
 from tests.hogwild_oracle import DenseHogwild
 from tests.integration.conftest import BLOCK_SIZE, make_llm, scheduler_of, shutdown
 
@@ -99,8 +99,7 @@ def test_the_training_forward_computes_what_the_engine_computes(raw_runs, tiny_m
         with torch.no_grad():
             exact = group_logprobs(model, group)
         flat = flat_logprobs(model, group)
-        err = max(abs(a - b) for g, e in zip(got, exact) for a, b in zip(g, e))
-        miss = max(abs(a - b) for g, e in zip(got, flat) for a, b in zip(g, e))
+        err, miss = max_err(got, exact), max_err(got, flat)
         print(f"\n{len(out.outputs)} workers: training forward {err:.2e} from the engine, flat pass {miss:.2e}")
         assert err <= 1e-4 and miss > 1e-2
 

@@ -9,11 +9,11 @@ the model's own sampled group; the flat pass over each reader's view does not.
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import pytest
 
+from tests.hogwild_checks import check_trained_folder, max_err
 from tests.server.conftest import Server
 from vllm_hogwild.tools import links as L
 from vllm_hogwild.tools import links_collaborator as C
@@ -80,20 +80,12 @@ def test_the_training_forward_gives_the_servers_logprobs(server) -> None:
     with torch.no_grad():
         exact = group_logprobs(model, group)
         flat = flat_logprobs(model, group)
-    err = max(abs(a - b) for g, e in zip(got, exact) for a, b in zip(g, e))
-    miss = max(abs(a - b) for g, e in zip(got, flat) for a, b in zip(g, e))
+    err, miss = max_err(got, exact), max_err(got, flat)
     print(f"\nlinks collaborator, 4 workers: training forward {err:.2e} from the server, flat pass {miss:.2e}")
     assert err <= 1e-4 and miss > 1e-3
 
 
 def test_the_shipped_folder_is_what_the_training_command_writes() -> None:
-    folder = C.model_dir()
-    assert json.loads((folder / "tokenizer.json").read_text()) == json.loads(C.build_tokenizer().to_str())
-    record = json.loads((folder / "training.json").read_text())
-    config = json.loads((folder / "config.json").read_text())
-    want = C.model_config(C.LinksVocab.build(), record["num_layers"], record["hidden"]).to_dict()
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
-                "max_position_embeddings", "tie_word_embeddings"):
-        assert config[key] == want[key], key
+    folder, config = check_trained_folder(C, C.LinksVocab.build())
     assert config["dtype"] == "float32"
     assert (folder / "model.safetensors").stat().st_size <= 10_000_000  # the weights: at most 10 MB
