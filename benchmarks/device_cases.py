@@ -39,7 +39,7 @@ from typing import Sequence
 import torch
 
 from vllm_hogwild.attention.kv_layout import KVQuant, PlainPagedKV
-from vllm_hogwild.attention import segment_attention
+from vllm_hogwild.attention import step_plan
 from vllm_hogwild.attention.segment_attention import QueryRow, Segment
 from vllm_hogwild.core.views.spans import View
 
@@ -80,17 +80,16 @@ def flash_attn_split(cache: torch.Tensor, head_dim: int, quant: KVQuant | None =
 
 
 @contextlib.contextmanager
-def chunks_of(max_blocks: int | None):
-    """Triton plans made inside cut chunks of up to ``max_blocks`` blocks whatever the step's size (None: the
-    planner's own rule): small test shapes get chunks of several blocks, a benchmark the kernel before chunks."""
-    sa = segment_attention
-    saved = sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT
-    if max_blocks is not None:
-        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = max_blocks, 1
+def splits_of(max_splits: int | None):
+    """Item plans made inside cut every item into at most ``max_splits`` runs of blocks (None: the planner's
+    own rule): small test shapes, which the rule cuts into runs of one block, then get runs of several."""
+    saved = step_plan.MAX_SPLITS
+    if max_splits is not None:
+        step_plan.MAX_SPLITS = max_splits
     try:
         yield
     finally:
-        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = saved
+        step_plan.MAX_SPLITS = saved
 
 
 def max_element_offset(kv: PlainPagedKV, block_ids: Sequence[int]) -> int:
@@ -184,6 +183,32 @@ def build_group(kv: PlainPagedKV, prompt_len: int, gen_lens: Sequence[int], firs
         keys.append(k)
         values.append(v)
     return Group(prompt_len, lane_lens, tables, keys, values)
+
+
+def grow(kv: PlainPagedKV, group: Group, lanes: Sequence[int], spare: list[int], generator: torch.Generator) -> int:
+    """One new token on each of ``lanes`` (random K/V written into ``kv``; a lane that fills its last block takes
+    one from ``spare``), as a decode step writes it. Returns the blocks taken."""
+    bs, heads, d = kv.block_size, kv.num_kv_heads, kv.head_dim
+    device, dtype = kv.key_cache.device, kv.key_cache.dtype
+    quant = kv.quant
+    taken = 0
+    for w in lanes:
+        n = group.lane_lens[w]
+        if n == len(group.block_tables[w]) * bs:
+            group.block_tables[w].append(spare.pop())
+            taken += 1
+        new = []
+        for scale in ((1.0, 1.0) if quant is None else (quant.k_scale, quant.v_scale)):
+            x = torch.randn(1, heads, d, generator=generator, device=generator.device).to(device)
+            x = x.to(dtype) if quant is None else quant.quantize(x, scale)
+            new.append((x, (x if quant is None else quant.dequantize(x, scale)).to(torch.float64)))
+        block, offset = group.block_tables[w][n // bs], n % bs
+        kv.key_cache[block, offset] = new[0][0][0]
+        kv.value_cache[block, offset] = new[1][0][0]
+        group.keys[w] = torch.cat([group.keys[w], new[0][1]])
+        group.values[w] = torch.cat([group.values[w], new[1][1]])
+        group.lane_lens[w] = n + 1
+    return taken
 
 
 def default_inv_freq(rotary_dim: int, theta: float) -> torch.Tensor:

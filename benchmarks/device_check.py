@@ -36,7 +36,17 @@ and the RoPE frequencies are computed here from their definitions
    4.8 TB/s for an H200 by default). The partials column is the fp32 traffic
    of the split-KV partial results (written, then read by the merge).
 
-Prints one markdown table ready to paste into ``docs/benchmarks.md`` and a
+4. **A decode step from a CUDA graph**: one step's attention for ``GRAPH_LAYERS``
+   layers (32; one cache, each layer its own output) captured once in a
+   ``torch.cuda.CUDAGraph`` on a frozen :class:`~vllm_hogwild.attention.step_plan.StepPlanner`
+   (its buffers are the graph's), then replayed for ``GRAPH_STEPS`` steps: each step
+   appends a token to every lane (lanes cross blocks and take new ones), copies new
+   queries into the captured query tensor and plans the step into the same buffers;
+   the first and last layer's output is checked against the oracle every step. Times a
+   step eager (every layer from Python), from the graph, and SDPA over N copies from a
+   graph; and the host time of the step's plan.
+
+Prints markdown tables ready to paste into ``docs/benchmarks.md`` and a
 final ``PASS`` / ``FAIL`` line; exits non-zero on FAIL. ``--budget-s`` stops
 starting new rows once spent (the run then FAILs as incomplete).
 """
@@ -55,6 +65,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA_ROWS = 3  # query rows outside the plan, must keep the sentinel
+GRAPH_LAYERS, GRAPH_STEPS = 32, 10  # the decode-step graph (the CPU smoke: 2 layers, 12 steps)
 SENTINEL = 7.0
 
 
@@ -165,18 +176,19 @@ def main() -> int:  # noqa: C901 - one linear script
         print(f"FAIL: needs torch and triton ({e})")
         return 2
     sys.path.insert(0, str(ROOT))
-    from benchmarks.device_cases import (blocks_needed, build_group, chunks_of, default_inv_freq, flash_attn_cache,
+    from benchmarks.device_cases import (blocks_needed, build_group, default_inv_freq, flash_attn_cache,
                                          flash_attn_split, max_element_offset, qkv_query, rel_err, rope_config,
-                                         view_oracle)
+                                         splits_of, view_oracle)
     from vllm_hogwild.attention import segment_attention as sa
+    from vllm_hogwild.attention import step_plan
     from vllm_hogwild.attention import triton_attention as ta
     from vllm_hogwild.attention.kv_layout import KVQuant
     from vllm_hogwild.core.views.rope import RopeSpec
     from vllm_hogwild.core.views.spans import build_views, Span
 
     smoke = args.cpu_smoke
-    if smoke:  # tiny views would plan chunks of one block: force chunks of several, as long views make them
-        sa.TRITON_CHUNK_MAX_BLOCKS, sa.TRITON_CHUNK_MIN_COUNT = 4, 1
+    if smoke:  # tiny views would plan runs of one block a split: force runs of several, as long views make them
+        step_plan.MAX_SPLITS = 2
     if not smoke and not torch.cuda.is_available():
         print("FAIL: no CUDA device (use --cpu-smoke on a machine without one)")
         return 2
@@ -299,25 +311,25 @@ def main() -> int:  # noqa: C901 - one linear script
                                      inv_freq, m.neox) for v, row in zip(views, rows_q)])
         err = rel_err(out[:t], ref)
         tol = 1e-5 if dtype == torch.float32 else 2e-2
+        it = plan.items
         keep = torch.ones(t + EXTRA_ROWS, dtype=torch.bool, device=device)
-        keep[plan.out_tokens] = False
+        keep[it.ints["row_token"][: it.num_rows].long()] = False
         untouched = bool((wide[keep] == SENTINEL).all()) and bool((wide[:, out.shape[1] * out.shape[2]:]
                                                                     == SENTINEL).all())
         offset = max_element_offset(kv, group.used_blocks)
-        readers = sorted({b.reader_pair.shape[1] for b in plan.buckets})
-        chunk = max(int(b.chunk_starts.diff().max()) for b in plan.buckets)
+        chunk = split_blocks(torch, plan)
         ok = err <= tol and untouched
         line = (f"{'ok  ' if ok else 'FAIL'} {m.name:44s} {r.fa_layout} N={r.num_workers} view={r.view_len:>5} "
                 f"{r.layout:10s} q/worker={r.query_tokens:<3} rel err {err:.1e} (tol {tol:.0e}) "
                 f"untouched={untouched} blocks {min(group.used_blocks):,}-{max(group.used_blocks):,} "
-                f"max offset {offset:,}{' >2^31' if offset >= 2**31 else ''} R={readers} chunk<={chunk} "
-                f"plan {plan_ms:.1f} ms")
+                f"max offset {offset:,}{' >2^31' if offset >= 2**31 else ''} items={it.num_items} "
+                f"pairs={it.num_pairs} splits={it.num_splits} blocks/split<={chunk} plan {plan_ms:.1f} ms")
         print(line, flush=True)
         results.append(line)
         if not ok:
             failures.append(line)
         if r.timed:
-            with chunks_of(1):  # the same step read one block a program: the kernel before chunks
+            with splits_of(1):  # the same step with every item read by one unit (a KV head): no split
                 plan1 = sa.plan(rows_q, m.block_size, spec, sa.PlanMode.TRITON, num_tokens=t + EXTRA_ROWS,
                                 device=device)
             table.append(time_row(torch, sa, state, r, plan, plan1, q, out, kv, group, plan_ms, chunk, args,
@@ -340,6 +352,21 @@ def main() -> int:  # noqa: C901 - one linear script
                 torch.cuda.empty_cache()
 
     ta._launch = real_launch
+    graph_table: list[str] = []
+    graph_cases = ([(SMOKE_MODELS[0], 3, 64), (SMOKE_MODELS[1], 2, 96)] if smoke else
+                   [(GPU_MODELS[0], 8, 4096), (GPU_MODELS[0], 8, 32768), (GPU_MODELS[0], 4, 16384)])
+    for m, n, view in graph_cases:
+        if time.perf_counter() - t_start > args.budget_s + 60:
+            incomplete += 1
+            continue
+        try:
+            line, errs = graph_decode(torch, sa, m, n, view, smoke, device, first_block, args)
+            graph_table.append(line)
+            print("    " + line, flush=True)
+            failures.extend(errs)
+        except Exception as e:  # noqa: BLE001 - report, go on
+            failures.append(f"graph {m.name} N={n} view={view}: {type(e).__name__}: {e}"[:300])
+            print(failures[-1], flush=True)
     leaked = sorted(n for n in sys.modules if n.split(".")[0] in ("vllm", "transformers"))
     if leaked:
         failures.append(f"imported {leaked[:5]}: the device machine has neither")
@@ -361,8 +388,8 @@ def main() -> int:  # noqa: C901 - one linear script
           "SDPA N copies: over N materialized views (N independent sequences); both replayed from a CUDA graph "
           "where capture works, K and V distinct tensors. Partials: fp32 split-KV partial "
           "results written by the kernel and read by the merge. Plan: per step (all layers share it).\n")
-    print("| model | N | view tokens | blocks a chunk | kernel µs (eager) | kernel µs (CUDA graph) | "
-          "of which merge µs | kernel µs, 1 block a chunk | "
+    print("| model | N | view tokens | blocks a split | kernel µs (eager) | kernel µs (CUDA graph) | "
+          "of which merge µs | kernel µs, no split | "
           "SDPA 1 view µs | SDPA N copies µs | N copies / kernel | floor µs | K/V read once MB | N copies MB | "
           "partials MB | plan ms/step |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -372,6 +399,17 @@ def main() -> int:  # noqa: C901 - one linear script
           "GPU time only; N copies / kernel uses the graph time where there is one.")
     for e in sorted(state.get("graph_errors", ())):
         print(f"CUDA graph capture failed: {e}")
+    layers = 2 if smoke else GRAPH_LAYERS
+    print(f"\n## A decode step's attention, {layers} layers, from a CUDA graph\n")
+    print("The step captured once on a frozen planner's buffers, then replayed for each later step with the "
+          "plan written into the same buffers (tokens appended, lanes crossing blocks); every step's first and "
+          "last layer checked against the oracle. Eager: every layer's two launches from Python. SDPA N copies: "
+          "one SDPA call a layer over N materialized views, from a graph. Plan: host ms to write a decode step's "
+          "plan (median).\n")
+    print("| model | N | view tokens | steps replayed | max rel err | step µs (eager) | step µs (CUDA graph) | "
+          "SDPA N copies µs (CUDA graph) | N copies / graph | plan ms/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(graph_table))
     if incomplete:
         failures.append(f"incomplete: {incomplete} rows not run within --budget-s {args.budget_s:.0f}")
     print(f"\n{len(results)} oracle rows, {len(failures)} failures, {time.perf_counter() - t_start:.0f} s")
@@ -379,6 +417,138 @@ def main() -> int:  # noqa: C901 - one linear script
         print("  " + f)
     print("PASS" if not failures else "FAIL")
     return 0 if not failures else 1
+
+
+def graph_decode(torch, sa, m: Model, n: int, view_len: int, smoke: bool, device, first_block: int,
+                 args) -> tuple[str, list[str]]:
+    """Section 4: a decode step's attention for every layer, captured once, replayed step after step."""
+    from benchmarks.device_cases import (blocks_needed, build_group, default_inv_freq, flash_attn_cache,
+                                         flash_attn_split, grow, rel_err, rope_config, view_oracle)
+    from vllm_hogwild.attention.kv_layout import KVQuant
+    from vllm_hogwild.attention.step_plan import StepPlanner
+    from vllm_hogwild.core.views.rope import RopeSpec
+    from vllm_hogwild.core.views.spans import SegmentColumns, build_views
+
+    layers, steps = (2, 12) if smoke else (GRAPH_LAYERS, GRAPH_STEPS)
+    dtype = getattr(torch, m.dtype)
+    gen = torch.Generator(device=device).manual_seed(11)
+    prompt = view_len // 2
+    gen_lens = [view_len // (2 * n)] * n
+    base = blocks_needed(prompt, gen_lens, m.block_size)
+    extra = n * (steps // m.block_size + 2)
+    quant = KVQuant.of(m.kv_cache, m.k_scale, m.v_scale)
+    cache = flash_attn_cache("LBNHC", first_block + base + extra + 1, m.num_kv_heads, m.block_size, m.head_dim,
+                             dtype if quant is None else torch.uint8, device, generator=gen)
+    kv = flash_attn_split(cache, m.head_dim, quant)
+    group = build_group(kv, prompt, gen_lens, first_block, gen)
+    spare = list(range(first_block + base, first_block + base + extra))
+    spec = RopeSpec.from_hf_config(rope_config(m.num_q_heads, m.num_kv_heads, m.head_dim, m.theta, m.rotary),
+                                   is_neox_style=m.neox)
+    inv_freq = default_inv_freq(spec.rotary_dim, m.theta)
+    planner = StepPlanner(m.block_size, spec, device, num_kv_heads=m.num_kv_heads)
+    planner.reserve(rows=n, pairs=4 * n * (n + 2), items=4 * n * (n + 2), slots=n, max_blocks=base + extra)
+    planner.freeze(m.num_q_heads, m.head_dim)
+    slots = [(w, 1) for w in range(n)]
+    q = torch.randn(n, m.num_q_heads, m.head_dim, generator=gen, device=device).to(dtype)
+    outs = [torch.zeros(n, m.num_q_heads, m.head_dim, dtype=dtype, device=device) for _ in range(layers)]
+
+    def plan_step():
+        columns = SegmentColumns()
+        at = columns.add_tables(group.block_tables, slots)
+        for w in range(n):
+            columns.add_contiguous(w, prompt, group.lane_lens, at)
+        return sa.SegmentAttentionPlan(sa.PlanMode.TRITON, n, spec, items=planner.plan(columns, list(range(n))))
+
+    def forward(plan):
+        for layer in range(layers):
+            sa.run(plan, q, kv, out=outs[layer])
+
+    def sync():
+        if not smoke:
+            torch.cuda.synchronize()
+
+    plan = plan_step()
+    forward(plan)  # compiles before the capture
+    sync()
+    graph = None
+    if not smoke:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward(plan)
+    replay = graph.replay if graph is not None else (lambda: forward(plan))
+    errs, failures, plan_ms, taken = [], [], [], 0
+    for step in range(steps):
+        taken += grow(kv, group, range(n), spare, gen)
+        q.copy_(torch.randn(q.shape, generator=gen, device=device).to(dtype))
+        sync()
+        t0 = time.perf_counter()
+        plan_step()
+        plan_ms.append((time.perf_counter() - t0) * 1e3)
+        replay()
+        sync()
+        views = build_views("contiguous", prompt, group.lane_lens)
+        ref = torch.cat([view_oracle(group, v, q[w: w + 1], inv_freq, m.neox) for w, v in enumerate(views)])
+        errs.append(max(rel_err(outs[i], ref) for i in (0, layers - 1)))
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    if max(errs) > tol or taken == 0:
+        failures.append(f"graph {m.name} N={n} view={view_len}: max rel err {max(errs):.1e} (tol {tol:.0e}), "
+                        f"blocks taken {taken}")
+
+    def timed(fn) -> float:
+        fn()
+        sync()
+        reps = 1 if smoke else 20
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / reps * 1e6
+
+    eager_us = timed(lambda: forward(plan))
+    graph_us = timed(graph.replay) if graph is not None else None
+    sdpa_us = None
+    if not smoke:
+        lv = group.lane_lens[0] + sum(group.lane_lens[1:]) - (n - 1) * prompt
+        qs = torch.randn(n, m.num_q_heads, 1, m.head_dim, device=device).to(dtype)
+        ks = torch.randn(n, m.num_kv_heads, lv, m.head_dim, device=device).to(dtype)
+        vs = torch.randn_like(ks)
+        call, _ = sdpa_call(torch, qs, ks, vs, m.gqa)
+        call()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(layers):
+                call()
+        sdpa_us = timed(g.replay)
+    fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    ratio = "-" if sdpa_us is None or graph_us is None else f"{sdpa_us / graph_us:.2f}x"
+    line = (f"| {m.name} | {n} | {view_len:,} | {steps} | {max(errs):.1e} | {eager_us:.1f} | {fmt(graph_us)} | "
+            f"{fmt(sdpa_us)} | {ratio} | {statistics.median(plan_ms):.3f} |")
+    return line, failures
+
+
+def item_blocks(torch, plan):
+    """Blocks of each item of an item plan ``[W]`` (host)."""
+    it = plan.items
+    bs = it.block_size
+    start = it.ints["item_start"][: it.num_items].long().cpu()
+    end = it.ints["item_end"][: it.num_items].long().cpu()
+    return (end + bs - 1) // bs - start // bs
+
+
+def split_blocks(torch, plan) -> int:
+    """The longest run of blocks one work unit reads."""
+    s = plan.items.num_splits
+    return int(((item_blocks(torch, plan) + s - 1) // s).max())
+
+
+def splits_written(torch, plan):
+    """Splits each pair's item has blocks in (the partials the pair writes) ``[P]``."""
+    it = plan.items
+    blocks = item_blocks(torch, plan)
+    per = (blocks + it.num_splits - 1) // it.num_splits
+    written = (blocks + per - 1) // per
+    return written[it.ints["pair_item"][: it.num_pairs].long().cpu()]
 
 
 def sdpa_call(torch, q, k, v, gqa: int):
@@ -478,8 +648,8 @@ def time_row(torch, sa, state, r: Row, plan, plan1, q, out, kv, group, plan_ms, 
     blocks = len(group.used_blocks)
     kv_bytes = blocks * m.num_kv_heads * m.block_size * m.head_dim * 2 * esize
     copies_bytes = n * lv * m.num_kv_heads * m.head_dim * 2 * torch.empty(0, dtype=dtype).element_size()
-    entries = sum(int((b.reader_pair[b.chunk_starts[:-1]] < plan.pair_token.shape[0]).sum())  # (chunk, reader)
-                  for b in plan.buckets)
+    it = plan.items
+    entries = int(splits_written(torch, plan).sum())  # (pair, split) partials written
     partial_bytes = 2 * entries * m.num_q_heads * (m.head_dim + 2) * 4
     floor_us = kv_bytes / (args.hbm_tbps * 1e12) * 1e6
     kernel_us = graph_us if graph_us is not None else eager_us

@@ -281,11 +281,11 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
 # --------------------------------------------------------------------------- one configuration
 
 
-PATHS = ("auto", "buckets", "compiled")
+PATHS = ("torch", "compiled")
 
 
 def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float, seed: int = 0,
-              path: str = "auto") -> dict:
+              path: str = "torch") -> dict:
     prompt = length // 2
     rest = length - prompt
     gen_lens = [rest // n + (1 if i < rest % n else 0) for i in range(n)]
@@ -298,8 +298,7 @@ def bench_one(n: int, length: int, kv_layout: str, rounds: int, sample_ms: float
     scale = 1.0 / math.sqrt(HEAD_DIM)
 
     def make_plan():
-        mode = {"auto": sa.mode_for("torch", rows, BLOCK_SIZE), "compiled": sa.PlanMode.CPU_OP}.get(
-            path, sa.PlanMode.BUCKETS)
+        mode = sa.PlanMode.CPU_OP if path == "compiled" else sa.PlanMode.TORCH
         return sa.plan(rows, BLOCK_SIZE, spec, mode, num_tokens=n)
 
     plan_s = median_time(make_plan, reps=max(3, rounds))
@@ -402,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--isa", default=None, help="the compiled op's vector path (avx512, avx2, generic; "
                                                 "default: the widest it has)")
-    ap.add_argument("--path", default="auto", choices=PATHS,
-                    help="segment attention path: auto (PyTorch, batched decode while views are small), "
-                         "buckets (PyTorch block buckets), compiled (the CPU op; CPU cache layouts only)")
+    ap.add_argument("--path", default="torch", choices=PATHS,
+                    help="segment attention path: torch (the item plan in PyTorch), "
+                         "compiled (the CPU op; CPU cache layouts only)")
     args = ap.parse_args(argv)
 
     cfg = QUICK if args.quick else FULL

@@ -55,7 +55,7 @@ def bench_one(n: int, length: int, tokens: int, rounds: int, sample_ms: float, s
     def make(rows, mode):
         return lambda: sa.plan(rows, BLOCK_SIZE, spec, mode, num_tokens=query.shape[0])
 
-    plans = {"buckets": make(verify_rows, sa.PlanMode.BUCKETS), "compiled": make(verify_rows, sa.PlanMode.CPU_OP),
+    plans = {"buckets": make(verify_rows, sa.PlanMode.TORCH), "compiled": make(verify_rows, sa.PlanMode.CPU_OP),
              "decode": make(decode_rows, sa.PlanMode.CPU_OP)}
     plan_ms = {k: median_time(f, reps=max(3, rounds)) * 1e3 for k, f in plans.items()}
     built = {k: f() for k, f in plans.items()}

@@ -9,6 +9,8 @@ PyTorch block-bucket path, the tolerance (1e-5 for float32, 2e-2 for
 bf16/fp16), the number of (KV block, KV head) loads the kernel makes and the
 number of (block, reader) pairs it serves with them, and for the layout cases
 whether every output element outside the planned rows kept its sentinel.
+Every case also runs on the same plan buffers after a different step (a
+planner that planned another case first), as a step after another does.
 
 Cache layouts: separate K and V caches (``plain``); vLLM's CPU cache with K
 transposed and with K plain (``cpu_k_transposed``, ``cpu``); and vLLM 0.32's
@@ -19,21 +21,22 @@ for it, split into K and V exactly as the backend does
 strided slice of a qkv tensor and write into a slice of a wider output filled
 with a sentinel, with query rows outside the plan.
 
-Chunks: the kernel reads the blocks that share their readers in chunks, one
-program per chunk (``segment_attention.chunk_length``). These small shapes would
-make chunks of one block, so every other plain case and every layout case runs
-with chunks of up to 3 blocks forced (``"chunk_blocks"``: the longest chunk of the
-plan), and a prompt of 101 tokens and lanes of up to 45 where the case keeps the
-default lengths: the running softmax across a chunk's blocks, chunk boundaries inside a
-reader set, and masks on a chunk's first and last blocks.
+Splits: the kernel cuts every item into runs of blocks, one work unit each
+(``step_plan.MAX_SPLITS`` at most). These small shapes would make runs of one
+block, so every other plain case and every layout case runs with at most 2 splits
+forced (``"split_blocks"``: the longest run of the plan), and a prompt of 101 tokens
+and lanes of up to 45 where the case keeps the default lengths: the running softmax
+across a run's blocks, split boundaries inside an item, and masks on a run's first
+and last blocks.
 
-Then one ``{"specialization": ...}`` line: two plans with different reader
-counts and pair counts (the per-step arguments) give the kernels the same
-specialization key, computed with Triton's own binder from the arguments of
-every launch (the interpreter keeps no compile cache; on a GPU the compile
-cache itself is counted too), while without ``do_not_specialize`` the same
-launches would have needed several compiles. The last line is
-``{"ok": true|false}``; the exit status follows it.
+Then one ``{"specialization": ...}`` line: steps with different counts of rows,
+pairs, items and splits (none of them a kernel argument: the kernels read them from
+the plan's buffers) and two lane tables of different row strides give the kernels
+one specialization key each, computed with Triton's own binder from the arguments
+of every launch (the interpreter keeps no compile cache; on a GPU the compile cache
+itself is counted too), while without ``do_not_specialize`` the lane table's stride
+would have needed a second compile. The last line is ``{"ok": true|false}``; the
+exit status follows it.
 """
 
 from __future__ import annotations
@@ -45,11 +48,12 @@ import sys
 
 import torch
 
-from benchmarks.device_cases import FA_LAYOUTS, chunks_of, flash_attn_cache, flash_attn_split, qkv_query
+from benchmarks.device_cases import FA_LAYOUTS, flash_attn_cache, flash_attn_split, qkv_query, splits_of
 from tests.unit.test_segment_attention import Case, config_of, oracle, rel_err, setup
 from vllm_hogwild.attention import segment_attention as sa
 from vllm_hogwild.attention import triton_attention as ta
 from vllm_hogwild.attention.kv_layout import PlainPagedKV
+from vllm_hogwild.attention.step_plan import StepPlanner
 from vllm_hogwild.core.views.rope import RopeSpec
 
 # Small shapes (the interpreter runs every program in numpy); every axis the kernel branches on.
@@ -110,8 +114,21 @@ def cache_for(c: Case, cache: str, device: str):
     return group, views, rows, query, kv
 
 
+def item_reads(plan, num_kv_heads: int) -> tuple[int, int]:
+    """(KV block, KV head) loads of the kernel for the plan (every block of every item, once), and the (block,
+    reader) pairs they serve (every block each pair reads)."""
+    it = plan.items
+    ints = {k: v[: {"item": it.num_items, "pair": it.num_pairs}[k.split("_")[0]]].long()
+            for k, v in it.ints.items() if k.startswith(("item_start", "item_end", "pair_end", "pair_item"))}
+    bs = it.block_size
+    first = ints["item_start"] // bs
+    item_blocks = (ints["item_end"] + bs - 1) // bs - first
+    pair_blocks = (ints["pair_end"] + bs - 1) // bs - first[ints["pair_item"]]
+    return int(item_blocks.sum()) * num_kv_heads, int(pair_blocks.sum()) * num_kv_heads
+
+
 def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
-          chunk_blocks: int | None = None) -> dict:
+          max_splits: int | None = None, planner: StepPlanner | None = None) -> dict:
     group, views, rows, query, kv = cache_for(c, cache, device)
     ref = oracle(c, group, views, rows, query)
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
@@ -126,21 +143,27 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
         out = wide[:, : hq * d].view(t, hq, d)
     else:
         out = None
-    with chunks_of(chunk_blocks):
-        plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=q.shape[0], device=device)
+    reused = planner is not None
+    if planner is None:
+        planner = StepPlanner(c.block_size, spec, device, num_kv_heads=c.num_kv_heads)
+    with splits_of(max_splits):
+        plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=q.shape[0], device=device,
+                       planner=planner)
     got = sa.run(plan, q, kv, out=out).cpu()
-    rows_out = plan.out_tokens.cpu()
+    rows_out = plan.items.ints["row_token"][: plan.items.num_rows].long().cpu()
     if layout_case:
         keep = torch.ones(q.shape[0], dtype=torch.bool)
         keep[rows_out] = False
         wide = wide.cpu()
         untouched = bool((wide[keep] == SENTINEL).all() and (wide[:, q.shape[1] * q.shape[2] :] == SENTINEL).all())
-    torch_plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.BUCKETS, num_tokens=q.shape[0], device=device)
+    torch_plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TORCH, num_tokens=q.shape[0], device=device)
     reference = sa.run(torch_plan, q, kv).cpu()
     tol = 1e-5 if c.dtype == torch.float32 else 2e-2
     err = rel_err(got[rows_out], ref)
-    loads = sum(len(b.block_ids) for b in plan.buckets) * c.num_kv_heads
-    readers = sum(int((b.key_hi > b.key_lo).sum()) for b in plan.buckets)
+    loads, readers = item_reads(plan, c.num_kv_heads)
+    it = plan.items
+    item_blocks = (it.ints["item_end"][: it.num_items].long() + c.block_size - 1) // c.block_size \
+        - it.ints["item_start"][: it.num_items].long() // c.block_size
     return {
         "cache": cache, "strided_query": layout_case, "untouched": untouched,
         "workers": c.num_workers, "layout": c.layout, "dtype": str(c.dtype).removeprefix("torch."),
@@ -149,8 +172,10 @@ def check(c: Case, device: str, cache: str = "plain", layout_case: bool = False,
         "rel_err_oracle": err,
         "rel_err_torch": ((got[rows_out].double() - reference[rows_out].double()).abs().max()
                           / reference[rows_out].double().abs().max()).item(),
-        "tolerance": tol, "block_loads": loads, "block_readers": readers * c.num_kv_heads,
-        "chunk_blocks": max(int(b.chunk_starts.diff().max()) for b in plan.buckets),
+        "tolerance": tol, "block_loads": loads, "block_readers": readers,
+        "items": it.num_items, "pairs": it.num_pairs, "splits": it.num_splits,
+        "split_blocks": int(((item_blocks + it.num_splits - 1) // it.num_splits).max()),
+        "reused_buffers": reused,
         "ok": err <= tol and untouched is not False,
     }
 
@@ -179,9 +204,11 @@ def specialization_keys(launches) -> dict:
 
 
 def specialization_check(device: str) -> dict:
-    """Two steps of one model shape with different per-step counts: no new specialization."""
+    """Steps of one model shape with different counts, and lane tables of different strides: no new
+    specialization."""
     steps = [Case(num_workers=2, layout="contiguous", seed=41),
-             Case(num_workers=5, layout="combined", max_query_tokens=3, prompt_len=50, seed=42)]
+             Case(num_workers=5, layout="combined", max_query_tokens=3, prompt_len=50, seed=42),
+             Case(num_workers=3, layout="contiguous", seed=43)]
     launches, counts = [], []
     real_launch = ta._launch
 
@@ -198,19 +225,25 @@ def specialization_check(device: str) -> dict:
     shapes = []
     ta._launch = record
     try:
-        for c in steps:
+        for i, c in enumerate(steps):
             group, views, rows, query, kv = cache_for(c, "plain", device)
             spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-            plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=query.shape[0], device=device)
-            shapes.append({"readers": sorted({b.reader_pair.shape[1] for b in plan.buckets}),
-                           "pairs": int(plan.pair_token.shape[0]), "tokens": int(query.shape[0])})
+            planner = StepPlanner(c.block_size, spec, device, num_kv_heads=c.num_kv_heads)
+            if i == 2:
+                planner.lanes.reserve(0, 301)  # a row stride no multiple of 16 (one Triton would specialize on)
+            plan = sa.plan(rows, c.block_size, spec, sa.PlanMode.TRITON, num_tokens=query.shape[0], device=device,
+                           planner=planner)
+            it = plan.items
+            shapes.append({"rows": it.num_rows, "pairs": it.num_pairs, "items": it.num_items,
+                           "splits": it.num_splits, "lane_stride": int(it.lanes.blocks.stride(0)),
+                           "tokens": int(query.shape[0])})
             sa.run(plan, query.to(device), kv)
             counts.append(compiled())
     finally:
         ta._launch = real_launch
     keys = specialization_keys(launches)
     ok = (len(keys["partials"]) == 1 and len(keys["merge"]) == 1 and len(keys["partials_plain_ints"]) > 1
-          and (counts[0] is None or counts[0] == counts[1]))
+          and (counts[0] is None or counts[0] == counts[-1]))
     return {"specialization": {
         "steps": shapes, "launches": len(launches), "partials_keys": len(keys["partials"]),
         "merge_keys": len(keys["merge"]), "partials_keys_without_do_not_specialize": len(keys["partials_plain_ints"]),
@@ -296,12 +329,17 @@ def main() -> int:
             print(json.dumps(result), flush=True)
         print(json.dumps({"ok": ok}))
         return 0 if ok else 1
+    planners: dict = {}  # a case runs on the plan buffers of the last case with its block size and RoPE, if any
     for i, ((c, cache), layout_case) in enumerate([*((x, False) for x in CASES),
                                                     *((x, True) for x in LAYOUT_CASES)]):
-        chunked = layout_case or i % 2
-        if chunked and c.prompt_len == Case.prompt_len:  # a longer prompt and lanes: several blocks a reader set
+        few_splits = layout_case or i % 2
+        if few_splits and c.prompt_len == Case.prompt_len:  # a longer prompt and lanes: several blocks a split
             c = dataclasses.replace(c, prompt_len=101, max_gen=45)
-        result = check(c, args.device, cache, layout_case, chunk_blocks=3 if chunked else None)
+        key = (c.block_size, c.rope, c.neox, c.partial_rotary, c.head_dim)
+        result = check(c, args.device, cache, layout_case, max_splits=2 if few_splits else None,
+                       planner=planners.get(key))
+        planners.setdefault(key, StepPlanner(c.block_size, RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox),
+                                             args.device, num_kv_heads=c.num_kv_heads))
         ok &= result["ok"]
         print(json.dumps(result), flush=True)
     result = specialization_check(args.device)

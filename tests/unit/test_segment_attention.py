@@ -112,7 +112,7 @@ def oracle(c: Case, group, views, rows, query) -> torch.Tensor:
     return torch.cat(outs)
 
 
-PATHS = ("batched", "buckets", "compiled")  # compiled: each vector path the op has here, "compiled:avx2", ...
+PATHS = ("torch", "compiled")  # compiled: each vector path the op has here, "compiled:avx2", ...
 
 
 def compiled_paths() -> list[str]:
@@ -121,21 +121,17 @@ def compiled_paths() -> list[str]:
     return [f"compiled:{isa}" for isa in cpu_ops.isas()]
 
 
-def kind_of(path: str, rows, block_size: int) -> sa.PlanMode:
-    """``batched``: the PyTorch path's choice (batched decode when it pays); ``buckets``: block buckets
-    always; ``compiled``: the CPU op."""
-    if path == "batched":
-        return sa.mode_for("torch", rows, block_size)
-    return sa.PlanMode.BUCKETS if path == "buckets" else sa.PlanMode.CPU_OP
+def kind_of(path: str) -> sa.PlanMode:
+    """``torch``: the item plan in PyTorch; ``compiled``: the CPU op."""
+    return sa.PlanMode.TORCH if path == "torch" else sa.PlanMode.CPU_OP
 
 
-def ours(c: Case, group, rows, query, path: str = "batched") -> torch.Tensor:
+def ours(c: Case, group, rows, query, path: str = "torch") -> torch.Tensor:
     """``path``: one of PATHS; ``compiled:ISA`` runs the op's vector path ISA (``compiled``: the default one)."""
     from vllm_hogwild.attention import cpu_ops
 
     spec = RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox)
-    plan = sa.plan(rows, c.block_size, spec, kind_of(path.partition(":")[0], rows, c.block_size),
-                   num_tokens=query.shape[0])
+    plan = sa.plan(rows, c.block_size, spec, kind_of(path.partition(":")[0]), num_tokens=query.shape[0])
     if not path.startswith("compiled"):
         return sa.run(plan, query, group.kv)
     cpu_ops.use(path.partition(":")[2] or None)
@@ -149,7 +145,7 @@ def paths_for(c: Case, rows) -> list[str]:
     """Every path that serves these rows: the compiled op takes rows of up to CPU_OP_MAX_ROW_TOKENS tokens (one
     row per token) on vLLM's CPU layout."""
     short = all(r.num_query_tokens <= sa.CPU_OP_MAX_ROW_TOKENS for r in rows)
-    return ["batched", "buckets"] + (compiled_paths() if short and c.kv_layout != "plain" else [])
+    return ["torch"] + (compiled_paths() if short and c.kv_layout != "plain" else [])
 
 
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -209,7 +205,7 @@ def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
     c = Case(num_workers=4, layout="contiguous", max_query_tokens=5, max_gen=40, seed=13)
     group, views, rows, query = setup(c)
     assert any(r.num_query_tokens > 1 for r in rows)
-    assert sa.mode_for("cpu-op", rows, c.block_size) is sa.PlanMode.CPU_OP
+    assert sa.mode_for("cpu-op", rows) is sa.PlanMode.CPU_OP
     split = sa.single_token_rows(rows, c.block_size)
     assert len(split) == sum(r.num_query_tokens for r in rows) and all(r.num_query_tokens == 1 for r in split)
     for row in rows:
@@ -221,7 +217,7 @@ def test_verify_rows_run_on_the_compiled_op_as_one_row_per_token() -> None:
     for path in compiled_paths():
         assert rel_err(ours(c, group, rows, query, path), ref) <= 1e-5, path
     long = sa.QueryRow(0, sa.CPU_OP_MAX_ROW_TOKENS + 1, rows[0].segments)
-    assert sa.mode_for("cpu-op", [long], c.block_size) is sa.PlanMode.BUCKETS
+    assert sa.mode_for("cpu-op", [long]) is sa.PlanMode.TORCH
 
 
 @pytest.mark.parametrize("split", [0, 2, 4])
@@ -348,7 +344,7 @@ def test_untouched_rows_keep_their_output() -> None:
     q = torch.cat([query, extra])
     for path in PATHS:
         out = torch.full_like(q, 7.0)
-        plan = sa.plan(rows, c.block_size, spec, kind_of(path, rows, c.block_size), num_tokens=q.shape[0])
+        plan = sa.plan(rows, c.block_size, spec, kind_of(path), num_tokens=q.shape[0])
         sa.run(plan, q, group.kv, out=out)
         assert torch.equal(out[query.shape[0]:], torch.full_like(extra, 7.0))
 
@@ -379,40 +375,3 @@ def test_the_op_has_the_vector_paths_this_cpu_reports(monkeypatch) -> None:
     monkeypatch.setenv(cpu_ops.ISA_ENV, "sse9")
     with pytest.raises(HogwildOptionError, match=cpu_ops.ISA_ENV):
         cpu_ops.choose()
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_triton_chunks_group_the_blocks_that_share_their_readers(seed: int) -> None:
-    """``TRITON`` plans cut each bucket into chunks for the kernel: every block once; a chunk's blocks all
-    have the chunk's readers (the kernel reads them from its first block) and at most the chunk length; the
-    blocks of one reader set keep their order and take as few chunks as the length allows."""
-    from vllm_hogwild.attention.plan_types import Bucket
-
-    g = torch.Generator().manual_seed(seed)
-    readers = (1, 6) if seed % 2 else (17, 40)  # few readers a block (sorted by column), many (unique rows)
-    u, r, sets, max_blocks = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 80), readers, (1, 7),
-                                                                                             (1, 7)))
-    pairs = torch.randint(0, 9, (sets, r), generator=g)[torch.randint(0, sets, (u,), generator=g)]
-    block_ids = torch.randperm(u, generator=g) + 65_536
-    lo = torch.randint(0, 8, (u, r), generator=g)
-    bucket = Bucket(block_ids, pairs, pairs + 1000, lo, lo + 1 + torch.randint(0, 8, (u, r), generator=g))
-    chunked = sa._chunk(bucket, max_blocks)
-    starts = chunked.chunk_starts.tolist()
-    assert starts[0] == 0 and starts[-1] == u and sorted(chunked.block_ids.tolist()) == sorted(block_ids.tolist())
-    row_of = {int(b): i for i, b in enumerate(block_ids)}
-    seen: dict[tuple, list[int]] = {}
-    for a, b in zip(starts, starts[1:]):
-        assert 0 < b - a <= max_blocks
-        readers = tuple(chunked.reader_pair[a].tolist())
-        for k in range(a, b):  # every block of the chunk: the chunk's readers, its own masks and tokens
-            i = row_of[int(chunked.block_ids[k])]
-            assert tuple(pairs[i].tolist()) == readers
-            assert torch.equal(chunked.key_lo[k], bucket.key_lo[i])
-            assert torch.equal(chunked.key_hi[k], bucket.key_hi[i])
-            assert torch.equal(chunked.reader_token[k], bucket.reader_token[i])
-        seen.setdefault(readers, []).append(b - a)
-        rows_in_chunk = [row_of[int(x)] for x in chunked.block_ids[a:b]]
-        assert rows_in_chunk == sorted(rows_in_chunk)  # a reader set's blocks keep their order
-    for readers, sizes in seen.items():
-        count = sum(tuple(p) == readers for p in pairs.tolist())
-        assert sum(sizes) == count and len(sizes) == -(-count // max_blocks)

@@ -40,13 +40,18 @@ def test_kernel_matches_the_oracle_and_loads_each_block_once() -> None:
             assert c["block_readers"] >= 2 * c["block_loads"], c
         if c["cache"] != "plain":  # strided qkv slice as the query; rows outside the plan keep the sentinel
             assert c["strided_query"] and c["untouched"] is True, c
-    # Chunks of several blocks (one program reads them in turn, its softmax running across them) in most cases,
-    # and chunks of one block (what these small shapes plan by default) in the others.
-    assert sum(c["chunk_blocks"] > 1 for c in cases) >= 15 and any(c["chunk_blocks"] == 1 for c in cases)
-    # Per-step counts (readers per block, pairs) never change the kernels' specialization key.
+    # Runs of several blocks (one unit reads them in turn, its softmax running across them) in most cases, and runs
+    # of one block (what these small shapes plan by default: many splits, merged) in the others.
+    assert sum(c["split_blocks"] > 1 for c in cases) >= 15 and any(c["split_blocks"] == 1 for c in cases)
+    assert any(c["splits"] > 1 and c["split_blocks"] > 1 for c in cases)
+    # Cases on the plan buffers and lane table another case used before (a step after another).
+    assert sum(c["reused_buffers"] for c in cases) >= 10
+    # Per-step counts (rows, pairs, items, splits) are no kernel argument; the lane table's stride is not
+    # specialized on.
     spec = next(line["specialization"] for line in lines if "specialization" in line)
     assert spec["ok"] and spec["partials_keys"] == 1 and spec["merge_keys"] == 1, spec
-    assert spec["partials_keys_without_do_not_specialize"] > 1, spec  # the two steps do differ
+    assert spec["partials_keys_without_do_not_specialize"] > 1, spec  # the strides do differ
+    assert len({(s["rows"], s["pairs"], s["items"]) for s in spec["steps"]}) == len(spec["steps"]), spec
     assert run.returncode == 0
 
 
@@ -82,3 +87,24 @@ def test_device_check_script_runs_end_to_end_on_the_cpu() -> None:
         assert f" {layout} N=" in out
     for encoding in ("fp8_e4m3", "fp8_e5m2"):  # FP8 caches (uint8 bytes, scales unlike 1) against the oracle
         assert any(line.startswith("ok ") and f"{encoding} cache" in line for line in out.splitlines()), encoding
+
+
+def test_a_captured_decode_step_replays_step_after_step_equal_to_the_oracle() -> None:
+    """A CUDA graph's life on the CPU (``tests/graph_replay_check.py``): a frozen planner's buffers and the
+    launches of two layers captured once (two launches a layer, under a guard against allocation and host
+    reads), then 24 decode steps replayed on exactly those launches, the plan written into the same buffers each
+    step: lanes crossing blocks, a worker that finishes, a group that leaves and one that joins in its slots, a
+    combined group's history growing; every row of every layer equal to the float64 oracle. Controls: the
+    launches replayed on the step before's plan miss it, and a forward that allocates fails the guard."""
+    run = subprocess.run([sys.executable, "-m", "tests.graph_replay_check"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert lines and lines[-1] == {"ok": True} and run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    steps = [line for line in lines if "step" in line]
+    summary = next(line["replay"] for line in lines if "replay" in line)
+    assert len(steps) >= 20 and all(s["rel_err"] <= 1e-5 and s["buffers_as_captured"] for s in steps)
+    assert summary["launches_captured"] == 2 * summary["layers"]  # two launches a layer
+    assert summary["blocks_taken"] >= 6 and 0 < summary["plans_rebuilt"] < summary["steps"]
+    assert {"B leaves", "C joins in B's slots", "A: worker 2 finishes"} <= {s["event"] for s in steps}
+    assert summary["stale_plan_rel_err"] > 1e-3  # the control: a plan one step old misses
+    assert "allocation" in summary["guard_control"] and summary["guard_ops"] == 0

@@ -28,7 +28,10 @@ def plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None,
     if flat is not None:
         flat_columns, flat_tokens = flat
         tokens.extend(flat_tokens)
-        columns = _concat(columns, flat_columns)
+        if len(columns):
+            columns.extend(flat_columns)
+        else:
+            columns = flat_columns
     needed = max(tokens) + 1 if tokens else 0
     if num_tokens is not None and num_tokens < needed:
         raise ValueError(f"rows use {needed} query tokens, the query tensor has {num_tokens}")
@@ -60,26 +63,12 @@ def plan_csr(rows, bs: int, rope: RopeSpec, num_tokens: int | None,
     csr = DecodeCSR(row_token, row_pair_ptr, pair_piece_ptr, piece_block, piece_lo, piece_hi)
     return SegmentAttentionPlan(mode=PlanMode.CPU_OP, num_tokens=num_tokens, out_tokens=row_token,
                                 pair_token=pair_token, pair_cos=cos.contiguous(), pair_sin=sin.contiguous(),
-                                buckets=[], rope=rope, csr=csr)
+                                rope=rope, csr=csr)
 
 
 def _long(a: array) -> torch.Tensor:
     """An ``array('q')`` as a long tensor (copied)."""
     return torch.frombuffer(a, dtype=torch.long).clone() if len(a) else torch.zeros(0, dtype=torch.long)
-
-
-def _concat(a: SegmentColumns, b: SegmentColumns) -> SegmentColumns:
-    """``a``'s rows, then ``b``'s (``a`` is extended)."""
-    if not len(a):
-        return b
-    base, at = len(a.tables), len(a.start)
-    a.tables.extend(b.tables)
-    a.table.extend(k + base for k in b.table)
-    a.start.extend(b.start)
-    a.end.extend(b.end)
-    a.delta.extend(b.delta)
-    a.row_ptr.extend(p + at for p in b.row_ptr[1:])
-    return a
 
 
 def run_csr(p: SegmentAttentionPlan, query: torch.Tensor, kv: PagedKV, scale: float, out: torch.Tensor) -> None:

@@ -42,6 +42,7 @@ from vllm.v1.attention.backends.cpu_attn import (
 
 from vllm_hogwild.attention import segment_attention as sa
 from vllm_hogwild.attention.paths import path_of
+from vllm_hogwild.attention.step_plan import StepPlanner
 from vllm_hogwild.runner.context import StepViews, get_step
 from vllm_hogwild.runner.cpu_layout import probe_k_transposed
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, KVQuant
@@ -162,6 +163,10 @@ class HogwildBuilderMixin:
             self.hogwild_rope = RopeSpec.from_hf_config(vllm_config.model_config.hf_text_config)
             self.hogwild_block_size = kv_cache_spec.block_size
             self.hogwild_k_transposed = self.hogwild_cache_layout()
+            # The item plan's lane table and buffers, kept from step to step (the torch and Triton paths, and
+            # the compiled op's steps with long rows).
+            self.hogwild_planner = StepPlanner(self.hogwild_block_size, self.hogwild_rope, device,
+                                               num_kv_heads=kv_cache_spec.num_kv_heads)
 
     def hogwild_cache_layout(self) -> bool:
         """Whether this platform's cache stores K transposed (CPU: probed); False elsewhere."""
@@ -180,7 +185,7 @@ class HogwildBuilderMixin:
         metadata = super().build(0, without_native_context(common_attn_metadata, rows), fast_build)
         plan = sa.plan_rows(self.hogwild_path, rows.query_rows(), self.hogwild_block_size, self.hogwild_rope,
                             num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
-                            flat=(rows.columns, rows.flat_token))
+                            flat=(rows.columns, rows.flat_token), planner=self.hogwild_planner)
         step.add_plan(metadata, HogwildPlan(plan, self.hogwild_k_transposed))
         return metadata
 

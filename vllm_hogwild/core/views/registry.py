@@ -23,6 +23,7 @@ rank holds the same views.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
@@ -53,6 +54,30 @@ class _LaneState:
 
 
 @dataclass
+class LaneSlots:
+    """Slots of the worker's lane table (:class:`~vllm_hogwild.attention.lane_table.LaneTable`): the lowest free
+    small integer for each lane, given back when its group ends, and a new generation each time one is given
+    out (so a reused slot is known to hold another lane's table)."""
+
+    free: list[int] = field(default_factory=list)  # a heap
+    num_slots: int = 0  # slots ever made: [0, num_slots)
+    next_gen: int = 0
+
+    def take(self) -> tuple[int, int]:
+        slot = heapq.heappop(self.free) if self.free else self.num_slots
+        self.num_slots = max(self.num_slots, slot + 1)
+        return slot, self.new_generation()
+
+    def new_generation(self) -> int:
+        self.next_gen += 1
+        return self.next_gen
+
+    def give_back(self, slot: int) -> None:
+        if slot >= 0:
+            heapq.heappush(self.free, slot)
+
+
+@dataclass
 class GroupViews:
     shape: GroupShape
     history: list[Span] = field(default_factory=list)  # finished paragraphs, in the order they joined
@@ -64,9 +89,12 @@ class GroupViews:
         self.separators = Separators(**{
             name: None if r is None else Span(0, *r) for name, r in zip(SEPARATOR_NAMES, self.shape.separators)})
         self.lanes = [_LaneState(tuple(b)) for b in self.shape.block_ids]
+        self.lane_slots: list[tuple[int, int]] = [(-1, 0)] * len(self.lanes)  # (slot, generation); -1: none
+        self.slots: LaneSlots | None = None  # the registry's, once it gives the lanes slots
 
     def reshape(self, shape: GroupShape) -> None:
-        """The group resumed: its lanes live in these requests and blocks now; its history and forks stay."""
+        """The group resumed: its lanes live in these requests and blocks now; its history and forks stay.
+        (Its lane slots stay; the registry gives them new generations: their tables are new.)"""
         self.shape = shape
         for lane, blocks in zip(self.lanes, shape.block_ids):
             lane.blocks, lane.live = tuple(blocks), None
@@ -79,9 +107,11 @@ class GroupViews:
         """Each lane's blocks now: the engine's own list where it knows the lane (it grows as the lane does, and
         is a new list once a preempted request resumes); a finished lane's last one."""
         out = []
-        for lane, request_id in zip(self.lanes, self.shape.request_ids):
+        for i, (lane, request_id) in enumerate(zip(self.lanes, self.shape.request_ids)):
             live = block_table(request_id)
             if live is not None and (live is not lane.live or len(live) != len(lane.blocks)):
+                if lane.live is not None and live is not lane.live and self.slots is not None:
+                    self.lane_slots[i] = (self.lane_slots[i][0], self.slots.new_generation())  # another table
                 lane.live, lane.blocks = live, tuple(live)
             out.append(lane.blocks)
         return out
@@ -113,7 +143,7 @@ class GroupViews:
         if not any(drafts) and self.shape.layout == "contiguous":  # the common case: built directly, as columns
             check_lanes(self.prompt_len, lane_lens)
             flat = columns if columns is not None else SegmentColumns()
-            base = flat.add_tables(self.block_ids(block_table))
+            base = flat.add_tables(self.block_ids(block_table), self.lane_slots)
             out: dict[int, tuple[Segment, ...] | int] = {}
             for w, _ in decoding:
                 if flat.add_contiguous(w, self.prompt_len, lane_lens, base):
@@ -128,7 +158,7 @@ class GroupViews:
         tables = self.block_ids(block_table)
         out = {}
         for (w, _), view in zip(decoding, views):
-            segments = segments_of(view, tables)
+            segments = segments_of(view, tables, self.lane_slots)
             if segments is not None:
                 out[w] = segments
         return out
@@ -148,9 +178,9 @@ class GroupViews:
                         lens = list(step.lane_lens)
                         lens[lane] = p + 1  # its own tokens up to itself: causal within the row
                         view = self._views(lens, [lane], step)[0]
-                        segments = segments_of(view, tables)
+                        segments = segments_of(view, tables, self.lane_slots)
                     plain &= segments is None
-                    tokens.append(segments or (Segment(tables[lane], 0, p + 1, 0),))
+                    tokens.append(segments or (Segment(tables[lane], 0, p + 1, 0, *self.lane_slots[lane]),))
             if not plain:
                 out[lane] = tuple(tokens)
         return out
@@ -197,6 +227,7 @@ class ViewRegistry:
     groups: dict[str, GroupViews] = field(default_factory=dict)
     lanes: dict[str, tuple[GroupViews, int]] = field(default_factory=dict)  # request id -> its group and lane
     plain_replay: bool = False  # a control for the tests: re-fed tokens read their own lane only (wrong)
+    slots: LaneSlots = field(default_factory=LaneSlots)
 
     def apply(self, wire: StepWire | None, batch: Callable[[Mapping[str, object]], Iterable[BatchRow]] = lambda _: (),
               block_table: BlockTable = lambda request_id: None) -> StepSegments:
@@ -214,6 +245,9 @@ class ViewRegistry:
                     for request_id in group.shape.request_ids:
                         self.lanes.pop(request_id, None)
                     group.reshape(shape)
+                    for slot, _ in group.lane_slots:
+                        self.slots.give_back(slot)
+                group.lane_slots, group.slots = [self.slots.take() for _ in group.lanes], self.slots
                 for lane, request_id in enumerate(shape.request_ids):
                     self.lanes[request_id] = (group, lane)
         rows: dict[str, list[tuple[int, BatchRow]]] = {}
@@ -251,4 +285,6 @@ class ViewRegistry:
             if group is not None:
                 for request_id in group.shape.request_ids:
                     self.lanes.pop(request_id, None)
+                for slot, _ in group.lane_slots:
+                    self.slots.give_back(slot)
         return out

@@ -24,7 +24,7 @@ one integer per span.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 LAYOUTS = ("contiguous", "isolated", "combined", "interleaved")
@@ -68,12 +68,16 @@ class Segment:
 
     ``block_ids`` covers the lane from position 0 (at least up to ``end``);
     ``delta`` is the query rotation for this segment (see the module's docstring).
+    ``slot``/``gen``: the lane's slot in the worker's lane table and the generation of that slot
+    (:class:`SegmentColumns`; -1: none, as for rows built by hand); not part of a segment's value.
     """
 
     block_ids: tuple[int, ...]
     start: int
     end: int
     delta: int
+    slot: int = field(default=-1, compare=False)
+    gen: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -280,17 +284,21 @@ def build_views(layout: str, prompt_len: int, lane_lens: Sequence[int], readers:
     raise ValueError(f"layout: unknown layout {layout!r}; expected one of {LAYOUTS}")
 
 
-def segments_of(view: View, block_ids: Sequence[tuple[int, ...]]) -> tuple[Segment, ...] | None:
+def segments_of(view: View, block_ids: Sequence[tuple[int, ...]],
+                lanes: Sequence[tuple[int, int]] | None = None) -> tuple[Segment, ...] | None:
     """The view as attention segments over the lanes' block tables; ``None`` when it is its own lane alone.
 
     A view that is exactly ``[own lane from position 0]`` (one worker, the
     ``isolated`` layout, a worker reading nobody yet) is plain causal
     attention: it runs through vLLM's own kernel, bit for bit like a plain
-    request.
+    request. ``lanes``: each lane's (slot, generation) in the lane table.
     """
     if len(view.spans) == 1 and view.own.start == 0 and view.view_starts()[0] == 0:
         return None
-    return tuple(Segment(block_ids[s.lane], s.start, s.end, delta) for s, delta in zip(view.spans, view.deltas()))
+    if lanes is None:
+        return tuple(Segment(block_ids[s.lane], s.start, s.end, d) for s, d in zip(view.spans, view.deltas()))
+    return tuple(Segment(block_ids[s.lane], s.start, s.end, d, *lanes[s.lane])
+                 for s, d in zip(view.spans, view.deltas()))
 
 
 def contiguous_segments(w: int, prompt_len: int, lane_lens: Sequence[int],
@@ -310,22 +318,32 @@ class SegmentColumns:
     ``delta[s]`` (what a :class:`Segment` holds). A step's decoding rows are thousands at scale, and each
     object made per row lives until the step's attention has run: as columns they cost the garbage
     collector nothing (``array`` objects are not tracked by it) and are planned without a loop per segment.
+    ``slots[t]``/``gens[t]``: table ``t``'s lane slot and its generation in the worker's lane table
+    (:class:`~vllm_hogwild.attention.lane_table.LaneTable`; -1: none), so a plan uploads what changed.
     """
 
-    __slots__ = ("tables", "row_ptr", "table", "start", "end", "delta")
+    __slots__ = ("tables", "slots", "gens", "row_ptr", "table", "start", "end", "delta")
 
     def __init__(self) -> None:
         self.tables: list[Sequence[int]] = []
+        self.slots, self.gens = array("q"), array("q")
         self.row_ptr = array("q", [0])
         self.table, self.start, self.end, self.delta = array("q"), array("q"), array("q"), array("q")
 
     def __len__(self) -> int:
         return len(self.row_ptr) - 1
 
-    def add_tables(self, tables: Sequence[Sequence[int]]) -> int:
-        """Block tables the next rows index; the index of the first."""
+    def add_tables(self, tables: Sequence[Sequence[int]], lanes: Sequence[tuple[int, int]] | None = None) -> int:
+        """Block tables the next rows index (``lanes``: each one's slot and generation); the index of the first."""
         base = len(self.tables)
         self.tables.extend(tables)
+        if lanes is None:
+            self.slots.extend([-1] * len(tables))
+            self.gens.extend([0] * len(tables))
+        else:
+            for slot, gen in lanes:
+                self.slots.append(slot)
+                self.gens.append(gen)
         return base
 
     def _segment(self, table: int, start: int, end: int, delta: int) -> None:
@@ -334,11 +352,25 @@ class SegmentColumns:
         self.end.append(end)
         self.delta.append(delta)
 
+    def extend(self, other: "SegmentColumns") -> None:
+        """``other``'s rows after these."""
+        base, at = len(self.tables), len(self.start)
+        self.tables.extend(other.tables)
+        self.slots.extend(other.slots)
+        self.gens.extend(other.gens)
+        self.table.extend(k + base for k in other.table)
+        self.start.extend(other.start)
+        self.end.extend(other.end)
+        self.delta.extend(other.delta)
+        self.row_ptr.extend(p + at for p in other.row_ptr[1:])
+
     def add_row(self, segments: Sequence[Segment]) -> None:
         """One row given as segments (each block table added again: for the few rows of the general path)."""
         for seg in segments:
             self._segment(len(self.tables), seg.start, seg.end, seg.delta)
             self.tables.append(seg.block_ids)
+            self.slots.append(seg.slot)
+            self.gens.append(seg.gen)
         self.row_ptr.append(len(self.start))
 
     def add_contiguous(self, w: int, prompt_len: int, lane_lens: Sequence[int], base: int) -> bool:
@@ -372,7 +404,8 @@ class SegmentColumns:
 
     def segments(self, r: int) -> tuple[Segment, ...]:
         """Row ``r`` as :class:`Segment` objects (tests, and paths that plan from objects)."""
-        return tuple(Segment(tuple(self.tables[self.table[s]]), self.start[s], self.end[s], self.delta[s])
+        return tuple(Segment(tuple(self.tables[self.table[s]]), self.start[s], self.end[s], self.delta[s],
+                             self.slots[self.table[s]], self.gens[self.table[s]])
                      for s in range(self.row_ptr[r], self.row_ptr[r + 1]))
 
 
