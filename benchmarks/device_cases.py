@@ -80,16 +80,16 @@ def flash_attn_split(cache: torch.Tensor, head_dim: int, quant: KVQuant | None =
 
 
 @contextlib.contextmanager
-def splits_of(max_splits: int | None):
-    """Item plans made inside cut every item into at most ``max_splits`` runs of blocks (None: the planner's
-    own rule): small test shapes, which the rule cuts into runs of one block, then get runs of several."""
-    saved = step_plan.MAX_SPLITS
-    if max_splits is not None:
-        step_plan.MAX_SPLITS = max_splits
+def splits_of(splits: int | None):
+    """Item plans made inside cut every item into ``splits`` runs of blocks (as many as it has blocks, at most;
+    None: the planner's own rule). Small test shapes, which the rule on the CPU reads whole, then also get runs
+    of a block and several runs merged."""
+    saved = step_plan.FORCED_SPLITS
+    step_plan.FORCED_SPLITS = splits
     try:
         yield
     finally:
-        step_plan.MAX_SPLITS = saved
+        step_plan.FORCED_SPLITS = saved
 
 
 def max_element_offset(kv: PlainPagedKV, block_ids: Sequence[int]) -> int:

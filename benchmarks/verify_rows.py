@@ -1,4 +1,4 @@
-"""Micro-benchmark: a speculative verify step's Hogwild rows, on the compiled CPU op against the block buckets.
+"""Micro-benchmark: a speculative verify step's Hogwild rows, on the compiled CPU op against the PyTorch item plan.
 
 Usage::
 
@@ -10,7 +10,7 @@ view length L, the other half split evenly among the N workers. Every worker ver
 ``--tokens`` query tokens (its last token and its drafts: 1 + ``num_speculative_tokens``),
 one multi-token row each. Per (N, L):
 
-- **buckets**: the PyTorch block-bucket path, which ran every step with a multi-token row
+- **buckets**: the PyTorch path (the item plan; before 2026-12-06 the block buckets), which ran every step with a multi-token row
   on the CPU before verify rows went to the compiled op;
 - **compiled**: the compiled op, each verify row split into one row per token
   (:func:`vllm_hogwild.attention.segment_attention.single_token_rows`);

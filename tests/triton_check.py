@@ -21,13 +21,12 @@ for it, split into K and V exactly as the backend does
 strided slice of a qkv tensor and write into a slice of a wider output filled
 with a sentinel, with query rows outside the plan.
 
-Splits: the kernel cuts every item into runs of blocks, one work unit each
-(``step_plan.MAX_SPLITS`` at most). These small shapes would make runs of one
-block, so every other plain case and every layout case runs with at most 2 splits
-forced (``"split_blocks"``: the longest run of the plan), and a prompt of 101 tokens
-and lanes of up to 45 where the case keeps the default lengths: the running softmax
-across a run's blocks, split boundaries inside an item, and masks on a run's first
-and last blocks.
+Splits: the kernel cuts every item into runs of blocks, one work unit each. Every
+other plain case and every layout case runs with 2 splits forced (``"split_blocks"``:
+the longest run of the plan), and a prompt of 101 tokens and lanes of up to 45 where
+the case keeps the default lengths: the running softmax across a run's blocks, split
+boundaries inside an item, and masks on a run's first and last blocks; the other cases
+with 32 splits forced (runs of one block, many partials merged a pair).
 
 Then one ``{"specialization": ...}`` line: steps with different counts of rows,
 pairs, items and splits (none of them a kernel argument: the kernels read them from
@@ -336,7 +335,7 @@ def main() -> int:
         if few_splits and c.prompt_len == Case.prompt_len:  # a longer prompt and lanes: several blocks a split
             c = dataclasses.replace(c, prompt_len=101, max_gen=45)
         key = (c.block_size, c.rope, c.neox, c.partial_rotary, c.head_dim)
-        result = check(c, args.device, cache, layout_case, max_splits=2 if few_splits else None,
+        result = check(c, args.device, cache, layout_case, max_splits=2 if few_splits else 32,
                        planner=planners.get(key))
         planners.setdefault(key, StepPlanner(c.block_size, RopeSpec.from_hf_config(config_of(c), is_neox_style=c.neox),
                                              args.device, num_kv_heads=c.num_kv_heads))

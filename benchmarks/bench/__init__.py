@@ -17,6 +17,7 @@ A development tool beside the package, not in it: run it from the checkout's roo
                                                  [--protocol raw|multiverse]
     python -m benchmarks.bench forkjoin  [--parts 2 4 8] [--requests 2] [--max-tokens 48] [--rounds 2]
     (each: [--model DIR] [--json OUT.json] [--plot OUT.png])
+    python -m benchmarks.bench plan      [--rounds 3] [--steps 24] [--quick] [--json OUT.json]  (no engine)
 
 - ``decode``: decode tokens/s of a Hogwild group of N workers vs stock ``n=N``
   sampling of the same prompt. Decode time is a run's wall time minus the
@@ -102,6 +103,10 @@ A development tool beside the package, not in it: run it from the checkout's roo
   plain requests side by side, then the join as one request that re-prefills
   them (an engine with a prefix cache only). Sequential decode steps (per
   request), engine steps, prompt tokens the engine computed, wall time.
+- ``plan``: the host time of a decode step's segment-attention plan, no
+  engine: the GPU path's planner (steady and from scratch) beside the CPU
+  op's planner on the same rows, for groups of 2 to 8 workers at 1k to 32k
+  tokens and 32 x 8 and 256 x 4 groups (:mod:`benchmarks.bench.plan`).
 """
 
 

@@ -13,6 +13,7 @@ from . import answer as answer_bench
 from . import common as c
 from .capacity import CAPACITY_KINDS, ELEMENT_BYTES, capacity, capacity_side
 from .forkjoin import forkjoin
+from .plan import plan
 from .report import markdown, plot
 from .speculative import SPEC_METHODS, speculative, split, verify
 from .throughput import decode, overhead, overhead_side, recompute
@@ -111,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     fj.add_argument("--temperature", type=float, default=0.8)
     fj.add_argument("--branch-end", default="[.!?]", help="a branch ends at this pattern (the model's tags, "
                                                            "'</Path>', need a model trained on them)")
+    pl = sub.add_parser("plan", help="host ms of a decode step's segment-attention plan: the GPU path beside the "
+                                     "CPU path (no engine)")
+    pl.add_argument("--rounds", type=int, default=5)
+    pl.add_argument("--steps", type=int, default=24, help="decode steps a round (the first two are not timed)")
+    pl.add_argument("--quick", action="store_true", help="three small rows (a smoke run of seconds)")
+    pl.add_argument("--json", default=None, help="write the report here")
+    pl.add_argument("--plot", default=None, help=argparse.SUPPRESS)
     for p in (d, r, o, a, s, v, sp, c, fj):
         p.add_argument("--model", default=None,
                        help="HF folder, or 'tiny' (a tiny random Llama); default: the embedded SmolLM2-135M-Instruct "
@@ -141,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    if llm is None and args.command not in ("overhead", "speculative", "verify", "split", "capacity"):  # own engines
+    if llm is None and args.command not in ("overhead", "speculative", "verify", "split", "capacity",  # own engines
+                                            "plan"):  # or none
         length = 4096
         extra = {}
         if args.command in ("decode", "recompute"):
@@ -160,7 +169,7 @@ def run(args, llm=None) -> dict:
             llm = c.engine(args.model, length, **extra)
     return {"decode": decode, "recompute": recompute, "overhead": overhead, "answer": answer,
             "speculative": speculative, "verify": verify, "split": split, "capacity": capacity,
-            "forkjoin": forkjoin}[args.command](llm, args)
+            "forkjoin": forkjoin, "plan": plan}[args.command](llm, args)
 
 
 if __name__ == "__main__":

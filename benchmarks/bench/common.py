@@ -30,6 +30,44 @@ def engine(model: str | None, max_model_len: int, hogwild: bool = True, dtype: s
     return LLM(model=model, dtype=dtype, enforce_eager=enforce_eager, seed=0, max_model_len=max_model_len, **kw)
 
 
+def kv_bytes_per_token(model: str | None) -> int:
+    """A float32 KV cache's bytes per token of ``model`` (a folder, 'tiny' or None: the default model), from its
+    config: layers x KV heads x head dim x 2 (K and V) x 4."""
+    import json
+    from pathlib import Path
+
+    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.tools.tiny_model import build_tiny_llama
+
+    folder = Path(str(build_tiny_llama()) if model == "tiny" else model or str(prepare()))
+    cfg = json.loads((folder / "config.json").read_text())
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * 2 * 4
+
+
+def check_kv_room(model: str | None, blocks: int, block_size: int, what: str, advice: str) -> None:
+    """Fail at once, naming what to pass, when ``blocks`` KV blocks of ``model`` would not fit this machine's
+    available memory (half of it: the model, the engine and its tensors need the rest)."""
+    need = blocks * block_size * kv_bytes_per_token(model)
+    available = _available_bytes()
+    if available is not None and need > available // 2:
+        raise SystemExit(f"{what}: every sequence at once needs {blocks} KV blocks of {block_size} tokens, "
+                         f"{need / 2**30:.1f} GiB, and this machine has {available / 2**30:.1f} GiB available; "
+                         f"pass {advice}")
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def scheduler_of(llm):
     return llm.llm_engine.engine_core.engine_core.scheduler
 

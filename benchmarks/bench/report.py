@@ -77,10 +77,27 @@ def markdown(report: dict) -> str:
                 f"{r['engine_steps']:.0f} | {r['prefilled_tokens']:.0f} | {r['wall_s']:.2f} | "
                 f"{r['wall_vs_forkjoin']:.2f}x | {alone.get(r['parts'], '-') if r['side'] == 'fork/join' else '-'} |"
                 for r in report["summary"]]
+    elif kind == "plan":
+        head = ("| groups x workers | view tokens | rows | GPU path, steady ms | GPU path, rebuild ms | "
+                "CPU path ms | CPU path / GPU steady | columns ms (both paths) |")
+        body = [f"| {r['groups']} x {r['workers']} | {r['view_tokens']:,} | {r['rows']} | {r['gpu_steady_ms']:.3f} | "
+                f"{r['gpu_rebuild_ms']:.3f} | {r['cpu_ms']:.3f} | {r['cpu_over_gpu_steady']:.1f}x | "
+                f"{r['columns_ms']:.3f} |" for r in rows]
+        body += ["", "| target | wanted | measured | met |", "|---|---:|---:|---|"]
+        body += [f"| {t['rows']} | {_wanted(t)} | {_measured(t)} | {'yes' if t['met'] else 'no'} |"
+                 for t in report["targets"]]
     else:
         return answer_bench.markdown(report)
     sep = "|" + "|".join("---:" for _ in range(head.count("|") - 1)) + "|"
     return "\n".join([head, sep, *body])
+
+
+def _wanted(target: dict) -> str:
+    return f"<= {target['target_ms']} ms" if "target_ms" in target else f"<= {target['target_ratio']}x"
+
+
+def _measured(target: dict) -> str:
+    return f"{target['ms']:.3f} ms" if "ms" in target else f"{target['ratio']:.2f}x"
 
 
 def _or_dash(value) -> str:

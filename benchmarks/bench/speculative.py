@@ -140,11 +140,11 @@ VERIFY_PARTS = (
     ("model forward", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._model_forward"),
     ("native attention", "vllm.v1.attention.backends.cpu_attn", "CPUAttentionBackendImpl.forward"),
     ("segment attention", "vllm_hogwild.attention.segment_attention", "run"),
-    ("segment plan", "vllm_hogwild.attention.segment_attention", "plan"),
+    ("segment plan", "vllm_hogwild.attention.segment_attention", "plan_rows"),
     ("sampler", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._sample"),
     ("drafting", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.propose_draft_token_ids"),
 )
-VERIFY_CONFIGS = ("stock", "hogwild", "hogwild, verify rows on the block buckets")
+VERIFY_CONFIGS = ("stock", "hogwild", "hogwild, verify rows on the torch path")
 
 
 def _time_parts(totals: dict, parts=VERIFY_PARTS) -> None:
@@ -179,7 +179,7 @@ def _time_attribute(owner, attr: str, part: str, totals: dict) -> None:
 
 def verify(llm, args) -> dict:
     """Milliseconds per engine step, split by part, of stock ``n=N`` and a Hogwild group with n-gram speculation;
-    the group once with its verify rows on the compiled op (one row per token) and once on the block buckets
+    the group once with its verify rows on the compiled op (one row per token) and once on the torch path's item plan
     (where every step with a multi-token row went before)."""
     from vllm import SamplingParams
 
@@ -226,7 +226,7 @@ SPLIT_PARTS = (
     ("model forward", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner._model_forward"),
     ("native attention", "vllm.v1.attention.backends.cpu_attn", "CPUAttentionBackendImpl.forward"),
     ("segment attention", "vllm_hogwild.attention.segment_attention", "run"),
-    ("segment plan", "vllm_hogwild.attention.segment_attention", "plan"),
+    ("segment plan", "vllm_hogwild.attention.segment_attention", "plan_rows"),
     ("sample", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner.sample_tokens"),
 )
 # What the split reports, in ms per decode step: each a sum of timed parts (+1) and (-1).

@@ -138,15 +138,29 @@ def overhead(llm, args) -> dict:
             "own_ratio": {g: 1 + own[g] / per_step[f"stock {g}"] for g in args.groups}}
 
 
+def overhead_blocks(groups: int, workers: int, plain: int, prompt_len: int, max_tokens: int, max_model_len: int,
+                    block_size: int = 128) -> int:
+    """KV blocks for every sequence of ``bench overhead`` at once, with no pressure on either side: a group's (or
+    a stock ``n=N`` request's) prompt's full blocks once (prefix caching shares them), each worker's tail and
+    text its own, each plain request whole; and two blocks more a sequence, so that the pool never runs short of
+    what a step may ask (one block a decoding sequence: below that the Hogwild scheduler counts each one's need,
+    work a stock engine never does); at least one whole context (vLLM wants one, and keeps a block)."""
+    whole = -(-(prompt_len + max_tokens) // block_size)
+    shared = prompt_len // block_size
+    need = groups * (shared + workers * (whole - shared)) + plain * whole
+    return max(need + 2 * (groups * workers + plain) + 16, max_model_len // block_size + 2)
+
+
 def overhead_side(args) -> None:
     """One engine (``--kind stock``: no plugin switch, vLLM's own scheduler) through every point; a JSON row each."""
     from vllm import SamplingParams
 
     total = max(args.groups) * args.workers + args.plain
-    # Every sequence at once, in KV too, with room to spare (no preemption on either side); vLLM wants at
-    # least one whole context in the cache (and it keeps one block for itself).
-    max_model_len = 4096
-    blocks = max(3 * total * -(-(args.prompt_len + args.max_tokens) // 128), max_model_len // 128 + 2)
+    max_model_len = max(4096, -(-(args.prompt_len + args.max_tokens) // 128) * 128)
+    blocks = overhead_blocks(max(args.groups), args.workers, args.plain, args.prompt_len, args.max_tokens,
+                             max_model_len)
+    c.check_kv_room(args.model, blocks, 128, "bench overhead",
+                    "fewer --groups or --plain, a shorter --prompt-len or --max-tokens, or --model tiny")
     llm = c.engine(args.model, max_model_len, hogwild=args.kind == "hogwild", max_num_seqs=total, block_size=128,
                   num_gpu_blocks_override=blocks, max_num_batched_tokens=max(4096, total * args.prompt_len))
     hogwild = {"layout": "contiguous"} if args.kind == "hogwild" else None

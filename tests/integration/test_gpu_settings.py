@@ -1,4 +1,4 @@
-"""What the switch asks of vLLM on a GPU, checked on the CPU: no enforce_eager, piecewise CUDA graphs kept,
+"""What the switch asks of vLLM on a GPU, checked on the CPU: no enforce_eager, full CUDA graphs kept (Triton path),
 FlashAttention chosen, fp32 and foreign backends refused; and the start-up checks of every attention layer.
 
 vLLM's CUDA platform cannot be imported from the CPU build, so these tests hand the switch a
@@ -137,8 +137,10 @@ def test_on_cuda_float32_is_refused_naming_dtype(dtype, refused) -> None:
         hooks.check_engine(config, FakeCuda)
 
 
-def _resolved_cudagraph_mode(hogwild: bool):
-    """The CUDA-graph mode vLLM's GPU runner resolves with the Hogwild FlashAttention builder's support."""
+def _resolved_cudagraph_mode(path: str | None, native=None):
+    """The CUDA-graph mode vLLM's GPU runner resolves with the Hogwild FlashAttention builder's support, on the
+    attention path ``path`` (None: the switch off); ``native``: FlashAttention's own answer instead of this
+    build's (FA2 answers UNIFORM_BATCH, FA3 ALWAYS)."""
     from vllm.config import CompilationConfig
     from vllm.config.compilation import CompilationMode, CUDAGraphMode
 
@@ -146,19 +148,35 @@ def _resolved_cudagraph_mode(hogwild: bool):
 
     compilation = CompilationConfig(mode=CompilationMode.VLLM_COMPILE, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)
     compilation.set_splitting_ops_for_v1(all2all_backend="naive", data_parallel_size=1)  # as VllmConfig does
-    additional = {"hogwild": {}, "hogwild_runtime": {"attention": "triton"}} if hogwild else {}
+    additional = {"hogwild": {}, "hogwild_runtime": {"attention": path}} if path else {}
     vllm_config = SimpleNamespace(additional_config=additional)
-    support = HogwildFlashAttentionMetadataBuilder.get_cudagraph_support(vllm_config, None)
+    builder = HogwildFlashAttentionMetadataBuilder
+    saved = builder._cudagraph_support
+    if native is not None:
+        builder._cudagraph_support = native
+    try:
+        support = builder.get_cudagraph_support(vllm_config, None)
+    finally:
+        builder._cudagraph_support = saved
     return support, compilation.resolve_cudagraph_mode_and_sizes(support, "FLASH_ATTN", max_num_reqs=16)
 
 
-def test_hogwild_keeps_piecewise_cuda_graphs_and_stock_keeps_full_ones() -> None:
+def test_the_triton_path_keeps_full_cuda_graphs_for_decode_batches_and_stock_keeps_its_own() -> None:
+    """With Hogwild on the Triton path (CUDA's default) vLLM keeps its default FULL_AND_PIECEWISE: full graphs
+    for uniform decode batches (plain requests' and Hogwild rows' alike), piecewise for the rest; FA3's ALWAYS is
+    held to UNIFORM_BATCH (a prefill chunk or a re-fed row runs piecewise). The torch path (Triton missing)
+    plans on the host every step: piecewise only. The switch off: FlashAttention's own answer."""
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.attention.backend import AttentionCGSupport
 
-    support, mode = _resolved_cudagraph_mode(hogwild=True)
+    for native in (None, AttentionCGSupport.ALWAYS, AttentionCGSupport.UNIFORM_BATCH):
+        support, mode = _resolved_cudagraph_mode("triton", native)
+        assert support == AttentionCGSupport.UNIFORM_BATCH and mode == CUDAGraphMode.FULL_AND_PIECEWISE, native
+    support, mode = _resolved_cudagraph_mode("triton", AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)
+    assert support == AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE  # never more than the platform's own
+    support, mode = _resolved_cudagraph_mode("torch")
     assert support == AttentionCGSupport.NEVER and mode == CUDAGraphMode.PIECEWISE
-    support, mode = _resolved_cudagraph_mode(hogwild=False)  # the same class with the switch off: stock
+    support, mode = _resolved_cudagraph_mode(None)  # the same class with the switch off: stock
     assert support == AttentionCGSupport.UNIFORM_BATCH and mode == CUDAGraphMode.FULL_AND_PIECEWISE
 
 

@@ -1,1 +1,2 @@
-"""Segment attention: the plan, the PyTorch paths, the compiled CPU op, the Triton kernel, cache layouts."""
+"""Segment attention: the item plan and its lane table, the PyTorch path, the compiled CPU op and its plan, the Triton
+kernels, cache layouts, which path runs."""

@@ -35,6 +35,32 @@ class LaneTableFull(RuntimeError):
     """A frozen table (its tensor captured in a CUDA graph) has no room for the step's lanes."""
 
 
+class PinnedStaging:
+    """Host-to-device copies that never wait for the device's queue: each goes from one of two pinned buffers
+    in turn, and a buffer is refilled only once its copy of two sends ago is done (at once, in steady state),
+    so a copy still in flight is never overwritten. A copy from ordinary (pageable) memory would first wait
+    for everything queued on the device: every step, for the host work of the step before."""
+
+    def __init__(self) -> None:
+        self.buffers: list = [None, None]  # (pinned tensor, event) each
+        self.turn = 0
+
+    def send(self, host: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """``host`` (a CPU tensor) on ``device``, copied asynchronously; the result is a new device tensor."""
+        slot = self.buffers[self.turn]
+        if slot is not None:
+            slot[1].synchronize()
+        if slot is None or slot[0].numel() < host.numel() or slot[0].dtype != host.dtype:
+            slot = (torch.empty(max(host.numel(), 1024), dtype=host.dtype, pin_memory=True), torch.cuda.Event())
+            self.buffers[self.turn] = slot
+        self.turn ^= 1
+        pinned = slot[0][: host.numel()].view(host.shape)
+        pinned.copy_(host)
+        out = pinned.to(device, non_blocking=True)
+        slot[1].record()
+        return out
+
+
 def _longs(a: array) -> torch.Tensor:
     """An ``array('q')`` as a long tensor sharing its memory (no copy; the array must outlive it)."""
     return torch.frombuffer(a, dtype=torch.long) if len(a) else torch.zeros(0, dtype=torch.long)
@@ -60,6 +86,7 @@ class LaneTable:
         self.first: dict[int, int] = {}  # first physical block -> its canonical slot row
         self.deps: dict[int, set[int]] = {}  # canonical row -> rows that read through it
         self.num_uploaded = 0  # entries uploaded, over the table's life (a check for the tests)
+        self.staging = PinnedStaging()
         self.version = 0  # changes whenever a row's lane or its canonical row does (a plan's shape then changes)
 
     # -- capacity ------------------------------------------------------------------------------------
@@ -153,6 +180,7 @@ class LaneTable:
             self.host[row] = None
 
     def _upload(self, entries: list[tuple[int, int, Sequence[int]]]) -> None:
+        """New entries ``(row, first position, table)``, scattered into the table on its device in one copy."""
         r, c, v = array("q"), array("q"), array("q")
         for row, have, table in entries:
             n = len(table) - have
@@ -160,8 +188,10 @@ class LaneTable:
             c.extend(range(have, len(table)))
             v.extend(table[have:])
         self.num_uploaded += len(v)
-        idx = (_longs(r).to(self.device), _longs(c).to(self.device))
-        self.blocks.index_put_(idx, _longs(v).to(device=self.device, dtype=torch.int32))
+        triples = torch.stack([_longs(r), _longs(c), _longs(v)])  # [3, n]
+        if self.device.type == "cuda":  # from pinned memory, without waiting for the device's queue
+            triples = self.staging.send(triples, self.device)
+        self.blocks.index_put_((triples[0], triples[1]), triples[2].to(torch.int32))
 
     def _reset(self, row: int, gen: int) -> None:
         """Row ``row`` now holds another lane: nothing of the last one stays, nor any row's reads through it."""

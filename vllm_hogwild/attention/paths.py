@@ -6,7 +6,7 @@ the workers run exactly this path or refuse to start, and ``/metrics`` labels
 it. No vLLM import.
 
 - ``cpu-op``: the compiled CPU op for decode and speculative verify rows (up
-  to 16 tokens; the PyTorch block-bucket path for steps with longer rows:
+  to 16 tokens; the PyTorch item plan for steps with longer rows:
   prefill chunks, replay). CPU only. The default on the CPU
   when the op builds.
 - ``torch``: the PyTorch paths (any device). The CPU's fallback when the op

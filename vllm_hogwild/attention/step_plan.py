@@ -38,9 +38,11 @@ from vllm_hogwild.attention.lane_table import LaneTable, LaneTableFull, _longs
 from vllm_hogwild.core.views.rope import RopeSpec
 from vllm_hogwild.core.views.spans import SegmentColumns
 
-# Work a Triton launch aims for: items times splits times KV heads (a GPU's SMs each run several programs).
-TARGET_UNITS = 2048
+# Work units (item, split, KV head) a Triton launch aims for, per program of its persistent grid: a GPU's SMs
+# each run several programs, and a step with few items (one group, long views) is split until they have work.
+UNITS_PER_PROGRAM = 2
 MAX_SPLITS = 32  # splits of one item (bounds the partials a pair writes)
+FORCED_SPLITS: int | None = None  # tests: every item cut into this many splits (within the partial slots)
 MIN_PARTIAL_SLOTS = 4096  # partial slots (pair, split) a step may use at least
 
 
@@ -366,6 +368,10 @@ class StepPlanner:
         self.buffers.frozen = self.lanes.frozen = True
         self.always_launch = True
 
+    def forget_shape(self) -> None:
+        """The next plan is made from scratch (its lane table kept): what a change of structure costs."""
+        self._last = None
+
     @property
     def frozen(self) -> bool:
         return self.buffers.frozen
@@ -381,8 +387,9 @@ class StepPlanner:
         """A plan with no row (a CUDA graph's capture, a step without Hogwild rows): its launches do nothing."""
         b = self.buffers
         b.reserve(1, 1, 1)
-        b.write({}, {"counts": torch.tensor([0, 0, 0, 1])})
-        b.written = self._last = None
+        if b.written != "empty":  # (plain steps in a row write it once)
+            b.write({}, {"counts": torch.tensor([0, 0, 0, 1])})
+            b.written, self._last = "empty", None
         return ItemPlan(b, self.lanes, self._inv_freq, 0, 0, 0, 1, self.block_size, self.num_programs,
                         self.always_launch)
 
@@ -422,8 +429,9 @@ class StepPlanner:
         """Splits of every item this step: enough work units for a GPU, within the partial slots."""
         if not num_pairs:
             return 1
-        want = max(1, TARGET_UNITS // max(1, num_items * self.num_kv_heads))
-        return max(1, min(want, MAX_SPLITS, self.buffers.slots // num_pairs))
+        want = FORCED_SPLITS or UNITS_PER_PROGRAM * self.num_programs // max(1, num_items * self.num_kv_heads)
+        return max(1, min(want, MAX_SPLITS if FORCED_SPLITS is None else FORCED_SPLITS,
+                          self.buffers.slots // num_pairs))
 
     def _torch_buckets(self, h: HostItems) -> list[TorchBucket]:
         """Items grouped by (blocks, readers) rounded up to powers of two: a few padded batches."""

@@ -70,8 +70,6 @@ import math
 
 import torch
 
-from vllm_hogwild.attention.step_plan import MAX_SPLITS
-
 try:  # Triton is optional: the CUDA extra brings it; the CPU build may carry it too.
     import triton
     import triton.language as tl
@@ -221,42 +219,46 @@ if triton is not None:
         row_token_ptr, row_pair_ptr,  # [R] the query token of row i; [R + 1] its pairs
         pair_item_ptr, item_start_ptr, item_end_ptr,  # a pair's item, whose blocks say how many splits it wrote
         o_ptr, o_st, o_sh, o_sd,  # out [T, Hq, D], any strides; only rows token[i] written
-        HQ: tl.constexpr, D: tl.constexpr, DB: tl.constexpr, SB: tl.constexpr, BS: tl.constexpr,
+        HQ: tl.constexpr, D: tl.constexpr, DB: tl.constexpr, EB: tl.constexpr, BS: tl.constexpr,
         NUM_PROGRAMS: tl.constexpr,
     ):
-        """Unit (output row, query head, chunk of DB dims): log-sum-exp merge of the row's partials."""
+        """Unit (output row, query head, chunk of DB dims): log-sum-exp merge of the row's partials. A row's pairs
+        are contiguous, so its slots are ``[p0 * splits, p1 * splits)``, read EB at a time; a slot whose split
+        has no block of its pair's item was never written and is masked out."""
         pid = tl.program_id(0)
         num_rows = tl.load(counts_ptr)
         num_splits = tl.load(counts_ptr + 3)
         ND: tl.constexpr = (D + DB - 1) // DB
-        offs_e = tl.arange(0, SB)
+        offs_e = tl.arange(0, EB)
         for unit in range(pid, num_rows * HQ * ND, NUM_PROGRAMS):
             offs_d = (unit % ND) * DB + tl.arange(0, DB)
             hq = tl.cast((unit // ND) % HQ, tl.int64)
             i = unit // ND // HQ
             dmask = offs_d < D
             token = tl.load(row_token_ptr + i).to(tl.int64)
-            p0 = tl.load(row_pair_ptr + i)
-            p1 = tl.load(row_pair_ptr + i + 1)
+            s0 = tl.load(row_pair_ptr + i).to(tl.int64) * num_splits
+            s1 = tl.load(row_pair_ptr + i + 1).to(tl.int64) * num_splits
             run_m = tl.full([1], float("-inf"), tl.float32)
             run_l = tl.zeros([1], tl.float32)
             run_acc = tl.zeros([DB], tl.float32)
-            for p in range(p0, p1):
-                w = tl.load(pair_item_ptr + p)
-                first = tl.load(item_start_ptr + w) // BS
-                last = (tl.load(item_end_ptr + w) + BS - 1) // BS
-                per_split = (last - first + num_splits - 1) // num_splits
-                written = (last - first + per_split - 1) // per_split  # splits with blocks
-                slot = (tl.cast(p, tl.int64) * num_splits + offs_e) * HQ + hq
-                emask = offs_e < written
-                m = tl.load(m_ptr + slot, mask=emask, other=float("-inf"))
-                l = tl.load(l_ptr + slot, mask=emask, other=0.0)
-                a = tl.load(acc_ptr + slot[:, None] * D + offs_d[None, :], mask=emask[:, None] & dmask[None, :],
+            for e0 in range(s0, s1, EB):
+                slot = e0 + offs_e
+                inside = slot < s1
+                pair = slot // num_splits
+                w = tl.load(pair_item_ptr + pair, mask=inside, other=0)
+                first = tl.load(item_start_ptr + w, mask=inside, other=0) // BS
+                blocks = (tl.load(item_end_ptr + w, mask=inside, other=0) + BS - 1) // BS - first
+                per_split = tl.maximum((blocks + num_splits - 1) // num_splits, 1)
+                emask = inside & (slot % num_splits < (blocks + per_split - 1) // per_split)
+                at = slot * HQ + hq
+                m = tl.load(m_ptr + at, mask=emask, other=float("-inf"))
+                l = tl.load(l_ptr + at, mask=emask, other=0.0)
+                a = tl.load(acc_ptr + at[:, None] * D + offs_d[None, :], mask=emask[:, None] & dmask[None, :],
                             other=0.0)
                 new_m = tl.maximum(run_m, tl.max(m, axis=0))  # [1]
                 base = tl.where(new_m == float("-inf"), 0.0, new_m)
                 alpha = tl.exp2(run_m - base)  # 0 while nothing was seen
-                wt = tl.exp2(m - base)  # [SB]; 0 for a split whose readers saw nothing
+                wt = tl.exp2(m - base)  # [EB]; 0 for a split whose readers saw nothing
                 run_l = run_l * alpha + tl.sum(wt * l, axis=0)
                 run_acc = run_acc * alpha + tl.sum(wt[:, None] * a, axis=0)
                 run_m = new_m
@@ -301,9 +303,8 @@ def meta_for(num_q_heads: int, kv, rope, dtype: torch.dtype, interpret: bool, pr
         # (8 KV heads), about as fast with GQA 7; 8 warps were 2x slower (docs/benchmarks.md, "On an H200").
         num_warps=1,
     )
-    # Merge: a unit per (output row, query head, 32 dims); every split of a pair in one vector.
-    merge = dict(HQ=num_q_heads, D=d, DB=32, SB=_pow2(MAX_SPLITS), BS=kv.block_size, NUM_PROGRAMS=programs,
-                 num_warps=4)
+    # Merge: a unit per (output row, query head, 32 dims); 64 slots of the row a step of its loop.
+    merge = dict(HQ=num_q_heads, D=d, DB=32, EB=64, BS=kv.block_size, NUM_PROGRAMS=programs, num_warps=4)
     return partials, merge
 
 

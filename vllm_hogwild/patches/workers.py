@@ -75,6 +75,18 @@ HOOKS = {
         "own last sampled token and drafts; a hook upstream would take the SchedulerOutput's extras to the "
         "model state (as 03 does for V1) and let forced tokens be fed (as 12 does for V1)"),
     "vllm.v1.worker.gpu.model_states.default:DefaultModelState.prepare_attn": ("instance", _V2, NO_V2_PATCH),
+    "vllm.v1.cudagraph_dispatcher:CudagraphDispatcher.dispatch": (
+        "instance", _V1,
+        "none: a step whose Hogwild plan may not fit the buffers a full CUDA graph captured must not replay it, "
+        "and the builders must know when one replays; vLLM's dispatcher asks the builders nothing per step (their "
+        "CUDA graph support is one answer at start-up), so a per-step veto upstream would be a new builder hook"),
+    "vllm.v1.worker.gpu.model_runner:GPUModelRunner.execute_model": (
+        "instance", _V2,
+        "none: V2 chooses the step's CUDA graph before prepare_inputs; the Hogwild plan's bound is taken from the "
+        "SchedulerOutput first (a per-step builder hook upstream, as for the dispatch, would retire it)"),
+    "vllm.v1.worker.gpu.cudagraph_utils:CudaGraphManager.dispatch": (
+        "instance", _V2,
+        "none: as V1's dispatcher: no builder is asked per step whether a batch may replay a full graph"),
     "vllm.v1.worker.gpu.sample.prompt_logprob:PromptLogprobsWorker.compute_prompt_logprobs": (
         "instance", _V2,
         "none: V2 computes log-probabilities of fed tokens only for prompts; the forced tokens' are added to the "
@@ -150,6 +162,18 @@ def runner_v1() -> list[TouchPoint]:
         TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner", SOURCE,
                    "core/views/registry.py: the runner extends a request's block list in place",
                    text="block_ids.extend(new_ids)"),
+        # full CUDA graphs: the step's graph chosen after _prepare_inputs, through the dispatcher instance
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.cudagraph_dispatcher", INIT_ATTRIBUTE, GRAPH_CHOICE_V1),
+        TouchPoint(CUDAGRAPH_DISPATCHER, "CudagraphDispatcher.dispatch", METHOD, GRAPH_CHOICE_V1,
+                   params=("self", "num_tokens", "uniform_decode", "has_lora", "num_active_loras", "valid_modes",
+                           "invalid_modes")),
+        TouchPoint(CUDAGRAPH_DISPATCHER, "CudagraphDispatcher", SETTABLE, GRAPH_CHOICE_V1, params=("dispatch",)),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner._determine_batch_execution_and_padding", SOURCE,
+                   GRAPH_CHOICE_V1 + ": the step's graph is the dispatcher's answer, invalid_modes by keyword",
+                   text="invalid_modes={CUDAGraphMode.FULL} if disable_full else None"),
+        TouchPoint(GPU_MODEL_RUNNER, "GPUModelRunner.execute_model", SOURCE,
+                   GRAPH_CHOICE_V1 + ": the graph is chosen after _prepare_inputs",
+                   text="self._determine_batch_execution_and_padding("),
     ]
     return [replace(row, **V1_ONLY) for row in rows]
 
@@ -177,7 +201,23 @@ def runner_v2() -> list[TouchPoint]:
         TouchPoint(V2_RUNNER, "GPUModelRunner", SOURCE,
                    RUNNER_V2 + ": the runner gets fed tokens' log-probabilities through its worker's method",
                    text="self.prompt_logprobs_worker.compute_prompt_logprobs("),
-        TouchPoint(V2_RUNNER, "GPUModelRunner", SETTABLE, RUNNER_V2, params=("prepare_inputs",)),
+        TouchPoint(V2_RUNNER, "GPUModelRunner", SETTABLE, RUNNER_V2, params=("prepare_inputs", "execute_model")),
+        # full CUDA graphs: the step's graph chosen first in execute_model, through the graph manager instance
+        TouchPoint(V2_RUNNER, "GPUModelRunner.execute_model", METHOD, GRAPH_CHOICE_V2,
+                   params=("self", "scheduler_output")),
+        TouchPoint(V2_RUNNER, "GPUModelRunner", SOURCE, GRAPH_CHOICE_V2 + ": dummy runs go through the instance",
+                   text="self.execute_model("),
+        TouchPoint(V2_RUNNER, "GPUModelRunner.cudagraph_manager", INIT_ATTRIBUTE, GRAPH_CHOICE_V2),
+        TouchPoint(CUDAGRAPH_UTILS, "CudaGraphManager.dispatch", METHOD, GRAPH_CHOICE_V2,
+                   params=("self", "num_reqs", "num_tokens")),
+        TouchPoint(CUDAGRAPH_UTILS, "ModelCudaGraphManager", CLASS, GRAPH_CHOICE_V2,
+                   base=f"{CUDAGRAPH_UTILS}.CudaGraphManager"),
+        TouchPoint(CUDAGRAPH_UTILS, "CudaGraphManager", SETTABLE, GRAPH_CHOICE_V2, params=("dispatch",)),
+        *same_kind(CUDAGRAPH_UTILS, "BatchExecutionDescriptor", FIELD,
+                   ("cg_mode", "num_tokens", "num_reqs", "num_active_loras", "num_ubatches"), GRAPH_CHOICE_V2),
+        TouchPoint("vllm.v1.worker.gpu.dp_utils", "dispatch_cg_and_sync_dp", SOURCE,
+                   GRAPH_CHOICE_V2 + ": the step's graph is the manager's answer",
+                   text="batch_desc = cudagraph_manager.dispatch("),
         *same_kind(V2_RUNNER, "GPUModelRunner", INIT_ATTRIBUTE, ("req_states", "sampler", "model_config",
                                                                   "prompt_logprobs_worker"), RUNNER_V2),
         TouchPoint(V2_RUNNER, "GPUModelRunner.model_state", ATTRIBUTE, RUNNER_V2 + " (made as the model loads)"),
@@ -295,9 +335,31 @@ def _attention_backend(module: str, backend: str, builder: str, implementation: 
 
 def attention_backends() -> list[TouchPoint]:
     """runner/backend.py and backend_cuda.py: the Hogwild attention backends over vLLM's CPU and FlashAttention."""
+    graphs = CPU_BACKEND + ": full CUDA graphs on the Triton path (HogwildBuilderMixin.hogwild_freeze)"
     return [
         TouchPoint(ATTENTION_BACKEND, "AttentionCGSupport.NEVER", CONSTANT,
-                   CPU_BACKEND + ": no full CUDA graphs with Hogwild on"),
+                   CPU_BACKEND + ": no full CUDA graphs on the torch path"),
+        TouchPoint(ATTENTION_BACKEND, "AttentionCGSupport.UNIFORM_BATCH", CONSTANT,
+                   CPU_BACKEND + ": full CUDA graphs for uniform decode batches on the Triton path"),
+        TouchPoint(ATTENTION_BACKEND, "AttentionMetadataBuilder.build_for_cudagraph_capture", METHOD, graphs,
+                   params=("self", "common_attn_metadata")),
+        *same_kind(ATTENTION_BACKEND, "AttentionMetadataBuilder", INIT_ATTRIBUTE, ("vllm_config", "kv_cache_spec"),
+                   graphs),
+        TouchPoint("vllm.v1.worker.utils", "AttentionGroup.build_metadata_for_cudagraph_capture", SOURCE,
+                   RUNNER_V1 + ": the V1 runner captures through the builder's method",
+                   text=".build_for_cudagraph_capture(", before="0.34"),
+        TouchPoint("vllm.v1.worker.gpu.attn_utils", "build_attn_metadata", SOURCE,
+                   RUNNER_V2 + ": V2 captures through the builder's method", text="for_cudagraph_capture"),
+        TouchPoint("vllm.config.compilation", "CompilationConfig.max_cudagraph_capture_size", FIELD, graphs),
+        TouchPoint("vllm.config.compilation", "CUDAGraphMode.FULL", CONSTANT, "runner/v1.py, runner/v2.py: "
+                   "install_graph_choice"),
+        TouchPoint("vllm.config.compilation", "CUDAGraphMode.NONE", CONSTANT, GRAPH_CHOICE_V2),
+        TouchPoint("vllm.config", "CUDAGraphMode", CONSTANT, "runner/v1.py, runner/v2.py: install_graph_choice"),
+        TouchPoint("vllm.config.scheduler", "SchedulerConfig.max_num_seqs", FIELD, graphs),
+        TouchPoint("vllm.config.model", "ModelConfig.get_num_attention_heads", METHOD, graphs,
+                   params=("self", "parallel_config")),
+        TouchPoint(KV_CACHE_INTERFACE, "AttentionSpec.head_size", FIELD, graphs),
+        TouchPoint(KV_CACHE_INTERFACE, "AttentionSpec.num_kv_heads", FIELD, CPU_BACKEND + " (the planner's heads)"),
         TouchPoint(ATTENTION_BACKEND, "AttentionMetadataBuilder.device", INIT_ATTRIBUTE,
                    CPU_BACKEND + " (the plan's device)"),
         TouchPoint(ATTENTION_BACKEND, "CommonAttentionMetadata.replace", METHOD,

@@ -42,7 +42,8 @@ from vllm.v1.attention.backends.cpu_attn import (
 
 from vllm_hogwild.attention import segment_attention as sa
 from vllm_hogwild.attention.paths import path_of
-from vllm_hogwild.attention.step_plan import StepPlanner
+from vllm_hogwild.attention.step_plan import PlanCapacityError, StepPlanner
+from vllm_hogwild.core.options import EngineOptions
 from vllm_hogwild.runner.context import StepViews, get_step
 from vllm_hogwild.runner.cpu_layout import probe_k_transposed
 from vllm_hogwild.attention.kv_layout import CpuPagedKV, KVQuant
@@ -144,16 +145,22 @@ class HogwildBuilderMixin:
 
     @classmethod
     def get_cudagraph_support(cls, vllm_config, kv_cache_spec) -> AttentionCGSupport:
-        """No full CUDA graphs with Hogwild on; piecewise graphs stay.
+        """Full CUDA graphs for uniform decode batches on the Triton path; piecewise graphs on the others.
 
-        Attention runs eagerly between the captured pieces of a piecewise graph,
-        so a per-step plan built here in Python stays correct, while a full graph
-        would replay a recorded one. vLLM then resolves its default
-        FULL_AND_PIECEWISE to PIECEWISE (docs/architecture.md). Hogwild off: the
-        platform's own answer.
+        The Triton path's plan lives in buffers a graph captures once (frozen at the first capture, sized for
+        the largest capture size) and its kernels read every per-step count from them, so a graph replays any
+        decode step whose plan fits (docs/architecture.md, "CUDA graphs"); vLLM keeps its default
+        FULL_AND_PIECEWISE. A platform that would replay mixed prefill-decode batches (FlashAttention 3:
+        ALWAYS) is held to UNIFORM_BATCH: a prefill chunk or a re-fed row runs piecewise, as stock runs them
+        with FlashAttention 2. The torch path plans and reads on the host every step: NEVER (vLLM then
+        resolves FULL_AND_PIECEWISE to PIECEWISE). Hogwild off: the platform's own answer.
         """
-        if path_of(vllm_config.additional_config) is None:
-            return super().get_cudagraph_support(vllm_config, kv_cache_spec)
+        native = super().get_cudagraph_support(vllm_config, kv_cache_spec)
+        path = path_of(vllm_config.additional_config)
+        if path is None:
+            return native
+        if path == "triton":
+            return min(native, AttentionCGSupport.UNIFORM_BATCH, key=lambda support: support.value)
         return AttentionCGSupport.NEVER
 
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
@@ -179,15 +186,65 @@ class HogwildBuilderMixin:
         step = get_step()
         views = hogwild_views if hogwild_views is not None else step.views
         rows = rows_for_step(views, common_attn_metadata) if self.hogwild_path else None
+        planner = self.hogwild_planner if self.hogwild_path else None
         if not rows:
+            if planner is not None and planner.frozen:
+                planner.empty()  # a replayed graph finds no row of an earlier step
             return super().build(common_prefix_len, common_attn_metadata, fast_build)
-        # No cascade (shared-prefix) attention over rows whose native context was cut short.
-        metadata = super().build(0, without_native_context(common_attn_metadata, rows), fast_build)
-        plan = sa.plan_rows(self.hogwild_path, rows.query_rows(), self.hogwild_block_size, self.hogwild_rope,
-                            num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
-                            flat=(rows.columns, rows.flat_token), planner=self.hogwild_planner)
+        # A step replaying a full graph keeps the native metadata as the graph captured it (its kernels read
+        # the buffers the metadata was captured with): the Hogwild rows' native output is then computed over
+        # their own lane and overwritten. Otherwise each Hogwild row's native context is its query tokens alone;
+        # either way no cascade (shared-prefix) attention.
+        native = common_attn_metadata if step.full_graph else without_native_context(common_attn_metadata, rows)
+        metadata = super().build(0, native, fast_build)
+        plan_rows = lambda p: sa.plan_rows(  # noqa: E731
+            self.hogwild_path, rows.query_rows(), self.hogwild_block_size, self.hogwild_rope,
+            num_tokens=common_attn_metadata.num_actual_tokens, device=self.device,
+            flat=(rows.columns, rows.flat_token), planner=p)
+        try:
+            plan = plan_rows(planner)
+        except PlanCapacityError:
+            if step.full_graph:  # the adapter's bound let through a step the captured buffers cannot hold
+                raise RuntimeError("Hogwild: a step replaying a full CUDA graph does not fit the plan buffers "
+                                   "the graph captured (a bug: the runner's adapter should have kept it eager)")
+            plan = plan_rows(None)  # an eager step: a plan of its own
         step.add_plan(metadata, HogwildPlan(plan, self.hogwild_k_transposed))
         return metadata
+
+    def build_for_cudagraph_capture(self, common_attn_metadata):
+        """The capture of a full CUDA graph (vLLM's dummy decode batch, no Hogwild row): the native metadata, and
+        on the Triton path an empty plan on the frozen buffers, so that the graph records the two segment
+        attention launches of every layer; each later step writes its plan into those buffers."""
+        metadata = super().build_for_cudagraph_capture(common_attn_metadata)
+        if self.hogwild_path == "triton":
+            planner = self.hogwild_planner
+            if not planner.frozen:
+                self.hogwild_freeze()
+            plan = sa.SegmentAttentionPlan(sa.PlanMode.TRITON, common_attn_metadata.num_actual_tokens,
+                                           self.hogwild_rope, items=planner.empty())
+            get_step().add_plan(metadata, HogwildPlan(plan, self.hogwild_k_transposed))
+        return metadata
+
+    def hogwild_freeze(self) -> None:
+        """Size the plan buffers for the largest batch a full graph replays, and freeze them: decode rows of up
+        to ``max_cudagraph_capture_size`` tokens, each reading at most ``2 * (max_workers + 2)`` pairs (a
+        ``contiguous`` group's view, any prompt split), over as many lanes as ``max_num_seqs`` groups of
+        ``max_workers`` hold, of up to ``max_model_len`` tokens. A step that may need more runs without the
+        full graph (the runner's adapter decides from :meth:`~vllm_hogwild.core.views.registry.ViewRegistry.
+        max_pairs` before vLLM chooses the step's graph)."""
+        config = self.vllm_config
+        rows = config.compilation_config.max_cudagraph_capture_size or config.scheduler_config.max_num_seqs
+        lanes = EngineOptions.from_additional_config(config.additional_config).max_workers
+        pairs = rows * 2 * (lanes + 2)
+        slots = config.scheduler_config.max_num_seqs * lanes
+        max_blocks = -(-config.model_config.max_model_len // self.hogwild_block_size)
+        planner = self.hogwild_planner
+        planner.reserve(rows=rows, pairs=pairs, items=pairs, slots=slots, max_blocks=max_blocks)
+        planner.freeze(config.model_config.get_num_attention_heads(config.parallel_config),
+                       self.kv_cache_spec.head_size)
+        step = get_step()
+        room = (rows, pairs, slots)
+        step.graph_room = room if step.graph_room is None else tuple(min(a, b) for a, b in zip(room, step.graph_room))
 
 
 class HogwildImplMixin:

@@ -37,6 +37,14 @@ class StepContext:
     forced: dict[int, int] = field(default_factory=dict)
     fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]] | None = None  # the wire's forced tokens fed this step
     _plans: list[tuple[Any, Any]] = field(default_factory=list)  # (metadata, its HogwildPlan), this step's
+    # Full CUDA graphs (the Triton path): the room the builders' frozen plan buffers have, (rows, pairs, lane
+    # slots), once captured (None: no full graph holds a Hogwild plan); whether this step's Hogwild rows may
+    # need more (the runner's adapter then keeps the step from replaying a full graph); and whether the step
+    # replays one (the builders then leave the native metadata as the graph captured it). The adapter sets
+    # the last two each step, before vLLM chooses the step's graph: reset() leaves them.
+    graph_room: tuple[int, int, int] | None = None
+    eager_attention: bool = False
+    full_graph: bool = False
 
     def publish(self, *, views: StepViews | None = None, forced: dict[int, int] | None = None,
                 fed_ahead: Mapping[str, tuple[int, tuple[int, ...]]] | None = None) -> None:

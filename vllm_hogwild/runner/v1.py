@@ -86,6 +86,7 @@ def install(runner: Any) -> None:
 
     def prepare_inputs(scheduler_output, *args, **kwargs):
         wire = core.begin(scheduler_output)  # never let a previous step's views outlive it
+        core.before_graph_choice(scheduler_output)  # vLLM chooses the step's CUDA graph after this method
         restore_generators(runner.input_batch, set_aside)
         if wire is not None and wire.fed_ahead:
             context.publish(fed_ahead=wire.fed_ahead)
@@ -131,6 +132,25 @@ def install(runner: Any) -> None:
         setattr(runner, DRAFT_METHOD, propose_without_views)
     if getattr(runner, "speculative_config", None) is not None:
         install_sampler_forcing(runner.sampler)  # no logits processors with speculation
+    install_graph_choice(runner.cudagraph_dispatcher, core)
+
+
+def install_graph_choice(dispatcher, core: WorkerCore) -> None:
+    """Wrap the runner's CUDA graph dispatcher's ``dispatch`` (this instance): a step whose Hogwild rows may not
+    fit the captured plan buffers is kept off full graphs (piecewise then, as stock runs a batch no full graph
+    holds), and a full graph's choice is recorded for the builders."""
+    from vllm.config import CUDAGraphMode
+
+    original = dispatcher.dispatch
+
+    def dispatch(*args, **kwargs):
+        if core.context.eager_attention:
+            kwargs["invalid_modes"] = {*(kwargs.get("invalid_modes") or ()), CUDAGraphMode.FULL}
+        mode, descriptor = original(*args, **kwargs)
+        core.graph_chosen(mode == CUDAGraphMode.FULL)
+        return mode, descriptor
+
+    dispatcher.dispatch = dispatch
 
 
 def batch_rows(runner: Any, scheduler_output: Any, req_ids, lanes) -> list[BatchRow]:

@@ -54,6 +54,7 @@ from vllm_hogwild.runner.worker_core import WorkerCore
 
 
 RUNNER_METHOD = "prepare_inputs"  # of the runner instance
+EXECUTE_METHOD = "execute_model"  # of the runner instance (before V2 chooses the step's CUDA graph)
 ATTENTION_METHOD = "prepare_attn"  # of the runner's model state
 LOGPROBS_METHOD = "compute_prompt_logprobs"  # of the runner's prompt-logprobs worker
 VIEWS_KWARG = "hogwild_views"  # the Hogwild builders' keyword argument (runner/backend.py)
@@ -181,6 +182,17 @@ def install(runner: Any) -> None:
 
     setattr(model_state, ATTENTION_METHOD, prepare_attn_with_views)
 
+    execute = getattr(runner, EXECUTE_METHOD)
+
+    def execute_model(scheduler_output, *args, **kwargs):
+        manager = runner.cudagraph_manager  # (made with the KV cache, after the model loads)
+        if manager is not None and not getattr(manager.dispatch, "_hogwild_hook", False):
+            install_graph_choice(manager, core)
+        core.before_graph_choice(scheduler_output)  # V2 chooses the step's CUDA graph before prepare_inputs
+        return execute(scheduler_output, *args, **kwargs)
+
+    setattr(runner, EXECUTE_METHOD, execute_model)
+
     logprobs_worker = runner.prompt_logprobs_worker
     if logprobs_worker is not None:  # (the last pipeline stage's; Hogwild runs one)
         compute = getattr(logprobs_worker, LOGPROBS_METHOD)
@@ -191,6 +203,27 @@ def install(runner: Any) -> None:
             return fed_ahead_logprobs(runner, fed_ahead, logits_fn, hidden_states, input_batch, out) if fed_ahead else out
 
         setattr(logprobs_worker, LOGPROBS_METHOD, compute_with_fed_ahead)
+
+
+def install_graph_choice(manager, core: WorkerCore) -> None:
+    """Wrap the runner's CUDA graph manager's ``dispatch`` (this instance): a step whose Hogwild rows may not fit
+    the captured plan buffers runs without a full graph (eager, as V2 runs a batch no graph holds), and a full
+    graph's choice is recorded for the builders."""
+    from vllm.config import CUDAGraphMode
+
+    original = manager.dispatch
+
+    def dispatch(num_reqs, num_tokens, *args, **kwargs):
+        descriptor = original(num_reqs, num_tokens, *args, **kwargs)
+        if descriptor.cg_mode == CUDAGraphMode.FULL and core.context.eager_attention:
+            descriptor = type(descriptor)(cg_mode=CUDAGraphMode.NONE, num_tokens=num_tokens, num_reqs=num_reqs,
+                                          num_active_loras=descriptor.num_active_loras,
+                                          num_ubatches=descriptor.num_ubatches)
+        core.graph_chosen(descriptor.cg_mode == CUDAGraphMode.FULL)
+        return descriptor
+
+    dispatch._hogwild_hook = True  # type: ignore[attr-defined]
+    manager.dispatch = dispatch
 
 
 def batch_rows(batch: Any, lanes: Mapping[str, object]) -> list[BatchRow]:

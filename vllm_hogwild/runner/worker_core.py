@@ -57,6 +57,27 @@ class WorkerCore:
         segments = self.registry.apply(wire, rows, block_table)
         return StepViews(segments, tuple(req_ids), num_tokens)
 
+    def before_graph_choice(self, scheduler_output: Any) -> None:
+        """Before vLLM chooses the step's CUDA graph: whether the step's Hogwild rows may need more than the plan
+        buffers a full graph captured (then the adapter keeps the step from replaying one), from a bound that
+        needs no views (:meth:`~vllm_hogwild.core.views.registry.ViewRegistry.max_pairs`); and no full graph
+        chosen yet."""
+        context = self.context
+        context.full_graph = False
+        room = context.graph_room
+        if room is None:
+            context.eager_attention = False
+            return
+        wire = getattr(scheduler_output, STEP_ATTR, None)
+        rows, pairs = self.registry.max_pairs(scheduler_output.num_scheduled_tokens, wire)
+        lanes = self.registry.slots.num_slots + sum(len(s.request_ids) for s in (wire.shapes if wire else ()))
+        context.eager_attention = rows > room[0] or pairs > room[1] or lanes > room[2]
+
+    def graph_chosen(self, full: bool) -> None:
+        """vLLM chose the step's graph (a full one or not). A later choice for the same step (data-parallel
+        ranks agreeing) can only keep a full graph's native metadata, the safe side."""
+        self.context.full_graph |= full
+
     @staticmethod
     def forced_by(wire: StepWire | None, key: Callable[[str], int | None]) -> dict[int, int]:
         """The tokens the step forces, by the key the adapter's logits processor finds its rows with

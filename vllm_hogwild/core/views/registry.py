@@ -77,6 +77,17 @@ class LaneSlots:
             heapq.heappush(self.free, slot)
 
 
+def max_segments(shape: GroupShape, history: int = 0, forks: int = 0) -> int:
+    """At most how many segments a row of a group of this shape reads with ``history`` finished paragraphs, or
+    (fork/join) forks of ``forks`` branches in all: a fork lays each branch in, and the text around it."""
+    lanes = len(shape.request_ids)
+    if shape.layout in ("contiguous", "isolated"):
+        return lanes + 1
+    if shape.layout == FORKJOIN_LAYOUT:
+        return 2 * (lanes + forks) + 2
+    return history + 3 * lanes + len(SEPARATOR_NAMES) + 2
+
+
 @dataclass
 class GroupViews:
     shape: GroupShape
@@ -163,6 +174,12 @@ class GroupViews:
                 out[w] = segments
         return out
 
+    def max_segments(self) -> int:
+        """At most how many segments one of this group's rows reads this step (a bound, for sizing a plan before
+        its views exist): the layout's parts for every lane, the history so far and a paragraph a lane joining it."""
+        forks = sum(len(f.lanes) + 1 for f in self.fork.forks) if self.fork is not None else 0
+        return max_segments(self.shape, len(self.history), forks)
+
     def replay(self, replay: GroupReplay, block_table: BlockTable) -> dict[int, tuple[tuple[Segment, ...], ...]]:
         """Each re-fed token's segments, by lane, in position order; a lane whose tokens all read their own
         lane alone (prompt tokens, the isolated layout) is left out: plain attention."""
@@ -228,6 +245,24 @@ class ViewRegistry:
     lanes: dict[str, tuple[GroupViews, int]] = field(default_factory=dict)  # request id -> its group and lane
     plain_replay: bool = False  # a control for the tests: re-fed tokens read their own lane only (wrong)
     slots: LaneSlots = field(default_factory=LaneSlots)
+
+    def max_pairs(self, scheduled: Mapping[str, int], wire: StepWire | None) -> tuple[int, int]:
+        """Before a step's views exist: at most how many Hogwild rows (one a query token) and plan pairs (two a
+        segment at most) the step's ``scheduled`` requests (request id -> tokens fed) make, the groups its
+        ``wire`` sends the shape of included; other requests are plain."""
+        new = {rid: shape for shape in (wire.shapes if wire else ()) for rid in shape.request_ids}
+        rows = pairs = 0
+        for request_id, tokens in scheduled.items():
+            entry = self.lanes.get(request_id)
+            if entry is not None:
+                bound = entry[0].max_segments()
+            elif request_id in new:
+                bound = max_segments(new[request_id])
+            else:
+                continue
+            rows += tokens
+            pairs += 2 * tokens * bound
+        return rows, pairs
 
     def apply(self, wire: StepWire | None, batch: Callable[[Mapping[str, object]], Iterable[BatchRow]] = lambda _: (),
               block_table: BlockTable = lambda request_id: None) -> StepSegments:
