@@ -43,9 +43,9 @@ def select_classes(engine_args, platform=None) -> None:
     elif platform.is_cuda():
         engine_args.worker_cls = CUDA_WORKER_CLS
         _select_flash_attention(engine_args)
-        # Whichever model runner vLLM chooses (select_runner). CUDA graphs stay on: the Hogwild builders report
-        # no full-graph support, so vLLM keeps piecewise graphs, between whose pieces attention (and its
-        # per-step plan) runs eagerly (docs/architecture.md).
+        # Whichever model runner vLLM chooses (select_runner). CUDA graphs stay on: on the Triton path the
+        # Hogwild builders support full graphs for decode batches (their plan lives in buffers a graph captures),
+        # on the torch path piecewise graphs only (docs/architecture.md, "CUDA graphs").
         path = resolve_here("cuda")
     else:
         raise HogwildOptionError("additional_config.hogwild",

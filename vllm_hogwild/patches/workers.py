@@ -347,7 +347,7 @@ def attention_backends() -> list[TouchPoint]:
                    graphs),
         TouchPoint("vllm.v1.worker.utils", "AttentionGroup.build_metadata_for_cudagraph_capture", SOURCE,
                    RUNNER_V1 + ": the V1 runner captures through the builder's method",
-                   text=".build_for_cudagraph_capture(", before="0.34"),
+                   text=".build_for_cudagraph_capture(", **V1_ONLY),
         TouchPoint("vllm.v1.worker.gpu.attn_utils", "build_attn_metadata", SOURCE,
                    RUNNER_V2 + ": V2 captures through the builder's method", text="for_cudagraph_capture"),
         TouchPoint("vllm.config.compilation", "CompilationConfig.max_cudagraph_capture_size", FIELD, graphs),
