@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 
-GRAPH_LAYERS, GRAPH_STEPS = 32, 10  # the decode-step graph (the CPU smoke: 2 layers, 12 steps)
+GRAPH_LAYERS, GRAPH_STEPS = 32, 10  # the decode-step graph (the CPU smoke: 2 layers, 10 steps)
 
 
 def graph_decode(torch, sa, m, n: int, view_len: int, smoke: bool, device, first_block: int,
@@ -22,7 +22,7 @@ def graph_decode(torch, sa, m, n: int, view_len: int, smoke: bool, device, first
     from vllm_hogwild.core.views.rope import RopeSpec
     from vllm_hogwild.core.views.spans import SegmentColumns, build_views
 
-    layers, steps = (2, 12) if smoke else (GRAPH_LAYERS, GRAPH_STEPS)
+    layers, steps = (2, 10) if smoke else (GRAPH_LAYERS, GRAPH_STEPS)
     dtype = getattr(torch, m.dtype)
     gen = torch.Generator(device=device).manual_seed(11)
     prompt = view_len // 2
