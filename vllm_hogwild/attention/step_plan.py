@@ -242,12 +242,14 @@ def _same_key(key: tuple, columns: SegmentColumns, tokens: array) -> bool:
 
 
 def _shape(columns: SegmentColumns, tokens: array, lane_of: torch.Tensor, lanes: LaneTable, bs: int,
-           end: torch.Tensor, delta: torch.Tensor) -> _Shape:
+           end: torch.Tensor, delta: torch.Tensor, keep: torch.Tensor | None = None) -> _Shape:
     """The step's items from scratch (a structure change: a group admitted or gone, a row joining or leaving, a
-    fork or a join, a replay)."""
+    fork or a join, a replay); ``keep``: the segments to read (None: all)."""
     num_rows = len(columns)
     tab, start = _longs(columns.table), _longs(columns.start)
     seg_row = torch.repeat_interleave(_longs(columns.row_ptr).diff())
+    if keep is not None:
+        tab, start, end, delta, seg_row = tab[keep], start[keep], end[keep], delta[keep], seg_row[keep]
     lane = lane_of[tab]
     shared = lanes.split[lane] * bs  # positions before it are read through the canonical row
     split = start < shared
@@ -306,8 +308,9 @@ def host_items(columns: SegmentColumns, tokens: Sequence[int], lanes: LaneTable,
         if bool(past.any()):
             s = int(past.nonzero()[0, 0])
             raise ValueError(f"segment ends at {int(end[s])} past its {int(lens[tab[s]])} blocks")
-        if not bool((end > _longs(columns.start)).all()):  # empty segments: left out (rare)
-            return _without_empty(columns, tokens, lanes, bs), None, False
+        keep = end > _longs(columns.start)
+        if not bool(keep.all()):  # empty segments (rare): left out, and the shape not kept for the next step
+            return _shape(columns, tokens, lane_of, lanes, bs, end, delta, keep).items, None, False
     kept = (last is not None and last.lanes_version == lanes.version and _same_key(last.key, columns, tokens)
             and bool(torch.equal(end[last.split_segments] > last.split_shared, last.split_tail)))
     if not kept:
@@ -321,20 +324,6 @@ def host_items(columns: SegmentColumns, tokens: Sequence[int], lanes: LaneTable,
     h.pair_end, h.pair_delta = end.clone(), delta.clone()
     h.item_end = _item_end(len(h.item_end), h.pair_item, h.pair_end)
     return h, last, True
-
-
-def _without_empty(columns: SegmentColumns, tokens: array, lanes: LaneTable, bs: int) -> HostItems:
-    """The columns less their empty segments, planned from scratch."""
-    keep = (_longs(columns.end) > _longs(columns.start)).tolist()
-    out = SegmentColumns()
-    out.tables, out.slots, out.gens = columns.tables, columns.slots, columns.gens
-    for r in range(len(columns)):
-        for s in range(columns.row_ptr[r], columns.row_ptr[r + 1]):
-            if keep[s]:
-                out._segment(columns.table[s], columns.start[s], columns.end[s], columns.delta[s])
-        out.row_ptr.append(len(out.start))
-    lane_of, _ = lanes.sync(out.tables, out.slots, out.gens)
-    return _shape(out, tokens, lane_of, lanes, bs, _longs(out.end), _longs(out.delta)).items
 
 
 class StepPlanner:
