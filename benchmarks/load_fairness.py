@@ -1,6 +1,6 @@
 """Fairness under load: plain requests' latency against Hogwild groups', through a running server, over rounds.
 
-    python -c "from pathlib import Path; from vllm_hogwild.tools.tiny_model import build_tiny_llama; \\
+    python -c "from pathlib import Path; from vllm_hogwild.models.tiny import build_tiny_llama; \\
                build_tiny_llama(Path('/tmp/tiny-llama'))"
     vllm serve /tmp/tiny-llama --plugin hogwild --hogwild-max-workers 4 --block-size 32 \\
         --num-gpu-blocks-override 72 --max-num-seqs 64 --hogwild-client-patterns off \\

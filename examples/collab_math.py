@@ -32,7 +32,7 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     from vllm_hogwild.core.protocol.collab import answer, render_transcript, transcript
-    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.models.default import prepare
 
     llm = LLM(model=args.model or str(prepare()), dtype="float32", enforce_eager=True, max_model_len=4096,
               additional_config={"hogwild": {"max_workers": 8}})

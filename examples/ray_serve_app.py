@@ -147,7 +147,7 @@ def app_builder(args: dict) -> serve.Application:
     """
     model = args.get("model") or os.environ.get("HOGWILD_MODEL")
     if not model:
-        from vllm_hogwild.tools.default_model import prepare
+        from vllm_hogwild.models.default import prepare
 
         model = str(prepare(verbose=False))
     vllm_args = args.get("vllm_args", [])

@@ -17,7 +17,7 @@ if TEST_RUNNER == "v2":
     runpy.run_path(str(shim / "sitecustomize.py"))  # this process started before PYTHONPATH named the shim
 
 # The tiny test model's vocabulary: SmolLM2's whole one, or (V2, whose samplers scan it in interpreted kernels)
-# its first 1,024 tokens (vllm_hogwild/tools/tiny_model.py). Random prompt ids stay below PROMPT_ID_TOP.
+# its first 1,024 tokens (vllm_hogwild/models/tiny.py). Random prompt ids stay below PROMPT_ID_TOP.
 TEST_VOCAB = int(os.environ.get("VLLM_HOGWILD_TEST_VOCAB", 1024 if TEST_RUNNER == "v2" else 49152))
 PROMPT_ID_TOP = min(40000, TEST_VOCAB)
 # Token budgets of the tests whose engine forces text: the cut vocabulary spends about twice the tokens on the same

@@ -4,13 +4,13 @@
                                               [--layouts contiguous isolated interleaved] [--json F] [--plot F]
 
 Every task lists 12 to 24 numbers (``--seed`` draws them) to be written in
-Roman numerals (:mod:`vllm_hogwild.tools.roman`); the collaborator
-(:mod:`vllm_hogwild.tools.collaborator`) runs as a Hogwild group of N workers
+Roman numerals (:mod:`vllm_hogwild.tasks.roman`); the collaborator
+(:mod:`vllm_hogwild.models.roman_collaborator`) runs as a Hogwild group of N workers
 in raw mode, sampled at temperature 1 with ``min_p`` 0.2 and the request's
 seed (worker i: seed + i). For each N and layout, over the same tasks:
 
 - ``accuracy``: the share of tasks whose workers' entries, together, give every
-  number exactly its numeral (:func:`vllm_hogwild.tools.roman.check`);
+  number exactly its numeral (:func:`vllm_hogwild.tasks.roman.check`);
 - ``mean_sequential_steps``: engine steps until the group's last worker ended
   (its longest output, end of sequence included);
 - ``duplicated_items``: entries beyond the first for a number, per task;
@@ -39,9 +39,11 @@ import random
 import statistics
 import time
 
-from vllm_hogwild.tools import planner, roman
-from vllm_hogwild.tools import solve
-from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
+from vllm_hogwild.tools import planner
+
+from vllm_hogwild.tasks import roman
+from vllm_hogwild.models import solve
+from vllm_hogwild.models.roman_collaborator import MIN_P, TEMPERATURE
 
 
 def add_arguments(parser) -> None:
@@ -97,20 +99,21 @@ def answer(llm, args) -> dict:
 
 
 LINKS_ITEMS = (16, 20)  # paths per task (the links generator's default)
-SPLITS = ("round-robin split", "ideal policy", "longest-first (true cost)", "makespan bound")
+SPLITS = ("round-robin split", "split + cancel", "ideal policy", "longest-first (true cost)", "makespan bound")
 
 
 def links_answer(llm, args) -> dict:
     """The links collaborator on ``--mode`` tasks: every layout that runs, and beside them, from the true costs
-    of the same tasks, the splits made in advance and the bounds (:mod:`vllm_hogwild.tools.links`)."""
-    from vllm_hogwild.tools import links as L
-    from vllm_hogwild.tools.links_collaborator import MIN_P as LP, TEMPERATURE as LT
+    of the same tasks, the splits made in advance and the bounds (:mod:`vllm_hogwild.tasks.links`)."""
+    from vllm_hogwild.tasks import links as L
+    from vllm_hogwild.models.links_collaborator import MIN_P as LP, TEMPERATURE as LT
 
     lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else LINKS_ITEMS
     tasks = L.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
     results, per_task = run_layouts(args, tasks,
                                     lambda n, layout: solve.run_links_groups(llm, tasks, n, layout, args.seed), L.check)
-    computed = {"round-robin split": L.round_robin_steps, "ideal policy": L.ideal_steps,
+    computed = {"round-robin split": L.round_robin_steps, "split + cancel": L.split_cancel_steps,
+                "ideal policy": L.ideal_steps,
                 "longest-first (true cost)": L.longest_first_steps, "makespan bound": L.makespan_bound}
     for n in args.workers:
         for name, steps_of in computed.items():
@@ -120,10 +123,12 @@ def links_answer(llm, args) -> dict:
         results.append(links_policy_row(tasks, n, args.seed))
     one = next(r for r in results if r["workers"] == 1 and r["layout"] in ("contiguous", "round-robin split"))
     rr = {r["workers"]: r["mean_sequential_steps"] for r in results if r["layout"] == "round-robin split"}
+    cancel = {r["workers"]: r["mean_sequential_steps"] for r in results if r["layout"] == "split + cancel"}
     ideal = {r["workers"]: r["mean_sequential_steps"] for r in results if r["layout"] == "ideal policy"}
     for r in results:
         r["steps_vs_one_worker"] = r["mean_sequential_steps"] / one["mean_sequential_steps"]
         r["steps_vs_round_robin"] = r["mean_sequential_steps"] / rr[r["workers"]]
+        r["steps_vs_split_cancel"] = r["mean_sequential_steps"] / cancel[r["workers"]]
         r["steps_vs_ideal"] = r["mean_sequential_steps"] / ideal[r["workers"]]
     costs = [c for t in tasks for c in t.costs()]
     report = {"benchmark": "answer", "task": "links", "mode": args.mode, "results": results,
@@ -137,7 +142,8 @@ def links_answer(llm, args) -> dict:
 
 def links_policy_row(tasks, num_workers: int, seed: int) -> dict:
     """The policy the links collaborator imitates, run in simulated lock-step (no model)."""
-    from vllm_hogwild.tools import links as L, links_collaborator as C
+    from vllm_hogwild.tasks import links as L
+    from vllm_hogwild.models import links_collaborator as C
 
     vocab, rng = C.LinksVocab.build(), random.Random(seed)
     runs = [C.simulate(vocab, t, num_workers, rng) for t in tasks]
@@ -151,7 +157,7 @@ def links_policy_row(tasks, num_workers: int, seed: int) -> dict:
 def policy_row(tasks: list[roman.Task], num_workers: int, seed: int) -> dict:
     """The policy the model imitates, run on the simulated contiguous views (no model): what a perfect
     imitation would take."""
-    from vllm_hogwild.tools import collaborator as C
+    from vllm_hogwild.models import roman_collaborator as C
 
     vocab, rng = C.Vocab.build(), random.Random(seed)
     runs = [C.simulate(vocab, t, num_workers, "contiguous", rng, keep_views=False) for t in tasks]
@@ -205,7 +211,7 @@ def forkjoin_answer(llm, args) -> dict:
     steps against the same document decoded one after another, and the control: a join that reads no branch."""
     from vllm import SamplingParams
 
-    from vllm_hogwild.tools import collaborator_forkjoin as F
+    from vllm_hogwild.models import collaborator_forkjoin as F
 
     tasks = roman.make_tasks(args.tasks, args.seed, args.min_items, args.max_items)
     t0 = time.perf_counter()
@@ -305,12 +311,13 @@ def markdown(report: dict) -> str:
         return "\n".join([head, "|---|---:|---:|---:|---:|---:|---:|---:|", *body])
     if report.get("task") == "links":
         head = ("| workers | layout | tasks | accuracy | mean sequential steps | vs 1 worker | vs round-robin split | "
-                "vs ideal policy | duplicated items | wall s |")
+                "vs split + cancel | vs ideal policy | duplicated items | wall s |")
         body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "
                 f"{r['mean_sequential_steps']:.1f} | {_fmt(r['steps_vs_one_worker'])}x | "
-                f"{_fmt(r['steps_vs_round_robin'])}x | {_fmt(r['steps_vs_ideal'])}x | {_fmt(r['duplicated_items'])} | "
+                f"{_fmt(r['steps_vs_round_robin'])}x | {_fmt(r['steps_vs_split_cancel'])}x | "
+                f"{_fmt(r['steps_vs_ideal'])}x | {_fmt(r['duplicated_items'])} | "
                 f"{_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
-        lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
+        lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
     else:
         head = "| workers | layout | tasks | accuracy | mean sequential steps | steps vs 1 worker | duplicated items | wall s |"
         body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "
@@ -342,7 +349,7 @@ def plot(report: dict, ax) -> None:
         return
     if report.get("task") == "links":  # steps against N: every run, every split, the ideal policy, the bound
         styles = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-.",
-                  "round-robin split": "d-", "ideal policy": "*-", "longest-first (true cost)": "v--",
+                  "round-robin split": "d-", "split + cancel": "D--", "ideal policy": "*-", "longest-first (true cost)": "v--",
                   "makespan bound": "k:", "policy (simulated)": "+:"}
         for layout, style in styles.items():
             pts = sorted((r for r in report["results"] if r["layout"] == layout or (

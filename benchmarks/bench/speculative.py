@@ -66,8 +66,8 @@ def speculative(llm, args) -> dict:
     from vllm import SamplingParams
 
     from vllm_hogwild.scheduler.scheduler import HogwildScheduler  # noqa: F401  (the plugin is installed)
-    from vllm_hogwild.tools.default_model import prepare
-    from vllm_hogwild.tools.tiny_model import build_tiny_llama
+    from vllm_hogwild.models.default import prepare
+    from vllm_hogwild.models.tiny import build_tiny_llama
 
     model = str(build_tiny_llama()) if args.model == "tiny" else args.model or str(prepare())
     length = max(2048, 16 * args.items + max(args.workers) * args.max_tokens + 64)

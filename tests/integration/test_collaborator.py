@@ -16,10 +16,10 @@ from benchmarks import bench
 from benchmarks.bench import answer as answer_bench
 from tests.hogwild_checks import check_trained_folder
 from tests.integration.conftest import make_llm, shutdown
-from vllm_hogwild.tools import roman
-from vllm_hogwild.tools import collaborator as C
-from vllm_hogwild.tools import solve
-from vllm_hogwild.tools import collaborator_forkjoin as F
+from vllm_hogwild.tasks import roman
+from vllm_hogwild.models import roman_collaborator as C
+from vllm_hogwild.models import solve
+from vllm_hogwild.models import collaborator_forkjoin as F
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -111,7 +111,7 @@ def test_training_is_seeded_and_reproducible(tmp_path) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from vllm_hogwild.tools.train import train
+    from vllm_hogwild.training.train import train
 
     a = train(tmp_path / "a", steps=3, batch_size=4, num_layers=1, hidden=64, log_every=1)
     b = train(tmp_path / "b", steps=3, batch_size=4, num_layers=1, hidden=64, log_every=1)

@@ -19,7 +19,7 @@ TOLERANCE = 2e-3
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.models.default import prepare
 
     return prepare(verbose=False)
 

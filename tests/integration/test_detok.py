@@ -12,7 +12,7 @@ pytestmark = pytest.mark.vllm
 def _tokenizer():
     from vllm.tokenizers import get_tokenizer
 
-    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.models.default import prepare
 
     return get_tokenizer(str(prepare(verbose=False)))
 

@@ -9,9 +9,9 @@ import pytest
 
 from benchmarks import bench
 from tests.integration.conftest import make_llm, shutdown
-from vllm_hogwild.tools import links as L
-from vllm_hogwild.tools import links_collaborator as C
-from vllm_hogwild.tools import solve
+from vllm_hogwild.tasks import links as L
+from vllm_hogwild.models import links_collaborator as C
+from vllm_hogwild.models import solve
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -84,12 +84,12 @@ def test_oracle_tells_views_apart(raw_runs, oracle) -> None:
 
 
 def test_the_training_forward_computes_what_the_engine_computes(raw_runs, tiny_model) -> None:
-    """The links collaborator's training forward (vllm_hogwild/tools/lockstep.py: every token's K/V in its writer's
+    """The links collaborator's training forward (vllm_hogwild/models/lockstep.py: every token's K/V in its writer's
     view at its step, read at the readers' view positions) gives the engine's logprobs; the flat pass over each
     reader's view (co-workers' K/V recomputed in the reader's context) does not."""
     from transformers import AutoModelForCausalLM
 
-    from vllm_hogwild.tools.lockstep import TrainingGroup, flat_logprobs, group_logprobs
+    from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float64).eval()
     for case in (1, 2):  # 2 and 4 workers

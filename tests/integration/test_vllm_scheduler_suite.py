@@ -28,7 +28,7 @@ and the runs use it offline (``HF_HOME``, ``HF_HUB_OFFLINE=1``):
 
 - ``facebook/opt-125m``: config only, ``OPTConfig()`` with opt-125m's values
   (its defaults) and its generation config, plus the default model's tokenizer
-  (SmolLM2's, :func:`vllm_hogwild.tools.default_model.prepare`);
+  (SmolLM2's, :func:`vllm_hogwild.models.default.prepare`);
 - ``llava-hf/llava-1.5-7b-hf``: config only, a ``LlavaConfig`` with the real
   repository's values, and a ``LlavaProcessor`` (CLIP image processor, the
   same tokenizer with ``<image>`` added); written only where ``torchvision`` is
@@ -168,7 +168,7 @@ def _hub_cache(hf_home: Path) -> None:
     """Config-only stand-ins for the hub models the tests name, as a Hugging Face cache (see the module doc)."""
     from transformers import GenerationConfig, OPTConfig
 
-    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.models.default import prepare
 
     tokenizer_dir = prepare()
     revision = "0" * 40

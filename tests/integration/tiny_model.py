@@ -8,14 +8,14 @@ from pathlib import Path
 
 import torch
 
-from vllm_hogwild.tools.tiny_model import TOKENIZER_FILES, build_tiny_llama  # noqa: F401
+from vllm_hogwild.models.tiny import TOKENIZER_FILES, build_tiny_llama  # noqa: F401
 
 
 def build_tiny_gpt2(folder: Path) -> Path:
     """A tiny random GPT-2 (learned absolute positions, no RoPE) with SmolLM2's tokenizer."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.models.default import prepare
 
     if (folder / "config.json").exists():
         return folder

@@ -22,7 +22,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from vllm_hogwild.tools.default_model import cache_dir
+from vllm_hogwild.models.default import cache_dir
 
 VLLM_VERSION = "0.32.0"
 SDIST_NAME = f"vllm-{VLLM_VERSION}.tar.gz"

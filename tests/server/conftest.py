@@ -97,6 +97,6 @@ class Server:
 
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
-    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.models.default import prepare
 
     return prepare(verbose=False)

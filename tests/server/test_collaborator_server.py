@@ -1,6 +1,6 @@
 """`vllm serve <the trained collaborator> --plugin hogwild`, called with the stock `openai` client.
 
-One server for the module. Every answer is checked (:func:`vllm_hogwild.tools.roman.check`), and a group of
+One server for the module. Every answer is checked (:func:`vllm_hogwild.tasks.roman.check`), and a group of
 4 that reads each other finishes in fewer steps than one worker, through both routes, whole and streamed.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tests.server.conftest import Server
-from vllm_hogwild.tools import roman
-from vllm_hogwild.tools import solve
-from vllm_hogwild.tools.collaborator import model_dir
+from vllm_hogwild.tasks import roman
+from vllm_hogwild.models import solve
+from vllm_hogwild.models.roman_collaborator import model_dir
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
@@ -47,7 +47,7 @@ def _tokens(tokenizer, texts: list[str]) -> int:
 
 
 def test_completions_four_workers_answer_in_fewer_steps(server) -> None:
-    from vllm_hogwild.tools.collaborator import build_tokenizer
+    from vllm_hogwild.models.roman_collaborator import build_tokenizer
 
     tok = build_tokenizer()
     client = _client(server)

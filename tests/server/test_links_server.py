@@ -15,9 +15,9 @@ import pytest
 
 from tests.hogwild_checks import check_trained_folder, max_err
 from tests.server.conftest import Server
-from vllm_hogwild.tools import links as L
-from vllm_hogwild.tools import links_collaborator as C
-from vllm_hogwild.tools import solve
+from vllm_hogwild.tasks import links as L
+from vllm_hogwild.models import links_collaborator as C
+from vllm_hogwild.models import solve
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server]
 
@@ -70,7 +70,7 @@ def test_the_training_forward_gives_the_servers_logprobs(server) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from vllm_hogwild.tools.lockstep import TrainingGroup, flat_logprobs, group_logprobs
+    from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(C.model_dir(), dtype=torch.float32).eval()
     vocab = C.LinksVocab.build()

@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from vllm_hogwild.tools import roman
+from vllm_hogwild.tasks import roman
 from vllm_hogwild.core.views.spans import contiguous_views
-from vllm_hogwild.tools import collaborator as C
+from vllm_hogwild.models import roman_collaborator as C
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_forkjoin_training_tree_is_the_engines_views(tok, vocab) -> None:
     """Every token of a training request sits where the engine's fork/join views put it, and reads what they
     show: the text before the fork and its own branch (a branch), or everything (after the join)."""
     from vllm_hogwild.core.views.forks import ForkNode, ForkState, fork_view
-    from vllm_hogwild.tools import collaborator_forkjoin as F
+    from vllm_hogwild.models import collaborator_forkjoin as F
 
     task = roman.make_task(7, 3)
     request = F.sample_request(task, random.Random(1))

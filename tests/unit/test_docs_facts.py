@@ -511,7 +511,7 @@ def test_every_python_m_module_the_docs_name_exists() -> None:
     for path in MARKDOWN:
         named |= {m.rstrip(".") for m in re.findall(r"python -m\s+([\w.]+)", path.read_text())}
     ours = {m for m in named if m.split(".")[0] in ("vllm_hogwild", "benchmarks", "tools", "tests")}
-    assert "vllm_hogwild.tools.demo" in ours and "vllm_hogwild.tools.default_model" in ours
+    assert "vllm_hogwild.tools.demo" in ours and "vllm_hogwild.models.default" in ours
     missing = sorted(m for m in ours if _module_file(m) is None)
     assert not missing, missing
 
@@ -536,7 +536,7 @@ def test_every_relative_link_resolves() -> None:
 
 def test_every_cache_path_is_the_codes(monkeypatch) -> None:
     from tools.upstream import default_cache
-    from vllm_hogwild.tools.default_model import cache_dir
+    from vllm_hogwild.models.default import cache_dir
 
     monkeypatch.delenv("VLLM_HOGWILD_CACHE", raising=False)
     monkeypatch.delenv("VLLM_HOGWILD_UPSTREAM_CACHE", raising=False)

@@ -131,10 +131,10 @@ def test_class_wraps_are_the_rows_and_live_in_the_folder() -> None:
 
 def test_the_class_wrap_check_misses_a_wrap_without_a_row(tmp_path) -> None:
     """The control: one more wrap function in an area module is one the rows do not name."""
-    source = (FOLDER / "metrics.py").read_text() + "\n\ndef extra_wrap(original, self):\n    return original(self)\n"
-    (tmp_path / "metrics.py").write_text(source)
-    named = {h.hook.partition(":")[2] for h in hooks.HOOKS if h.where == "vllm_hogwild.patches.metrics"}
-    assert _wrappers(tmp_path / "metrics.py") - named == {"extra_wrap"}
+    source = (FOLDER / "stat_logger.py").read_text() + "\n\ndef extra_wrap(original, self):\n    return original(self)\n"
+    (tmp_path / "stat_logger.py").write_text(source)
+    named = {h.hook.partition(":")[2] for h in hooks.HOOKS if h.where == "vllm_hogwild.patches.stat_logger"}
+    assert _wrappers(tmp_path / "stat_logger.py") - named == {"extra_wrap"}
 
 
 def test_every_diff_in_the_folder_is_named_by_a_hook_or_says_what_it_retires() -> None:

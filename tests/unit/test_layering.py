@@ -49,6 +49,7 @@ CLEAN = {
     "core/log.py": "import logging\n",
     "core/options.py": "import torch\nfrom toy_hogwild.core.log import logging\n",
     "core/errors.py": "",
+    "core/machine.py": "import os\n",
     "core/patterns.py": "from toy_hogwild.core.errors import *\n",
     "core/protocol_text.py": "from toy_hogwild.core import patterns\n",
     "core/stats.py": "",
@@ -84,6 +85,12 @@ CLEAN = {
         "from toy_hogwild.serving import metrics\nfrom toy_hogwild.runner import forcing\n"
     ),
     "plugin.py": "from toy_hogwild import patches\n",
+    "tasks/__init__.py": "",
+    "tasks/links.py": "import random\n",
+    "models/__init__.py": "",
+    "models/solve.py": "import torch\nimport vllm\nfrom toy_hogwild.tasks import links\n",
+    "training/__init__.py": "",
+    "training/train_links.py": "from toy_hogwild.models import solve\nfrom toy_hogwild.tasks import links\n",
     "tools/__init__.py": "",
     "tools/demo.py": "import vllm\nfrom toy_hogwild import plugin, switch\nfrom toy_hogwild.scheduler import scheduler\n",
 }
@@ -176,6 +183,30 @@ VIOLATIONS = {
         "core's sub-packages: a subsystem imports only from the ones below it",
         f"{TOY}.core.extra",
     ),
+    "tasks-torch": (
+        "tasks/links.py",
+        "import torch\n",
+        "The tasks are pure: no torch, no vLLM, nothing else of the package",
+        f"{TOY}.tasks.links -> torch",
+    ),
+    "tasks-core": (
+        "tasks/links.py",
+        "def log():\n    from toy_hogwild.core import log\n",
+        "The tasks are pure: no torch, no vLLM, nothing else of the package",
+        f"{TOY}.tasks.links -> {TOY}.core.log",
+    ),
+    "models-training": (
+        "models/solve.py",
+        "def runs():\n    from toy_hogwild.training import train_links\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.models.solve -> {TOY}.training.train_links",
+    ),
+    "training-tools": (
+        "training/train_links.py",
+        "from toy_hogwild.tools import demo\n",
+        "Layers: a package imports only from the layers below it",
+        f"{TOY}.training.train_links -> {TOY}.tools.demo",
+    ),
     "new-top-level-module": (
         "extra.py",
         "",
@@ -239,6 +270,15 @@ def test_the_package_imports_no_development_folder():
     offenders = {str(p.relative_to(ROOT)): sorted(_imported_tops(p) & set(DEV_FOLDERS))
                  for p in (ROOT / "vllm_hogwild").rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_no_two_modules_of_the_package_share_a_file_name():
+    """A file name says which module it is: ``metrics.py`` in two folders is two names for a reader to keep apart."""
+    seen: dict[str, list[str]] = {}
+    for path in (ROOT / "vllm_hogwild").rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: where for name, where in seen.items() if len(where) > 1}
 
 
 def test_the_package_ships_no_development_folder():

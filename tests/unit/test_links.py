@@ -1,4 +1,4 @@
-"""The links task (vllm_hogwild/tools/links.py) and its collaborator's policy (links_collaborator.py): generator,
+"""The links task (vllm_hogwild/tasks/links.py) and its collaborator's policy (links_collaborator.py): generator,
 prompt, checker, the splits' costs, the tokenizer and the lock-step simulation. No vLLM."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from vllm_hogwild.tools import links as L
-from vllm_hogwild.tools import links_collaborator as C
+from vllm_hogwild.tasks import links as L
+from vllm_hogwild.models import links_collaborator as C
 
 
 def test_the_generator_is_seeded_and_its_prompt_reads_back() -> None:
@@ -82,6 +82,19 @@ def test_the_splits_costs() -> None:
     assert L.ideal_steps(task, 1) == sum(costs[:a + 1]) + 1
     assert L.round_robin_steps(task, 1) == sum(costs[:a + 1]) + 1
     assert L.makespan_bound(task, 4) == costs[a] + 1
+
+
+def test_the_split_with_cancel_stops_in_the_step_the_find_is_written() -> None:
+    task = L.make_task(9, 5, "find")
+    costs, a = task.costs(), task.answer_index
+    for n in (1, 2, 4, 8):
+        share = range(a % n, a + 1, n)  # the finder's share up to the find, whole, in order
+        assert L.split_cancel_steps(task, n) == sum(costs[i] for i in share) + 1
+        assert L.split_cancel_steps(task, n) <= L.round_robin_steps(task, n)
+    tasks = L.make_tasks(200, 3, "find")
+    assert sum(map(lambda t: L.split_cancel_steps(t, 4), tasks)) < sum(map(lambda t: L.round_robin_steps(t, 4), tasks))
+    every = L.make_tasks(20, 3)  # all mode: nothing to cancel
+    assert [L.split_cancel_steps(t, 4) for t in every] == [L.round_robin_steps(t, 4) for t in every]
 
 
 @pytest.mark.parametrize("call, field", [
@@ -165,7 +178,7 @@ def test_the_trainer_writes_a_plain_llama_whose_links_are_sums(tmp_path) -> None
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from vllm_hogwild.tools.train_links import train
+    from vllm_hogwild.training.train_links import train
 
     a = train(tmp_path / "a", steps=2, num_layers=1, hidden=32, threads=1, log_every=1)
     b = train(tmp_path / "b", steps=2, num_layers=1, hidden=32, threads=1, log_every=1)
@@ -204,7 +217,7 @@ def test_a_sampled_run_is_labeled_by_the_policy_and_what_it_cannot_label_is_not_
     from each token's view; after a node the table has no link from there is none, and such a token weighs 0."""
     import json
 
-    from vllm_hogwild.tools import train_links as T
+    from vllm_hogwild.training import train_links as T
 
     vocab = C.LinksVocab.build()
     task = L.make_task(4, 5, "find")

@@ -1,4 +1,4 @@
-"""The training forward (vllm_hogwild/tools/lockstep.py) computes what the engine computes: against the dense
+"""The training forward (vllm_hogwild/models/lockstep.py) computes what the engine computes: against the dense
 float64 oracle (tests/hogwild_oracle.py, written from the design alone), batched and alone, with a control (the flat
 pass over each reader's view) that misses. No vLLM."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.hogwild_oracle import DenseHogwild
-from vllm_hogwild.tools.lockstep import TrainingGroup, flat_logprobs, group_logits, group_logprobs
+from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logits, group_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_hogwild.tools import roman
+from vllm_hogwild.tasks import roman
 
 
 def test_numerals() -> None:

@@ -42,7 +42,7 @@ from .runtime import RuntimeReader, check_runtime
 from .source import SourceTree, release_version
 from .static import StaticReader, check_static
 from .syntax import ClassRef, External, Module
-from vllm_hogwild.patches.table import SET_ATTRIBUTES, TOUCH_POINTS
+from vllm_hogwild.patches.touch_points import SET_ATTRIBUTES, TOUCH_POINTS
 
 __all__ = [
     "ABSTRACT", "ATTRIBUTE", "CHANGED", "CLASS", "CONSTANT", "DEFAULT_INDEX", "DEFAULT_JSON", "ENV_VAR", "FIELD",

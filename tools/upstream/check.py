@@ -23,7 +23,7 @@ from vllm_hogwild.patches.points import (ABSTRACT, ATTRIBUTE, CLASS, CONSTANT, E
                     NO_DEFAULT, READS, SETTABLE, SOURCE, TouchPoint)
 from .source import SourceTree
 from .syntax import ClassRef, find_text, signature
-from vllm_hogwild.patches.table import TOUCH_POINTS
+from vllm_hogwild.patches.touch_points import TOUCH_POINTS
 
 OK, CHANGED, MISSING = "OK", "CHANGED", "MISSING"
 

@@ -9,8 +9,10 @@ One sub-package per subsystem, over shared base modules. Layers, highest first (
 - ``views`` | ``replay``: what each worker reads (and RoPE) | the step log and replay;
 - the base modules: ``options`` (engine and request options), ``protocol_text`` (the protocol's
   words), ``patterns`` (RE2 patterns), ``wire`` (engine core to worker processes), ``stats`` and
-  ``stats_channel`` (metrics to the front end), ``errors``, ``log``.
+  ``stats_channel`` (metrics to the front end), ``errors``, ``log``, ``machine`` (the CPU a measurement ran
+  on: benchmarks and training records).
 
-Each package's ``__init__`` says what it owns and who calls it. The user's tools that only use
-``core`` (the planner, the Roman-numeral task) live in :mod:`vllm_hogwild.tools`.
+Each package's ``__init__`` says what it owns and who calls it. The tasks, models, training and the
+user's commands live in :mod:`vllm_hogwild.tasks`, :mod:`vllm_hogwild.models`, :mod:`vllm_hogwild.training` and
+:mod:`vllm_hogwild.tools`.
 """

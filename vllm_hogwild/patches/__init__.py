@@ -21,7 +21,7 @@ how to apply them (a source-distribution file, not in the wheel):
 - :mod:`.workers`: the model runner, attention backends, forcing, CPU
   sampling fixes (03, 09, 11).
 
-:mod:`.table` joins them into :data:`TOUCH_POINTS`, the one table (a row with
+:mod:`.touch_points` joins them into :data:`TOUCH_POINTS`, the one table (a row with
 a hook is a runtime hook; :data:`HOOKS` lists them). :func:`install` wraps
 every ``class`` hook's target, once per process, from
 :func:`vllm_hogwild.plugin.register`; each wrap calls straight through unless
@@ -37,7 +37,7 @@ import functools
 import importlib
 
 from vllm_hogwild.patches.points import Hook, TouchPoint
-from vllm_hogwild.patches.table import HOOKS, SET_ATTRIBUTES, TOUCH_POINTS
+from vllm_hogwild.patches.touch_points import HOOKS, SET_ATTRIBUTES, TOUCH_POINTS
 
 __all__ = ["HOOKS", "SET_ATTRIBUTES", "TOUCH_POINTS", "Hook", "TouchPoint", "install"]
 

@@ -1,6 +1,6 @@
 """A Hogwild request in the front end: parsed once, checked before any work, stamped for the engine core.
 
-What the request hooks (:mod:`vllm_hogwild.patches.requests`, in the order a
+What the request hooks (:mod:`vllm_hogwild.patches.request_hooks`, in the order a
 request meets them) check and build: the options parsed once per request
 (:func:`parsed`: the first hook keeps them, :class:`Parsed`, in the request's
 extra args where it owns that dict, the server's request or a copy of the

@@ -4,10 +4,10 @@
     python -m vllm_hogwild.tools.demo --roman [--items 20] ...  # the Roman-numeral collaborator
     python -m vllm_hogwild.tools.demo --smollm2 [--help]      # the SmolLM2 collab demo
 
-By default the task is a *find* (:mod:`vllm_hogwild.tools.links`): a table of
+By default the task is a *find* (:mod:`vllm_hogwild.tasks.links`): a table of
 links and a list of lettered starts, and exactly one start's path ends at the
 goal the prompt names (``Z``). What a path costs nobody knows until it is
-followed. The links collaborator (:mod:`vllm_hogwild.tools.links_collaborator`,
+followed. The links collaborator (:mod:`vllm_hogwild.models.links_collaborator`,
 shipped in the package) takes a start by writing its letter, follows its path
 link by link, and a co-worker that reads the claim takes another start; a
 worker that reads a co-worker's find stops. With one shared KV cache, a co-worker's tokens are
@@ -104,7 +104,7 @@ def smollm2_demo(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     prompt_text = args.prompt or DEFAULT_PROMPTS[args.protocol]
 
-    from vllm_hogwild.tools.default_model import prepare
+    from vllm_hogwild.models.default import prepare
 
     model = args.model or str(prepare())
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -178,7 +178,7 @@ class ClaimBoard:
         self.claimed: dict[int, list[str]] = {}
 
     def update(self, step: int, worker: int, text: str) -> None:
-        from vllm_hogwild.tools import roman
+        from vllm_hogwild.tasks import roman
 
         entries, _ = roman.parse(text)
         for number, numeral in entries[self.num_entries[worker]:]:
@@ -194,8 +194,8 @@ def run_task(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     """One group (``num_workers`` 1: a plain request) on ``task``, its claims printed as they are written."""
     from vllm.sampling_params import RequestOutputKind
 
-    from vllm_hogwild.tools import roman
-    from vllm_hogwild.tools import solve
+    from vllm_hogwild.tasks import roman
+    from vllm_hogwild.models import solve
 
     params = solve.params(num_workers, layout, seed, solve.budget(task.num_items))
     params.output_kind = RequestOutputKind.CUMULATIVE  # every engine step's text (LLM.enqueue asks for the last only)
@@ -229,13 +229,13 @@ class PathBoard:
 
     def start(self, letter: str) -> str:
         """``b=12``: a claimed letter and the start it names (``?`` for a letter no start has)."""
-        from vllm_hogwild.tools import links
+        from vllm_hogwild.tasks import links
 
         index = links.SLOTS.index(letter)
         return f"{letter}={self.task.starts[index] if index < len(self.task.starts) else '?'}"
 
     def update(self, step: int, worker: int, text: str) -> None:
-        from vllm_hogwild.tools import links
+        from vllm_hogwild.tasks import links
 
         entries, _ = links.parse(text, allow_unfinished=True)
         for index, nodes, found in entries[self.num_entries[worker]:]:
@@ -253,7 +253,9 @@ def run_links(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     """One group (``num_workers`` 1: a plain request) on a links task, printed as it is written."""
     from vllm.sampling_params import RequestOutputKind
 
-    from vllm_hogwild.tools import links, solve
+    from vllm_hogwild.tasks import links
+
+    from vllm_hogwild.models import solve
 
     params = solve.links_params(num_workers, layout, seed, solve.links_budget([task]))
     params.output_kind = RequestOutputKind.CUMULATIVE
@@ -287,14 +289,14 @@ def links_demo(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 8:
         parser.error("--workers: 1 to 8")
-    from vllm_hogwild.tools import links
+    from vllm_hogwild.tasks import links
 
     try:
         task = links.make_task(args.items, args.seed, args.mode)
     except ValueError as err:
         parser.error(f"--{err}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    from vllm_hogwild.tools import solve
+    from vllm_hogwild.models import solve
 
     t0 = time.perf_counter()
     llm = solve.links_engine(args.model)
@@ -374,14 +376,14 @@ def _main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 8:
         parser.error("--workers: 1 to 8")
-    from vllm_hogwild.tools import roman
+    from vllm_hogwild.tasks import roman
 
     try:
         task = roman.make_task(args.items, args.seed)
     except ValueError as err:
         parser.error(f"--{err}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    from vllm_hogwild.tools import solve
+    from vllm_hogwild.models import solve
 
     t0 = time.perf_counter()
     llm = solve.engine(args.model)

@@ -1,8 +1,8 @@
-"""The links collaborator: a small Llama trained to share :mod:`vllm_hogwild.tools.links` tasks with its co-workers.
+"""The links collaborator: a small Llama trained to share :mod:`vllm_hogwild.tasks.links` tasks with its co-workers.
 
 It is trained on what the engine computes for a Hogwild group in raw mode (``contiguous`` layout): every token's
 K/V computed once, in its writer's own view at the step it was written, and read by co-workers at their view
-positions (:func:`vllm_hogwild.tools.lockstep.group_logits`, teacher forced over whole groups simulated in
+positions (:func:`vllm_hogwild.models.lockstep.group_logits`, teacher forced over whole groups simulated in
 lock-step). A co-worker's token written at step ``j`` is read from step ``j + 1``; workers that claim in the same
 step collide and both do the item.
 
@@ -27,7 +27,7 @@ source's token, then the one after it: an induction head, which this 4-layer mod
 steps on two cores, where it learns the one-token lookup in about six hundred; see ``docs/user_guide.md``). In
 training a link token's embedding is the sum of its source's and its end's (:func:`link_parts`), so that what is
 learned of one link carries to every other; the shipped weights hold the sums. The weights ship in
-``vllm_hogwild/models/links-collaborator``, trained in phases by ``python -m vllm_hogwild.tools.train_links``, the
+``vllm_hogwild/models/links-collaborator``, trained in phases by ``python -m vllm_hogwild.training.train_links``, the
 later ones on the engine's own runs of the phase before (:func:`labeled_run`; the phases and their commands are in
 ``docs/user_guide.md`` and the folder's ``training.json``).
 """
@@ -40,11 +40,11 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hogwild.tools import links as L
-from vllm_hogwild.tools.collaborator import BOS, EOS, PAD, _byte_chars, bpe_tokenizer, write_tokenizer
+from vllm_hogwild.tasks import links as L
+from vllm_hogwild.models.roman_collaborator import BOS, EOS, PAD, _byte_chars, bpe_tokenizer, write_tokenizer
 
 TEMPERATURE, MIN_P = 1.0, 0.2  # how it is sampled: claims keep their spread, paths their argmax
-MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "links-collaborator"
+MODEL_DIR = Path(__file__).resolve().parent / "links-collaborator"
 _HEADS = (L.LINKS_HEAD, f"\n{L.STARTS_HEAD}", f"\n{L.FIND_HEAD}", f"\n{L.PATHS_HEAD}")
 
 
@@ -260,7 +260,7 @@ def labeled_run(vocab: LinksVocab, task: L.LinksTask, outputs: Sequence[Sequence
     token ``j`` written at step ``j``): the policy's target for every token from the view it was written from, or
     ``None`` where the policy has none (the token after a node the table has no link from, or after a letter no
     start has: the worker is already wrong there, and what follows is not taught)."""
-    from vllm_hogwild.tools.lockstep import TrainingGroup
+    from vllm_hogwild.models.lockstep import TrainingGroup
 
     reader = Reader(task, vocab)
     targets = [[] for _ in outputs]

@@ -46,7 +46,7 @@ from vllm_hogwild.patches.points import TouchPoint, class_wrap, same_kind  # noq
 
 NO_PATCH_ACCEPT_STEPS = ("none: a per-token accept-step field in vLLM's CompletionOutput is a public-API change "
                          "to propose upstream, not a hook to retire")
-_HERE = "vllm_hogwild.patches.requests"
+_HERE = "vllm_hogwild.patches.request_hooks"
 _COMPLETION = "vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion"
 _CHAT = "vllm.entrypoints.openai.chat_completion.serving:OpenAIServingChat"
 

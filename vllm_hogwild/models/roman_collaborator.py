@@ -29,7 +29,7 @@ after a space then one token per letter. That a claim and a listed number are
 different tokens is what lets a small model learn quickly which numbers are
 left: the listed ones, less the claimed ones, each a kind of token it can
 attend to. The weights ship in ``vllm_hogwild/models/collaborator``
-(:func:`model_dir`); ``python -m vllm_hogwild.tools.train`` rebuilds them.
+(:func:`model_dir`); ``python -m vllm_hogwild.training.train`` rebuilds them.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from vllm_hogwild.tools import roman
+from vllm_hogwild.tasks import roman
 from vllm_hogwild.core.protocol.paragraphs import ParagraphTracker
 from vllm_hogwild.core.views.spans import build_views
 
@@ -49,7 +49,7 @@ BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 TEMPERATURE, MIN_P = 1.0, 0.2  # how the collaborator is sampled: the claims keep their spread, numerals their argmax
 TRAIN_LAYOUTS = ("contiguous", "interleaved")
 STEP_END = ";"  # each entry is a paragraph of the layouts with a shared history
-MODEL_DIR = Path(__file__).resolve().parent.parent / "models" / "collaborator"
+MODEL_DIR = Path(__file__).resolve().parent / "collaborator"
 CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
 # Words the prompt uses whole (anything else still encodes, byte by byte).
 _WORDS = ("Roman", "Ġnumerals", "Answers", "ĠAnswers", "Ġ=", "ĠI", "ĠV", "ĠX", "ĠL",
@@ -58,7 +58,7 @@ _WORDS = ("Roman", "Ġnumerals", "Answers", "ĠAnswers", "Ġ=", "ĠI", "ĠV", "�
 
 def model_dir() -> Path:
     """The folder of the shipped collaborator (an HF folder vLLM loads as it is). The same model serves Hogwild
-    groups (this module) and fork/join requests (:mod:`vllm_hogwild.tools.collaborator_forkjoin`)."""
+    groups (this module) and fork/join requests (:mod:`vllm_hogwild.models.collaborator_forkjoin`)."""
     return MODEL_DIR
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 
-from vllm_hogwild.tools import roman
-from vllm_hogwild.tools.collaborator import MIN_P, TEMPERATURE
+from vllm_hogwild.tasks import roman
+from vllm_hogwild.models.roman_collaborator import MIN_P, TEMPERATURE
 
 LAYOUTS = ("contiguous", "isolated", "interleaved", "greedy")  # greedy: contiguous, every worker top_k=1
 TOKENS_PER_ITEM = 10  # each worker's budget per listed number: an entry takes 5 to 11 tokens
@@ -22,12 +22,14 @@ def engine(model: str | None, protocol: str = "raw"):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM
 
-    from vllm_hogwild.tools import collaborator, collaborator_forkjoin
+    from vllm_hogwild.models import roman_collaborator as collaborator
+
+    from vllm_hogwild.models import collaborator_forkjoin
 
     default = collaborator_forkjoin.model_dir() if protocol == "multiverse" else collaborator.model_dir()
     if model is None and not (default / "config.json").exists():
         raise ValueError(f"--model: no trained model ships in {default} yet; train one with `python -m "
-                         f"vllm_hogwild.tools.train --protocols {protocol} --out DIR` and pass --model DIR")
+                         f"vllm_hogwild.training.train --protocols {protocol} --out DIR` and pass --model DIR")
     return LLM(model=model or str(default), dtype="float32", enforce_eager=True, seed=0,
                max_model_len=MAX_MODEL_LEN, max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
 
@@ -77,7 +79,7 @@ def forkjoin_params(seed: int):
 
 def forkjoin_score(task: roman.Task, output):
     """``(score, tree)`` of one fork/join request's output."""
-    from vllm_hogwild.tools import collaborator_forkjoin as F
+    from vllm_hogwild.models import collaborator_forkjoin as F
 
     completion = output.outputs[0]
     tree = completion.hogwild or {}
@@ -88,7 +90,7 @@ def forkjoin_score(task: roman.Task, output):
 
 
 
-# -- the links collaborator (vllm_hogwild.tools.links) -------------------------------------------------------------
+# -- the links collaborator (vllm_hogwild.tasks.links) -------------------------------------------------------------
 
 LINKS_MAX_MODEL_LEN = 4096  # the links collaborator's max_position_embeddings
 
@@ -98,12 +100,12 @@ def links_engine(model: str | None = None, **kwargs):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM
 
-    from vllm_hogwild.tools import links_collaborator
+    from vllm_hogwild.models import links_collaborator
 
     default = links_collaborator.model_dir()
     if model is None and not (default / "config.json").exists():
         raise ValueError(f"--model: no trained links collaborator ships in {default} yet; train one with "
-                         "`python -m vllm_hogwild.tools.train_links --out DIR` and pass --model DIR")
+                         "`python -m vllm_hogwild.training.train_links --out DIR` and pass --model DIR")
     args = dict(model=model or str(default), dtype="float32", enforce_eager=True, seed=0,
                 max_model_len=LINKS_MAX_MODEL_LEN, max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
     args.update(kwargs)
@@ -119,8 +121,8 @@ def links_params(num_workers: int, layout: str, seed: int, max_tokens: int):
     """A links group's sampling; ``interleaved`` (a control) reads a co-worker's entry once it is finished."""
     from vllm import SamplingParams
 
-    from vllm_hogwild.tools.links_collaborator import MIN_P as LINKS_MIN_P
-    from vllm_hogwild.tools.links_collaborator import TEMPERATURE as LINKS_TEMPERATURE
+    from vllm_hogwild.models.links_collaborator import MIN_P as LINKS_MIN_P
+    from vllm_hogwild.models.links_collaborator import TEMPERATURE as LINKS_TEMPERATURE
 
     hogwild = {"layout": "contiguous" if layout == "greedy" else layout, "protocol": "raw"}
     if layout == "interleaved":

@@ -11,7 +11,7 @@ less. The tests that run Model Runner V2 under Triton's interpreter use it
 (``tests/conftest.py``), where V2's samplers scan the vocabulary in
 interpreted kernels (0.43 s a row at 49,152 tokens, 10 ms at 1,024).
 
-    python -m vllm_hogwild.tools.tiny_model      # prints the folder, building it if needed
+    python -m vllm_hogwild.models.tiny      # prints the folder, building it if needed
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def build_tiny_llama(folder: Path | None = None, seed: int = 0, num_layers: int 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from vllm_hogwild.tools.default_model import cache_dir, prepare
+    from vllm_hogwild.models.default import cache_dir, prepare
 
     cut = "" if vocab_size == SMOLLM2_VOCAB else f"-v{vocab_size}"
     folder = Path(folder) if folder is not None else cache_dir() / f"tiny-llama-{num_layers}-{seed}{cut}"

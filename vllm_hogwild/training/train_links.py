@@ -1,10 +1,10 @@
-"""Train the links collaborator (:mod:`vllm_hogwild.tools.links_collaborator`) on what the engine computes.
+"""Train the links collaborator (:mod:`vllm_hogwild.models.links_collaborator`) on what the engine computes.
 
-    python -m vllm_hogwild.tools.train_links [--out DIR] [--steps 1500] [--seed 0] [--threads 2]
+    python -m vllm_hogwild.training.train_links [--out DIR] [--steps 1500] [--seed 0] [--threads 2]
 
 Each batch is whole groups simulated in lock-step (the same number of workers in a batch), every worker's every
 output token labeled with the policy's target for the view it was written from, and the logits are the engine's:
-:func:`vllm_hogwild.tools.lockstep.group_logits` computes each token's K/V in its writer's own view at its step
+:func:`vllm_hogwild.models.lockstep.group_logits` computes each token's K/V in its writer's own view at its step
 and lets co-workers read it at their view positions, as vLLM's KV cache and Hogwild's attention do. Tasks start
 at :data:`FIRST_ITEMS` paths and grow by one after each batch whose next-node accuracy reaches :data:`GROW_AT`, up
 to :data:`MAX_ITEMS` (a run whose tasks grew on a schedule, from 1 path to 22 over 450 steps, had not learned to
@@ -13,8 +13,8 @@ its source's and its end's (:class:`FactoredTable`); the folder holds the sums, 
 stored in float16 (the engine computes in float32). Seeded and reproducible on one machine (the same seed, steps
 and thread count give the same weights). Without ``--out`` it writes a fresh folder under the cache.
 
-    python -m vllm_hogwild.tools.train_links --sample-runs RUNS --init DIR [--groups 256] [--seed K]
-    python -m vllm_hogwild.tools.train_links --init DIR --runs RUNS --out NEXT ...
+    python -m vllm_hogwild.training.train_links --sample-runs RUNS --init DIR [--groups 256] [--seed K]
+    python -m vllm_hogwild.training.train_links --init DIR --runs RUNS --out NEXT ...
 
 The first lets the engine run a trained folder and writes its runs; the second trains the next phase on them as
 well (:data:`RUNS_SHARE` of the batches), every token labeled with the policy's target from its view. The shipped
@@ -32,10 +32,10 @@ import random
 import time
 from pathlib import Path
 
-from vllm_hogwild.tools import links as L
-from vllm_hogwild.tools import links_collaborator as C
-from vllm_hogwild.tools.lockstep import group_logits
-from vllm_hogwild.tools.machine import machine
+from vllm_hogwild.tasks import links as L
+from vllm_hogwild.models import links_collaborator as C
+from vllm_hogwild.models.lockstep import group_logits
+from vllm_hogwild.core.machine import machine
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's (and its end of sequence, when all are claimed)
 END_WEIGHT, FOUND_WEIGHT = 4.0, 16.0  # find mode: a path's end, ";" or (the terminal to find) "!"
@@ -246,7 +246,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
                   flush=True)
     seconds = time.perf_counter() - t0
     export(model, table, config, out)
-    record = {"command": "python -m vllm_hogwild.tools.train_links", "steps": steps, "lr": lr, "seed": seed,
+    record = {"command": "python -m vllm_hogwild.training.train_links", "steps": steps, "lr": lr, "seed": seed,
               "num_layers": num_layers, "hidden": hidden, "threads": threads, "tokens_per_batch": TOKENS_PER_BATCH,
               "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
                                                           "max_items": MAX_ITEMS, "grew": grew},
@@ -278,7 +278,7 @@ def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0) -> Non
     header, then a task and each worker's output tokens a line). Training on these runs, every token labeled with what the policy would
     have written from that view, teaches the model to go on right from where its own sampling takes it (a claim
     of a taken start, a wrong find), which runs of the policy alone never show it."""
-    from vllm_hogwild.tools import solve
+    from vllm_hogwild.models import solve
 
     rng = random.Random(seed)
     llm = solve.links_engine(str(model))
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--{name}: at least 1")
     out = args.out
     if out is None:
-        from vllm_hogwild.tools.default_model import cache_dir
+        from vllm_hogwild.models.default import cache_dir
 
         out = cache_dir() / f"links-collaborator-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads, init=args.init,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vllm_hogwild.patches import config, engine_core, metrics, outputs, requests, workers
+from vllm_hogwild.patches import config, engine_core, outputs, request_hooks, stat_logger, workers
 from vllm_hogwild.patches.points import (CONSTANT, FUNCTION, INIT_ATTRIBUTE, METHOD, SETTABLE, Hook,
                                          TouchPoint)
 
-AREAS = (config, requests, metrics, outputs, engine_core, workers)
+AREAS = (config, request_hooks, stat_logger, outputs, engine_core, workers)
 _HOOKABLE = (METHOD, FUNCTION, CONSTANT, INIT_ATTRIBUTE)  # the kinds of row a hook can mark
 
 

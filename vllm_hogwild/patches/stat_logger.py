@@ -21,7 +21,7 @@ from vllm_hogwild.patches.points import TouchPoint, class_wrap  # noqa: F401
 
 HOOKS = {
     "vllm.v1.metrics.loggers:StatLoggerManager.__init__":
-        class_wrap("vllm_hogwild.patches.metrics", "hook_stat_logger_manager_init", "06-scheduler-plugin-stats.patch"),
+        class_wrap("vllm_hogwild.patches.stat_logger", "hook_stat_logger_manager_init", "06-scheduler-plugin-stats.patch"),
 }
 
 

@@ -9,8 +9,9 @@ what is left when it is free, finish sooner. Two modes:
 
 - **all**: every start's path is the answer;
 - **find**: exactly one start's path ends at the goal, the terminal :data:`GOAL` (``Z``) the prompt names; the
-  group is done when that one is found and written. A worker that reads a co-worker's find can stop; a split made in advance cannot (no worker knows
-  what the others found), so it runs every share to its end.
+  group is done when that one is found and written. A worker that reads a co-worker's find can stop; so can a
+  split made in advance whose client cancels the other requests at the find (:func:`split_cancel_steps`, the
+  honest baseline in this mode), which needs no reading at all.
 
 The text (one node a token for the trained collaborator's tokenizer)::
 
@@ -312,6 +313,19 @@ def round_robin_steps(task: LinksTask, num_workers: int) -> int:
                 break
         totals.append(total)
     return max(totals) + 1
+
+
+def split_cancel_steps(task: LinksTask, num_workers: int) -> int:
+    """The round-robin split whose client cancels the rest at the find: worker ``i`` does items ``i, i + N, ...``
+    whole, in order (made in advance, nobody reads a co-worker), and in find mode the group ends in the step the
+    find is written (any client cancels its other requests there; the engine's answer pattern ends a group
+    there). In all mode nothing is cancelled: :func:`round_robin_steps`."""
+    _check_int("num_workers", num_workers, 1, 64)
+    answer = task.answer_index
+    if answer is None:
+        return round_robin_steps(task, num_workers)
+    costs = task.costs()
+    return sum(costs[i] for i in range(answer % num_workers, answer + 1, num_workers)) + 1
 
 
 def ideal_steps(task: LinksTask, num_workers: int) -> int:

@@ -1,6 +1,6 @@
-"""Train the collaborator (:mod:`vllm_hogwild.tools.collaborator`): a small Llama vLLM loads unchanged.
+"""Train the collaborator (:mod:`vllm_hogwild.models.roman_collaborator`): a small Llama vLLM loads unchanged.
 
-    python -m vllm_hogwild.tools.train [--out DIR] [--steps 2400] [--seed 0] [--protocols raw multiverse]
+    python -m vllm_hogwild.training.train [--out DIR] [--steps 2400] [--seed 0] [--protocols raw multiverse]
                                        [--eval 32]
 
 Seeded and reproducible on one machine: the same seed, steps and thread count
@@ -30,9 +30,9 @@ import time
 from itertools import islice
 from pathlib import Path
 
-from vllm_hogwild.tools import roman
-from vllm_hogwild.tools import collaborator as C
-from vllm_hogwild.tools.machine import machine
+from vllm_hogwild.tasks import roman
+from vllm_hogwild.models import roman_collaborator as C
+from vllm_hogwild.core.machine import machine
 
 
 
@@ -47,7 +47,7 @@ def batches(protocol: str, vocab: C.Vocab, seed: int, batch_size: int, end_rule:
         while True:
             ids, target, mask = C.batch(vocab, list(islice(stream, batch_size)))
             yield {"input_ids": ids}, target, mask
-    from vllm_hogwild.tools import collaborator_forkjoin as F
+    from vllm_hogwild.models import collaborator_forkjoin as F
 
     stream = F.examples(vocab, seed)
     while True:
@@ -108,7 +108,7 @@ def train(out: Path, steps: int = 2400, batch_size: int = 32, lr: float = 3e-3, 
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
     C.save_tokenizer(out)
-    record = {"command": "python -m vllm_hogwild.tools.train", "protocols": list(protocols), "end_rule": end_rule, "lookup_weight": lookup_weight, "steps": steps,
+    record = {"command": "python -m vllm_hogwild.training.train", "protocols": list(protocols), "end_rule": end_rule, "lookup_weight": lookup_weight, "steps": steps,
               "batch_size": batch_size, "lr": lr,
               "seed": seed, "num_layers": num_layers, "hidden": hidden, "threads": threads,
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--{name.replace('_', '-')}: at least 1")
     out = args.out
     if out is None:
-        from vllm_hogwild.tools.default_model import cache_dir
+        from vllm_hogwild.models.default import cache_dir
 
         out = cache_dir() / f"collaborator-{'-'.join(args.protocols)}-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.batch_size, args.lr, args.seed, args.layers, args.hidden, args.threads,

@@ -6,7 +6,7 @@ ordinary Hugging Face folders best, so the GGUF is dequantized once with
 safetensors, tokenizer with its chat template) in a cache directory. Later
 calls return the folder at once. No hub is contacted.
 
-    python -m vllm_hogwild.tools.default_model      # prints the folder, preparing it if needed
+    python -m vllm_hogwild.models.default      # prints the folder, preparing it if needed
 """
 
 from __future__ import annotations

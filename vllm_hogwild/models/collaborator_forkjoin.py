@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from vllm_hogwild.tools import roman
-from vllm_hogwild.tools.collaborator import CLAIM_WEIGHT, MODEL_DIR, Vocab, build_tokenizer, put_target
+from vllm_hogwild.tasks import roman
+from vllm_hogwild.models.roman_collaborator import CLAIM_WEIGHT, MODEL_DIR, Vocab, build_tokenizer, put_target
 
 MAX_PATHS = 4
 FORKJOIN_MODEL_DIR = MODEL_DIR.parent / "collaborator-multiverse"

@@ -1,0 +1,10 @@
+"""Training the collaborators (commands; CPU, seeded, reproducible on one machine):
+
+- ``python -m vllm_hogwild.training.train``: the Roman-numerals and fork/join collaborators;
+- ``python -m vllm_hogwild.training.train_links``: the links collaborator, in phases, the later ones on the
+  engine's own runs.
+
+Each writes a plain Llama folder vLLM loads unchanged, with a ``training.json`` of its arguments, loss curve,
+time, machine and commit. Reads :mod:`vllm_hogwild.models` and :mod:`vllm_hogwild.tasks`; nothing but the user's
+commands (:mod:`vllm_hogwild.tools`) sits above it.
+"""
