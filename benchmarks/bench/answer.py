@@ -47,9 +47,10 @@ from vllm_hogwild.models.roman_collaborator import MIN_P, TEMPERATURE
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--task", choices=("roman", "links"), default="roman",
+    parser.add_argument("--task", choices=("roman", "links", "merges"), default="roman",
                         help="roman: Roman numerals (the first collaborator); links: paths through a table of links, "
-                             "costs unknown until done (the links collaborator, --mode all or find)")
+                             "costs unknown until done (the links collaborator, --mode all or find); merges: links "
+                             "whose paths run into each other (every baseline and the simulated policy; no engine)")
     parser.add_argument("--mode", choices=("all", "find"), default="find", help="links: every path, or the one find")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--tasks", type=int, default=64)
@@ -72,6 +73,10 @@ def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
 
 
 def answer(llm, args) -> dict:
+    if args.task == "merges":
+        from .answer_merges import merges_answer
+
+        return merges_answer(args)
     if args.task == "links":
         return links_answer(llm, args)
     if args.protocol == "multiverse":
@@ -303,6 +308,10 @@ def _share(flags) -> float:
 
 
 def markdown(report: dict) -> str:
+    if report.get("task") == "merges":
+        from .answer_merges import markdown as merges_markdown
+
+        return merges_markdown(report)
     if report.get("protocol") == "multiverse":
         head = ("| side | tasks | forked | accuracy | numerals | conclusion | mean sequential steps | wall s |")
         body = [f"| {r['side']} | {r['tasks']} | {_fmt(r['forked'])} | {_fmt(r['accuracy'])} | "
@@ -347,6 +356,10 @@ def plot(report: dict, ax) -> None:
         ax.bar([r["side"] for r in pts], [r["mean_sequential_steps"] for r in pts], label="mean sequential steps")
         ax.set(ylabel="sequential decode steps", title="Fork/join collaborator")
         return
+    if report.get("task") == "merges":
+        from .answer_merges import plot as merges_plot
+
+        return merges_plot(report, ax)
     if report.get("task") == "links":  # steps against N: every run, every split, the ideal policy, the bound
         styles = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-.",
                   "round-robin split": "d-", "split + cancel": "D--", "ideal policy": "*-", "longest-first (true cost)": "v--",

@@ -24,7 +24,7 @@ from .throughput import decode, overhead, overhead_side, recompute
 
 def answer(llm, args) -> dict:
     report = answer_bench.answer(llm, args)
-    report.update(machine=c.machine(), dtype="float32", attention=c.attention_of(llm))
+    report.update(machine=c.machine(), dtype="float32", attention=None if llm is None else c.attention_of(llm))
     return report
 
 
@@ -149,8 +149,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    if llm is None and args.command not in ("overhead", "speculative", "verify", "split", "capacity",  # own engines
-                                            "plan"):  # or none
+    computed = args.command == "answer" and args.task == "merges"  # no engine: every row is computed
+    if llm is None and not computed and args.command not in ("overhead", "speculative", "verify", "split",
+                                                             "capacity",  # own engines
+                                                             "plan"):  # or none
         length = 4096
         extra = {}
         if args.command in ("decode", "recompute"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import bench
+from benchmarks.bench import answer as bench_answer
 from tests.integration.conftest import make_llm, shutdown
 from vllm_hogwild.tasks import links as L
 from vllm_hogwild.models import links_collaborator as C
@@ -30,9 +31,7 @@ def test_bench_answer_sets_the_runs_beside_every_split(llm, tmp_path, mode: str)
                                             "--tasks", "4", "--seed", "5", "--json", str(tmp_path / "a.json")])
     report = bench.run(args, llm)
     rows = {(r["workers"], r["layout"]): r for r in report["results"]}
-    splits = {(n, kind) for n in (1, 2, 4) for kind in (*("round-robin split", "ideal policy",
-                                                          "longest-first (true cost)", "makespan bound"),
-                                                        "policy (simulated)")}
+    splits = {(n, kind) for n in (1, 2, 4) for kind in (*bench_answer.SPLITS, "policy (simulated)")}
     runs = {(1, "contiguous")} | {(n, layout) for n in (2, 4) for layout in solve.LAYOUTS}
     assert set(rows) == runs | splits
     assert report["item_cost"]["cv"] > 0.5 and report["mode"] == mode
@@ -40,12 +39,16 @@ def test_bench_answer_sets_the_runs_beside_every_split(llm, tmp_path, mode: str)
         bound = rows[n, "makespan bound"]["mean_sequential_steps"]
         assert bound <= rows[n, "ideal policy"]["mean_sequential_steps"] <= rows[n, "round-robin split"][
             "mean_sequential_steps"]
+        cancel = rows[n, "split + cancel"]  # the honest split in find mode: its client cancels at the find
+        assert bound <= cancel["mean_sequential_steps"] <= rows[n, "round-robin split"]["mean_sequential_steps"]
+        assert (cancel["mean_sequential_steps"] == rows[n, "round-robin split"]["mean_sequential_steps"]) == (
+            mode == "all" or n == 1)
     assert rows[4, "contiguous"]["accuracy"] >= 0.75
     assert rows[4, "contiguous"]["mean_sequential_steps"] < rows[1, "contiguous"]["mean_sequential_steps"]
     png = tmp_path / "links.png"
     bench.plot(report, str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "vs round-robin split" in bench.markdown(report)
+    assert "vs round-robin split" in bench.markdown(report) and "vs split + cancel" in bench.markdown(report)
 
 
 def test_one_worker_is_a_plain_request(llm) -> None:

@@ -427,7 +427,7 @@ def merge_stats(tasks: Sequence[MergesTask]) -> dict:
 # -- runs of a policy, token by token in lock-step (engine steps: each worker's tokens, its end of sequence included)
 
 ASSIGNS = ("claim", "sample", "round-robin")
-READS = ("shared", "own")
+READS = ("shared", "finished", "own")
 EOS = ""  # a worker's end of sequence in :attr:`Run.tokens`
 
 
@@ -444,8 +444,9 @@ class Run:
 def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = "shared", reuse: bool = True,
         cancel: bool = True, rng: random.Random | None = None, max_steps: int = 4096) -> Run:
     """One group's lock-step run of a policy on ``task``: at every step every live worker writes one token, and
-    a token written at step ``j`` is read from step ``j + 1`` (``reads="shared"``: everyone's; ``"own"``: the
-    worker's own lane only, an independent request).
+    a token written at step ``j`` is read from step ``j + 1`` (``reads="shared"``: everyone's; ``"finished"``:
+    everyone's finished entries only, the step after their end, the delayed-visibility control; ``"own"``: the
+    worker's own lane only, an independent request or the isolated control).
 
     - ``assign``: ``"claim"``, a free worker takes the first start nobody has claimed in its view (workers free
       in the same step take distinct ones, in worker order: the ideal, no collision); ``"sample"``, a uniform
@@ -470,7 +471,8 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
     lanes: list[list[str]] = [[] for _ in range(n)]
     current: list[list | None] = [None] * n  # [index, nodes written] of a worker's open entry
     done = [False] * n
-    views = 1 if reads == "shared" else n
+    views = n if reads == "own" else 1
+    pending: list[tuple[set, set]] = [(set(), set()) for _ in range(n)]  # "finished": an open entry's claim, passes
     claimed = [set() for _ in range(views)]
     passed = [set() for _ in range(views)]  # nodes an entry went on past
     written = [set() for _ in range(n)]  # starts each worker's own entries hold right (find mode's stop)
@@ -485,7 +487,7 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
             if done[w]:
                 out.append(None)
                 continue
-            v = 0 if reads == "shared" else w
+            v = w if reads == "own" else 0
             entry_now = current[w]
             if entry_now is None:
                 index = _next_start(assign, share[w], claimed[v] | taking, len(paths), rng)
@@ -511,17 +513,22 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
                 continue
             token, (kind, value) = item[0], item[1] or (None, None)
             lanes[w].append(token)
-            v = 0 if reads == "shared" else w
+            v = w if reads == "own" else 0
+            seen_claims, seen_passes = pending[w] if reads == "finished" else (claimed[v], passed[v])
             if token == EOS:
                 done[w] = True
             elif kind == "claim":
-                claimed[v].add(value)
+                seen_claims.add(value)
                 current[w] = [value, 0]
             else:
                 index, k = current[w]
                 if k >= 1 and token != REFERENCE and isinstance(paths[index][k - 1], int):
-                    passed[v].add(paths[index][k - 1])
+                    seen_passes.add(paths[index][k - 1])
                 if kind == "end":
+                    if reads == "finished":  # the whole entry, read from the next step
+                        claimed[0].update(seen_claims)
+                        passed[0].update(seen_passes)
+                        pending[w] = (set(), set())
                     current[w] = None
                     written[w].add(index)
                     everyone.add(index)

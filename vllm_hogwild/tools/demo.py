@@ -317,9 +317,14 @@ def links_demo(argv: list[str]) -> None:
         runs.append(run)
     one, group = runs
     split = links.round_robin_steps(task, args.workers)
+    cancel = links.split_cancel_steps(task, args.workers)
+    against = (f"{cancel} for a split made in advance whose client cancels the rest at the find (worker i takes "
+               f"starts i, i + {args.workers}, ...; {group['steps'] / cancel:.2f}x; {split} without the cancel)"
+               if task.mode == "find" else
+               f"{split} for a split made in advance (worker i takes starts i, i + {args.workers}, ...; "
+               f"{group['steps'] / split:.2f}x)")
     print(f"{args.workers} workers: {group['steps']} steps against {one['steps']} for one worker "
-          f"({group['steps'] / one['steps']:.2f}x) and {split} for a split made in advance (worker i takes starts "
-          f"i, i + {args.workers}, ...; {group['steps'] / split:.2f}x); wall {group['wall_s']:.2f} s against "
+          f"({group['steps'] / one['steps']:.2f}x) and {against}; wall {group['wall_s']:.2f} s against "
           f"{one['wall_s']:.2f} s; both answers "
           f"{'correct' if one['score'].correct and group['score'].correct else 'checked above'}.")
 

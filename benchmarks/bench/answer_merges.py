@@ -1,0 +1,119 @@
+"""``bench answer --task merges``: the merges task (:mod:`vllm_hogwild.tasks.merges`), every baseline from the true
+costs, and the policy a collaborator would imitate, simulated in lock-step with each of the views.
+
+    python -m benchmarks.bench answer --task merges [--mode all|find] [--workers 1 2 4 8] [--tasks 64] [--seed 0]
+
+No model runs: no trained merges collaborator ships yet (``docs/user_guide.md``), and the command says so rather
+than run another model on a task it was not trained for. Rows, per N (``layout``):
+
+- ``round-robin split``: worker ``i`` takes starts ``i, i + N, ...`` made in advance; it reuses only its own
+  share's paths (an independent request reads its own text); in find mode every share runs to its end;
+- ``split + cancel``: the same, and in find mode the group ends in the step its last start reaching the goal is
+  written (a client that cancels the rest);
+- ``ideal policy``: claim as you go (the next free start, no collision), no reuse;
+- ``ideal reuse policy``: claim as you go, and a path that reaches a node some written entry has gone on past
+  ends there by reference;
+- ``policy (simulated)``: the reuse policy with claims drawn uniformly among the free starts (sampled workers:
+  collisions happen), reading everyone's lane the step after it is written (``contiguous``);
+- the controls, the same sampled policy: ``isolated (simulated)`` (each worker reads only its own lane: nobody
+  sees a claim or a path; no cancel) and ``interleaved (simulated)`` (co-workers' entries read only once
+  finished).
+
+Each row is scored by :func:`vllm_hogwild.tasks.merges.check` (references expanded, exactly); ``references`` and
+``links_skipped`` are per task. The wall-clock model of :mod:`vllm_hogwild.tools.planner` is fitted on the
+simulated policy's N=1 and N=2 runs per task.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+from vllm_hogwild.tasks import merges as M
+from vllm_hogwild.tools import planner
+
+ITEMS = (16, 20)
+SIMULATED = {"policy (simulated)": "shared", "isolated (simulated)": "own", "interleaved (simulated)": "finished"}
+
+
+def merges_answer(args) -> dict:
+    lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else ITEMS
+    tasks = M.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
+    results, per_task = [], {}
+    for n in args.workers:
+        for name, how in M.BASELINES.items():
+            results.append(_row(name, n, tasks, [M.run(t, n, *how) for t in tasks]))
+        for name, reads in SIMULATED.items():
+            if n == 1 and reads != "shared":
+                continue  # one worker reads nobody in any view
+            rng = random.Random(args.seed * 1009 + n)
+            runs = [M.run(t, n, "sample", reads, True, reads != "own", rng) for t in tasks]
+            results.append(_row(name, n, tasks, runs))
+            if reads == "shared":
+                per_task[n] = [r.steps for r in runs]
+    by = {(r["workers"], r["layout"]): r["mean_sequential_steps"] for r in results}
+    one = by[(1, "ideal reuse policy")] if 1 in args.workers else None
+    for r in results:
+        n, steps = r["workers"], r["mean_sequential_steps"]
+        r["steps_vs_one_worker"] = None if one is None else steps / one
+        r["steps_vs_round_robin"] = steps / by[(n, "round-robin split")]
+        r["steps_vs_split_cancel"] = steps / by[(n, "split + cancel")]
+        r["steps_vs_ideal_reuse"] = steps / by[(n, "ideal reuse policy")]
+    costs = [c for t in tasks for c in t.costs()]
+    report = {"benchmark": "answer", "task": "merges", "mode": args.mode, "results": results, "items": [lo, hi],
+              "seed": args.seed, "merges": M.merge_stats(tasks),
+              "item_cost": {"mean": statistics.mean(costs), "cv": statistics.pstdev(costs) / statistics.mean(costs),
+                            "min": min(costs), "max": max(costs)},
+              "model": None, "runs": "none: no trained merges collaborator ships yet; every row is computed"}
+    if 1 in per_task and 2 in per_task:
+        try:
+            fit = planner.fit(per_task[1], per_task[2])
+            report["planner"] = {"parallel": fit.parallel, "coordination": fit.coordination,
+                                 "fitted_on": "policy (simulated), N=1 and N=2"}
+        except ValueError as err:
+            report["planner"] = {"error": str(err)}
+    return report
+
+
+def _row(layout: str, n: int, tasks, runs) -> dict:
+    scores = [M.check(t, r.texts) for t, r in zip(tasks, runs)]
+    return {"workers": n, "layout": layout, "tasks": len(tasks),
+            "accuracy": sum(s.correct for s in scores) / len(scores),
+            "mean_sequential_steps": statistics.mean(r.steps for r in runs),
+            "duplicated_items": statistics.mean(s.duplicated_items for s in scores),
+            "references": statistics.mean(len(s.references) for s in scores),
+            "links_skipped": statistics.mean(sum(x.skipped for x in s.references) for s in scores),
+            "wall_s": None}
+
+
+def markdown(report: dict) -> str:
+    m = report["merges"]
+    head = ("| workers | layout | accuracy | mean sequential steps | vs 1 worker | vs round-robin split | "
+            "vs split + cancel | vs ideal reuse | references | links skipped | duplicated |")
+    fmt = lambda v, spec=".2f": "-" if v is None else format(v, spec)  # noqa: E731
+    body = [f"| {r['workers']} | {r['layout']} | {fmt(r['accuracy'])} | {r['mean_sequential_steps']:.1f} | "
+            f"{fmt(r['steps_vs_one_worker'])}x | {fmt(r['steps_vs_round_robin'])}x | "
+            f"{fmt(r['steps_vs_split_cancel'])}x | {fmt(r['steps_vs_ideal_reuse'])}x | {r['references']:.1f} | "
+            f"{r['links_skipped']:.1f} | {r['duplicated_items']:.2f} |" for r in report["results"]]
+    lines = [f"Merges ({report['mode']} mode), {report['results'][0]['tasks']} tasks of {report['items'][0]} to "
+             f"{report['items'][1]} starts (seed {report['seed']}): {m['merging_share']:.0%} of the starts run into "
+             f"a path listed before them, sharing {m['shared_suffix_share']:.0%} of their links on average; "
+             f"{m['links_skippable']:.0%} of all links could be skipped. Runs: {report['runs']}.", "",
+             head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
+    fit = report.get("planner")
+    if fit and "error" not in fit:
+        lines += ["", f"Wall-clock model fitted on the simulated policy (N=1, N=2, per task): p = {fit['parallel']:.3f}, "
+                      f"c = {fit['coordination']:.2f} steps per worker."]
+    return "\n".join(lines)
+
+
+def plot(report: dict, ax) -> None:
+    styles = {"round-robin split": "d-", "split + cancel": "D--", "ideal policy": "*-", "ideal reuse policy": "o-",
+              "policy (simulated)": "+:", "isolated (simulated)": "s--", "interleaved (simulated)": "^:"}
+    for layout, style in styles.items():
+        pts = sorted((r for r in report["results"] if r["layout"] == layout), key=lambda r: r["workers"])
+        if pts:
+            ax.plot([r["workers"] for r in pts], [r["mean_sequential_steps"] for r in pts], style, label=layout)
+    ax.set(xscale="log", xlabel="workers", ylabel="mean sequential decode steps",
+           title=f"Merges ({report['mode']} mode): steps against workers")
+    ax.set_xticks(sorted({r["workers"] for r in report["results"]}), labels=None)
