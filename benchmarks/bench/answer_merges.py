@@ -30,6 +30,7 @@ import random
 import statistics
 
 from vllm_hogwild.tasks import merges as M
+from vllm_hogwild.tasks import merges_policy as P
 from vllm_hogwild.tools import planner
 
 ITEMS = (16, 20)
@@ -41,13 +42,13 @@ def merges_answer(args) -> dict:
     tasks = M.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
     results, per_task = [], {}
     for n in args.workers:
-        for name, how in M.BASELINES.items():
-            results.append(_row(name, n, tasks, [M.run(t, n, *how) for t in tasks]))
+        for name, how in P.BASELINES.items():
+            results.append(_row(name, n, tasks, [P.run(t, n, *how) for t in tasks]))
         for name, reads in SIMULATED.items():
             if n == 1 and reads != "shared":
                 continue  # one worker reads nobody in any view
             rng = random.Random(args.seed * 1009 + n)
-            runs = [M.run(t, n, "sample", reads, True, reads != "own", rng) for t in tasks]
+            runs = [P.run(t, n, "sample", reads, True, reads != "own", rng) for t in tasks]
             results.append(_row(name, n, tasks, runs))
             if reads == "shared":
                 per_task[n] = [r.steps for r in runs]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from benchmarks import bench
-from vllm_hogwild.tasks import merges as M
+from vllm_hogwild.tasks import merges_policy as P
 
 
 def test_every_baseline_and_control_is_a_named_record(tmp_path) -> None:
@@ -14,7 +14,7 @@ def test_every_baseline_and_control_is_a_named_record(tmp_path) -> None:
                                             "4", "--tasks", "6", "--json", str(out)])
     report = bench.run(args)
     rows = {(r["workers"], r["layout"]): r for r in report["results"]}
-    named = set(M.BASELINES) | {"policy (simulated)"}
+    named = set(P.BASELINES) | {"policy (simulated)"}
     assert set(rows) == {(n, x) for n in (1, 2, 4) for x in named} | {
         (n, x) for n in (2, 4) for x in ("isolated (simulated)", "interleaved (simulated)")}
     for n in (2, 4):  # every baseline right (the checker expands references); reuse beats the split's own reuse

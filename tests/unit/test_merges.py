@@ -10,6 +10,7 @@ import pytest
 
 from vllm_hogwild.tasks import links as L
 from vllm_hogwild.tasks import merges as M
+from vllm_hogwild.tasks import merges_policy as P
 
 TASKS = {mode: M.make_tasks(64, 0, mode) for mode in M.MODES}  # the benchmark's tasks (seed 0)
 
@@ -94,25 +95,25 @@ def test_the_checker_in_find_mode_counts_every_start_that_reaches_the_goal() -> 
 def test_every_baseline_writes_a_right_answer_in_the_steps_it_reports(mode: str) -> None:
     for task in TASKS[mode][:24]:
         for n in (1, 2, 4, 8):
-            for name, how in M.BASELINES.items():
-                run = M.run(task, n, *how)
+            for name, how in P.BASELINES.items():
+                run = P.run(task, n, *how)
                 score = M.check(task, run.texts)
                 assert score.correct, (name, n, score)
                 assert run.steps <= max(map(len, run.tokens)) + 1
                 if not how[2]:  # no reuse: no reference
                     assert not score.references
-            sampled = M.run(task, n, "sample", "shared", True, True, random.Random(n))
+            sampled = P.run(task, n, "sample", "shared", True, True, random.Random(n))
             assert M.check(task, sampled.texts).correct
 
 
 def test_one_worker_costs_what_it_writes() -> None:
     task = TASKS["all"][3]
-    run = M.run(task, 1)
+    run = P.run(task, 1)
     score = M.check(task, run.texts)
     written = sum(len(task.paths[e.index]) - 1 - (0 if e.end != M.REFERENCE else len(task.paths[e.index]) - len(e.nodes))
                   for e in score.entries)
     assert run.steps == written + M.ITEM_OVERHEAD * len(task.paths) + 1  # its tokens and its end of sequence
-    nothing = M.run(task, 1, reuse=False)
+    nothing = P.run(task, 1, reuse=False)
     assert nothing.steps == sum(task.costs()) + 1 > run.steps  # one worker reuses its own paths
 
 
@@ -120,7 +121,7 @@ def test_the_costs_simulated_before_any_training() -> None:
     """The ideal reuse policy takes at most 0.7x the round-robin split's steps at N = 4 (all mode), the split
     reusing its own share's paths; in find mode the split with cancel is the baseline."""
     def mean(mode, n, name):
-        return statistics.mean(M.baseline_steps(t, n, name) for t in TASKS[mode])
+        return statistics.mean(P.baseline_steps(t, n, name) for t in TASKS[mode])
 
     assert mean("all", 4, "ideal reuse policy") <= 0.7 * mean("all", 4, "round-robin split")
     assert mean("all", 4, "split + cancel") == mean("all", 4, "round-robin split")
@@ -128,7 +129,7 @@ def test_the_costs_simulated_before_any_training() -> None:
         assert mean("find", n, "split + cancel") < mean("find", n, "round-robin split")
         assert mean("find", n, "ideal reuse policy") < 0.8 * mean("find", n, "split + cancel")
     # the isolated control: every worker reads only its own lane, so each does every start
-    isolated = statistics.mean(M.run(t, 4, "sample", "own", True, False, random.Random(0)).steps for t in TASKS["all"])
+    isolated = statistics.mean(P.run(t, 4, "sample", "own", True, False, random.Random(0)).steps for t in TASKS["all"])
     assert isolated >= 0.95 * mean("all", 1, "ideal reuse policy")
 
 
@@ -150,10 +151,10 @@ def test_the_costs_simulated_before_any_training() -> None:
     (lambda: M.check("task", ["x"]), "task"),
     (lambda: M.entry(0, (1, "A"), "?"), "end"),
     (lambda: M.entry_for(M.make_task(3, 1), 0, 0), "upto"),
-    (lambda: M.run(M.make_task(3, 1), 0), "num_workers"),
-    (lambda: M.run(M.make_task(3, 1), 2, "greedy"), "assign"),
-    (lambda: M.run(M.make_task(3, 1), 2, "sample"), "rng"),
-    (lambda: M.baseline_steps(M.make_task(3, 1), 2, "oracle"), "name"),
+    (lambda: P.run(M.make_task(3, 1), 0), "num_workers"),
+    (lambda: P.run(M.make_task(3, 1), 2, "greedy"), "assign"),
+    (lambda: P.run(M.make_task(3, 1), 2, "sample"), "rng"),
+    (lambda: P.baseline_steps(M.make_task(3, 1), 2, "oracle"), "name"),
 ])
 def test_bad_arguments_name_the_field(call, field: str) -> None:
     with pytest.raises(ValueError, match=rf"^{field}"):

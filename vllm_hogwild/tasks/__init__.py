@@ -4,7 +4,8 @@ contract).
 
 - :mod:`.roman`: Roman numerals for a list of numbers (items of about one cost);
 - :mod:`.links`: follow links from each start to its end (costs unknown until done);
-- :mod:`.merges`: links whose paths run into each other (a path may finish by reference to one already written).
+- :mod:`.merges`: links whose paths run into each other (a path may finish by reference to one already written),
+  and :mod:`.merges_policy`, its policies and baselines run in lock-step.
 
 Each generator is seeded; each checker scores exactly and names the field of any malformed argument in its
 ``ValueError``. The models (:mod:`vllm_hogwild.models`), their training (:mod:`vllm_hogwild.training`), the
