@@ -160,12 +160,18 @@ def make_task(num_items: int, seed: int, mode: str = "all") -> LinksTask:
 
 def make_tasks(num_tasks: int, seed: int, mode: str = "all", min_items: int = 16, max_items: int = 20) -> list[LinksTask]:
     """``num_tasks`` tasks of ``min_items`` to ``max_items`` paths each, all drawn from ``seed``."""
+    return seeded_tasks(make_task, MAX_ITEMS, num_tasks, seed, mode, min_items, max_items)
+
+
+def seeded_tasks(make, most: int, num_tasks: int, seed: int, mode: str, min_items: int, max_items: int) -> list:
+    """``num_tasks`` tasks ``make(items, seed, mode)`` of ``min_items`` to ``max_items`` (at most ``most``) items
+    each, their sizes and seeds all drawn from ``seed`` (the links family's generators share it)."""
     _check_int("num_tasks", num_tasks, 1, 1_000_000)
     _check_int("seed", seed, -(1 << 63), (1 << 63) - 1)
-    _check_int("min_items", min_items, 1, MAX_ITEMS)
-    _check_int("max_items", max_items, min_items, MAX_ITEMS)
+    _check_int("min_items", min_items, 1, most)
+    _check_int("max_items", max_items, min_items, most)
     rng = random.Random(seed)
-    return [make_task(rng.randint(min_items, max_items), rng.randrange(1 << 62), mode) for _ in range(num_tasks)]
+    return [make(rng.randint(min_items, max_items), rng.randrange(1 << 62), mode) for _ in range(num_tasks)]
 
 
 def prompt(task: LinksTask) -> str:
@@ -191,7 +197,7 @@ def task_of_prompt(text: str) -> LinksTask:
         if int(a) in succ:
             raise ValueError("prompt: a node with two links")
         succ[int(a)] = int(b) if b.isdigit() else b
-    paths, order_of = [], {}
+    paths = []
     lettered = re.findall(r" ([a-z])=(\d{1,3}),", match.group(2))
     if "".join(letter for letter, _ in lettered) != SLOTS[:len(lettered)]:
         raise ValueError("prompt: the starts lettered a, b, c, ... in order")
@@ -245,20 +251,32 @@ def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tu
     """``(entries, malformed characters)`` of one worker's text, each entry ``(index of its letter, the nodes
     written after it, found)``; its unfinished last entry is malformed unless ``allow_unfinished`` (a worker that
     stopped reading a co-worker's find)."""
+    entries, bad = parse_entries(text, _ENTRY, allow_unfinished)
+    return [(index, nodes, end == FOUND) for index, nodes, end in entries if end], bad
+
+
+def parse_entries(text: str, entry_re: re.Pattern, allow_unfinished: bool) -> tuple[list[tuple[int, tuple, str]], int]:
+    """The links family's entries in one worker's text: ``(entries, malformed characters)``, each entry ``(index of
+    its letter, the nodes written after it, its end as ``entry_re``'s third group matched it)``; an unfinished last
+    entry is malformed unless ``allow_unfinished``, and then given with the end ``""`` (if it has a node)."""
     if not isinstance(text, str):
         raise ValueError("texts: every text is a string")
     entries, pos, bad = [], 0, 0
     while pos < len(text):
-        match = _ENTRY.match(text, pos)
+        match = entry_re.match(text, pos)
         if match is None:
             nxt = text.find("\n", pos + 1)
             end = len(text) if nxt < 0 else nxt
-            if not (allow_unfinished and nxt < 0 and _UNFINISHED.fullmatch(text[pos:])):
+            if allow_unfinished and nxt < 0 and _UNFINISHED.fullmatch(text[pos:]):
+                nodes = tuple(int(x) if x.isdigit() else x for x in text[pos + 3:].split())
+                if nodes:
+                    entries.append((SLOTS.index(text[pos + 1]), nodes, ""))
+            else:
                 bad += len(text[pos:end].strip())
             pos = end
             continue
         nodes = tuple(int(x) if x.isdigit() else x for x in match.group(2).split())
-        entries.append((SLOTS.index(match.group(1)), nodes, match.group(3) == FOUND))
+        entries.append((SLOTS.index(match.group(1)), nodes, match.group(3)))
         pos = match.end()
     return entries, bad
 

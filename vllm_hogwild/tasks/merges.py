@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from vllm_hogwild.tasks.links import (FIND_HEAD, FOUND, GOAL, ITEM_OVERHEAD, LINK, LINKS_HEAD, MAX_NODE,
-                                      PATH_END, PATHS_HEAD, SLOTS, STARTS_HEAD, TERMINALS, _check_int, draw_hops)
+                                      PATH_END, PATHS_HEAD, SLOTS, STARTS_HEAD, TERMINALS, _check_int, draw_hops,
+                                      parse_entries, seeded_tasks)
 
 MODES = ("all", "find")
 REFERENCE = "="  # ends an entry at a node some other entry has followed past: the rest as written there
@@ -56,7 +57,6 @@ MAX_PATH = 40  # nodes on one path, start and terminal included (a merger's pref
 MERGE_SHARE = (0.5, 0.7)  # the share of a task's starts that merge, drawn uniformly per task
 MERGE_PREFIX = (1, 3)  # a merger's own links before the node it runs into
 _ENTRY = re.compile(r"\n([a-z]):((?: (?:\d{1,3}|[A-Z]))+)([;!=])")
-_UNFINISHED = re.compile(r"\n[a-z]:(?: (?:\d{1,3}|[A-Z]))*")
 _PROMPT = re.compile(
     r"Links:((?:\n\d{1,3}>(?:\d{1,3}|[A-Z]))+)\nStarts:((?: [a-z]=\d{1,3},)+)(?:\nFind: (\d{1,2}) to ([A-Z])\.)?"
     r"\nPaths:$")
@@ -188,12 +188,7 @@ def _draw(rng: random.Random, num_items: int, mode: str) -> MergesTask | None:
 def make_tasks(num_tasks: int, seed: int, mode: str = "all", min_items: int = 16,
                max_items: int = 20) -> list[MergesTask]:
     """``num_tasks`` tasks of ``min_items`` to ``max_items`` starts each, all drawn from ``seed``."""
-    _check_int("num_tasks", num_tasks, 1, 1_000_000)
-    _check_int("seed", seed, -(1 << 63), (1 << 63) - 1)
-    _check_int("min_items", min_items, 1, MAX_ITEMS)
-    _check_int("max_items", max_items, min_items, MAX_ITEMS)
-    rng = random.Random(seed)
-    return [make_task(rng.randint(min_items, max_items), rng.randrange(1 << 62), mode) for _ in range(num_tasks)]
+    return seeded_tasks(make_task, MAX_ITEMS, num_tasks, seed, mode, min_items, max_items)
 
 
 def prompt(task: MergesTask) -> str:
@@ -309,26 +304,7 @@ def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tu
     """``(entries, malformed characters)`` of one worker's text, each entry ``(index of its letter, the nodes
     written after it, its end)``; an unfinished last entry is malformed unless ``allow_unfinished`` (find mode:
     a worker the group's end cut off), and then it is given with the end ``""``."""
-    if not isinstance(text, str):
-        raise ValueError("texts: every text is a string")
-    entries, pos, bad = [], 0, 0
-    while pos < len(text):
-        match = _ENTRY.match(text, pos)
-        if match is None:
-            nxt = text.find("\n", pos + 1)
-            end = len(text) if nxt < 0 else nxt
-            if allow_unfinished and nxt < 0 and _UNFINISHED.fullmatch(text[pos:]):
-                nodes = tuple(int(x) if x.isdigit() else x for x in text[pos + 3:].split())
-                if nodes:
-                    entries.append((SLOTS.index(text[pos + 1]), nodes, ""))
-            else:
-                bad += len(text[pos:end].strip())
-            pos = end
-            continue
-        nodes = tuple(int(x) if x.isdigit() else x for x in match.group(2).split())
-        entries.append((SLOTS.index(match.group(1)), nodes, match.group(3)))
-        pos = match.end()
-    return entries, bad
+    return parse_entries(text, _ENTRY, allow_unfinished)
 
 
 def check(task: MergesTask, texts: Sequence[str]) -> MergesScore:
