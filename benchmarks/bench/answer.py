@@ -39,11 +39,12 @@ import random
 import statistics
 import time
 
-from vllm_hogwild.tools import planner
-
-from vllm_hogwild.tasks import roman
 from vllm_hogwild.models import solve
 from vllm_hogwild.models.roman_collaborator import MIN_P, TEMPERATURE
+from vllm_hogwild.tasks import roman
+from vllm_hogwild.tools import planner
+
+from . import answer_merges
 
 
 def add_arguments(parser) -> None:
@@ -74,9 +75,7 @@ def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
 
 def answer(llm, args) -> dict:
     if args.task == "merges":
-        from .answer_merges import merges_answer
-
-        return merges_answer(args)
+        return answer_merges.merges_answer(args)
     if args.task == "links":
         return links_answer(llm, args)
     if args.protocol == "multiverse":
@@ -309,9 +308,7 @@ def _share(flags) -> float:
 
 def markdown(report: dict) -> str:
     if report.get("task") == "merges":
-        from .answer_merges import markdown as merges_markdown
-
-        return merges_markdown(report)
+        return answer_merges.markdown(report)
     if report.get("protocol") == "multiverse":
         head = ("| side | tasks | forked | accuracy | numerals | conclusion | mean sequential steps | wall s |")
         body = [f"| {r['side']} | {r['tasks']} | {_fmt(r['forked'])} | {_fmt(r['accuracy'])} | "
@@ -357,9 +354,7 @@ def plot(report: dict, ax) -> None:
         ax.set(ylabel="sequential decode steps", title="Fork/join collaborator")
         return
     if report.get("task") == "merges":
-        from .answer_merges import plot as merges_plot
-
-        return merges_plot(report, ax)
+        return answer_merges.plot(report, ax)
     if report.get("task") == "links":  # steps against N: every run, every split, the ideal policy, the bound
         styles = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-.",
                   "round-robin split": "d-", "split + cancel": "D--", "ideal policy": "*-", "longest-first (true cost)": "v--",

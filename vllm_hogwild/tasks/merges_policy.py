@@ -76,7 +76,7 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
             if entry_now is None:
                 index = _next_start(assign, share[w], claimed[v] | taking, len(paths), rng)
                 if index is None or (find and not cancel and answer <= written[w]):
-                    out.append((EOS, None))
+                    out.append((EOS, ("eos", None)))
                     continue
                 taking.add(index)
                 out.append((f"\n{SLOTS[index]}:", ("claim", index)))
@@ -95,7 +95,7 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
         for w, item in enumerate(out):  # written this step: read from the next
             if item is None:
                 continue
-            token, (kind, value) = item[0], item[1] or (None, None)
+            token, (kind, value) = item
             lanes[w].append(token)
             v = w if reads == "own" else 0
             seen_claims, seen_passes = pending[w] if reads == "finished" else (claimed[v], passed[v])
@@ -124,9 +124,7 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
 
 
 def _next_start(assign: str, share: list[int], taken: set, count: int, rng) -> int | None:
-    if assign == "round-robin":
-        while share and share[0] in taken:
-            share.pop(0)
+    if assign == "round-robin":  # its own share, made in advance: nobody else takes from it
         return share.pop(0) if share else None
     free = [i for i in range(count) if i not in taken]
     if not free:

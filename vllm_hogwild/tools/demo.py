@@ -253,9 +253,8 @@ def run_links(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     """One group (``num_workers`` 1: a plain request) on a links task, printed as it is written."""
     from vllm.sampling_params import RequestOutputKind
 
-    from vllm_hogwild.tasks import links
-
     from vllm_hogwild.models import solve
+    from vllm_hogwild.tasks import links
 
     params = solve.links_params(num_workers, layout, seed, solve.links_budget([task]))
     params.output_kind = RequestOutputKind.CUMULATIVE
