@@ -51,7 +51,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--task", choices=("roman", "links", "merges"), default="roman",
                         help="roman: Roman numerals (the first collaborator); links: paths through a table of links, "
                              "costs unknown until done (the links collaborator, --mode all or find); merges: links "
-                             "whose paths run into each other (every baseline and the simulated policy; no engine)")
+                             "whose paths run into each other (the merges collaborator, every baseline and the "
+                             "simulated policy)")
     parser.add_argument("--mode", choices=("all", "find"), default="find", help="links: every path, or the one find")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--tasks", type=int, default=64)
@@ -64,6 +65,8 @@ def add_arguments(parser) -> None:
                              "fork/join collaborator; collab: a general model (--model) on sums, collab protocol")
     parser.add_argument("--budgets", type=int, nargs="+", default=[1024, 2048, 4096], help="collab: per worker")
     parser.add_argument("--parts", type=int, default=4, help="collab: additions per task")
+    parser.add_argument("--computed", action="store_true",
+                        help="merges: start no engine, only the rows computed from the true costs")
 
 
 def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
@@ -75,7 +78,7 @@ def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:
 
 def answer(llm, args) -> dict:
     if args.task == "merges":
-        return answer_merges.merges_answer(args)
+        return answer_merges.merges_answer(args, llm)
     if args.task == "links":
         return links_answer(llm, args)
     if args.protocol == "multiverse":

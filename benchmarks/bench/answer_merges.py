@@ -2,9 +2,12 @@
 costs, and the policy a collaborator would imitate, simulated in lock-step with each of the views.
 
     python -m benchmarks.bench answer --task merges [--mode all|find] [--workers 1 2 4 8] [--tasks 64] [--seed 0]
+        [--model DIR | --computed]
 
-No model runs: no trained merges collaborator ships yet (``docs/user_guide.md``), and the command says so rather
-than run another model on a task it was not trained for. Rows, per N (``layout``):
+The merges collaborator (:mod:`vllm_hogwild.models.merges_collaborator`, or ``--model``) runs through the engine
+in three layouts: ``contiguous`` (the group), and the controls ``isolated`` (each worker reads only its own
+lane) and ``interleaved`` (a co-worker's entry is read once it ends: ``;``, ``!`` or a reference). ``--computed``
+starts no engine. Beside them, computed from the true costs of the same tasks, per N (``layout``):
 
 - ``round-robin split``: worker ``i`` takes starts ``i, i + N, ...`` made in advance; it reuses only its own
   share's paths (an independent request reads its own text); in find mode every share runs to its end;
@@ -26,9 +29,11 @@ simulated policy's N=1 and N=2 runs per task.
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 
+from vllm_hogwild.models import solve
 from vllm_hogwild.tasks import merges as M
 from vllm_hogwild.tasks import merges_policy as P
 from vllm_hogwild.tools import planner
@@ -37,10 +42,26 @@ ITEMS = (16, 20)
 SIMULATED = {"policy (simulated)": "shared", "isolated (simulated)": "own", "interleaved (simulated)": "finished"}
 
 
-def merges_answer(args) -> dict:
+MODEL_LAYOUTS = ("contiguous", "isolated", "interleaved")  # the model's runs: the group, and the two controls
+
+
+def merges_answer(args, llm=None) -> dict:
     lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else ITEMS
     tasks = M.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
     results, per_task = [], {}
+    if llm is not None:
+        for layout in (x for x in args.layouts if x in MODEL_LAYOUTS):
+            for n in args.workers:
+                if layout != "contiguous" and n == 1:
+                    continue  # one worker reads nobody in any layout
+                outs, wall = solve.run_links_groups(llm, tasks, n, layout, args.seed)
+                steps = [solve.steps_of(o) for o in outs]
+                row = _scored(layout, n, tasks, [solve.texts_of(o) for o in outs], steps)
+                row["wall_s"] = wall
+                results.append(row)
+                if layout == "contiguous":
+                    per_task[("model", n)] = steps
+                print(json.dumps(row), flush=True)
     for n in args.workers:
         for name, how in P.BASELINES.items():
             results.append(_row(name, n, tasks, [P.run(t, n, *how) for t in tasks]))
@@ -53,7 +74,7 @@ def merges_answer(args) -> dict:
             if reads == "shared":
                 per_task[n] = [r.steps for r in runs]
     by = {(r["workers"], r["layout"]): r["mean_sequential_steps"] for r in results}
-    one = by[(1, "ideal reuse policy")] if 1 in args.workers else None
+    one = by.get((1, "contiguous" if llm is not None else "ideal reuse policy")) if 1 in args.workers else None
     for r in results:
         n, steps = r["workers"], r["mean_sequential_steps"]
         r["steps_vs_one_worker"] = None if one is None else steps / one
@@ -65,22 +86,35 @@ def merges_answer(args) -> dict:
               "seed": args.seed, "merges": M.merge_stats(tasks),
               "item_cost": {"mean": statistics.mean(costs), "cv": statistics.pstdev(costs) / statistics.mean(costs),
                             "min": min(costs), "max": max(costs)},
-              "model": None, "runs": "none: no trained merges collaborator ships yet; every row is computed"}
-    if 1 in per_task and 2 in per_task:
-        try:
-            fit = planner.fit(per_task[1], per_task[2])
-            report["planner"] = {"parallel": fit.parallel, "coordination": fit.coordination,
-                                 "fitted_on": "policy (simulated), N=1 and N=2"}
-        except ValueError as err:
-            report["planner"] = {"error": str(err)}
+              "model": getattr(args, "model_dir", None),
+              "runs": ("the merges collaborator through the engine (contiguous, isolated, interleaved); the other "
+                       "rows computed" if llm is not None else "none: every row is computed, no engine")}
+    if llm is not None:
+        from vllm_hogwild.models.merges_collaborator import MIN_P, TEMPERATURE
+
+        report["sampling"] = {"temperature": TEMPERATURE, "min_p": MIN_P}
+    fits = [(("model", 1), ("model", 2), "the model (contiguous), N=1 and N=2"),
+            (1, 2, "policy (simulated), N=1 and N=2")]
+    for one_key, two_key, what in fits:
+        if per_task.get(one_key) and per_task.get(two_key):
+            try:
+                fit = planner.fit(per_task[one_key], per_task[two_key])
+                report["planner"] = {"parallel": fit.parallel, "coordination": fit.coordination, "fitted_on": what}
+            except ValueError as err:
+                report["planner"] = {"error": str(err)}
+            break
     return report
 
 
 def _row(layout: str, n: int, tasks, runs) -> dict:
-    scores = [M.check(t, r.texts) for t, r in zip(tasks, runs)]
+    return _scored(layout, n, tasks, [r.texts for r in runs], [r.steps for r in runs])
+
+
+def _scored(layout: str, n: int, tasks, texts, steps) -> dict:
+    scores = [M.check(t, x) for t, x in zip(tasks, texts)]
     return {"workers": n, "layout": layout, "tasks": len(tasks),
             "accuracy": sum(s.correct for s in scores) / len(scores),
-            "mean_sequential_steps": statistics.mean(r.steps for r in runs),
+            "mean_sequential_steps": statistics.mean(steps),
             "duplicated_items": statistics.mean(s.duplicated_items for s in scores),
             "references": statistics.mean(len(s.references) for s in scores),
             "links_skipped": statistics.mean(sum(x.skipped for x in s.references) for s in scores),
@@ -109,7 +143,7 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, ax) -> None:
-    styles = {"round-robin split": "d-", "split + cancel": "D--", "ideal policy": "*-", "ideal reuse policy": "o-",
+    styles = {"contiguous": "o-", "isolated": "s-", "interleaved": "^-", "round-robin split": "d-", "split + cancel": "D--", "ideal policy": "*-", "ideal reuse policy": "o--",
               "policy (simulated)": "+:", "isolated (simulated)": "s--", "interleaved (simulated)": "^:"}
     for layout, style in styles.items():
         pts = sorted((r for r in report["results"] if r["layout"] == layout), key=lambda r: r["workers"])

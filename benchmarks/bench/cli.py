@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args, llm=None) -> dict:
     """Run one benchmark (``args`` as parsed by :func:`main`) on ``llm`` or a new engine."""
-    computed = args.command == "answer" and args.task == "merges"  # no engine: every row is computed
+    computed = args.command == "answer" and args.task == "merges" and args.computed  # no engine
     if llm is None and not computed and args.command not in ("overhead", "speculative", "verify", "split",
                                                              "capacity",  # own engines
                                                              "plan"):  # or none
@@ -161,9 +161,9 @@ def run(args, llm=None) -> dict:
             extra = {"dtype": args.dtype, "enforce_eager": not args.compiled}
         if args.command == "forkjoin":
             extra = {"additional_config": {"hogwild": {"max_workers": max(args.parts) + 1}}}
-        if args.command == "answer" and args.task == "links":  # the links collaborator
+        if args.command == "answer" and args.task in ("links", "merges"):  # the links or merges collaborator
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-            llm = solve.links_engine(args.model)
+            llm = solve.links_engine(args.model, args.task)
         elif args.command == "answer" and args.protocol != "collab":  # the trained collaborator
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             llm = solve.engine(args.model, args.protocol)

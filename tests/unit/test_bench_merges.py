@@ -1,4 +1,5 @@
-"""``bench answer --task merges`` (no engine: every row is computed): a smoke run of its rows, records and plot."""
+"""``bench answer --task merges --computed`` (no engine: every row is computed from the true costs): a smoke run of
+its rows, records and plot. The merges collaborator's own rows come from the engine (tests/integration)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from vllm_hogwild.tasks import merges_policy as P
 def test_every_baseline_and_control_is_a_named_record(tmp_path) -> None:
     out = tmp_path / "merges.json"
     args = bench.build_parser().parse_args(["answer", "--task", "merges", "--mode", "all", "--workers", "1", "2",
-                                            "4", "--tasks", "6", "--json", str(out)])
+                                            "4", "--tasks", "6", "--computed", "--json", str(out)])
     report = bench.run(args)
     rows = {(r["workers"], r["layout"]): r for r in report["results"]}
     named = set(P.BASELINES) | {"policy (simulated)"}
@@ -29,8 +30,8 @@ def test_every_baseline_and_control_is_a_named_record(tmp_path) -> None:
 
 
 def test_find_mode_sets_the_split_with_cancel_below_the_split_that_runs_every_share(tmp_path) -> None:
-    bench.main(["answer", "--task", "merges", "--mode", "find", "--workers", "4", "--tasks", "8", "--json",
-                str(tmp_path / "f.json"), "--plot", str(tmp_path / "f.png")])
+    bench.main(["answer", "--task", "merges", "--mode", "find", "--workers", "4", "--tasks", "8", "--computed",
+                "--json", str(tmp_path / "f.json"), "--plot", str(tmp_path / "f.png")])
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads((tmp_path / "f.json").read_text())
     rows = {r["layout"]: r["mean_sequential_steps"] for r in report["results"]}

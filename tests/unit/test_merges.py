@@ -110,9 +110,11 @@ def test_one_worker_costs_what_it_writes() -> None:
     task = TASKS["all"][3]
     run = P.run(task, 1)
     score = M.check(task, run.texts)
-    written = sum(len(task.paths[e.index]) - 1 - (0 if e.end != M.REFERENCE else len(task.paths[e.index]) - len(e.nodes))
-                  for e in score.entries)
-    assert run.steps == written + M.ITEM_OVERHEAD * len(task.paths) + 1  # its tokens and its end of sequence
+    # a whole entry: its claim, its path and its end; a reference: its claim and its nodes (the last one fused
+    # with the reference, one token)
+    written = sum(len(task.paths[e.index]) + 2 if e.end != M.REFERENCE else len(e.nodes) + 1 for e in score.entries)
+    assert score.references and written < sum(task.costs())
+    assert run.steps == written + 1  # its tokens and its end of sequence
     nothing = P.run(task, 1, reuse=False)
     assert nothing.steps == sum(task.costs()) + 1 > run.steps  # one worker reuses its own paths
 

@@ -45,6 +45,8 @@ from vllm_hogwild.models.roman_collaborator import BOS, EOS, PAD, _byte_chars, b
 
 TEMPERATURE, MIN_P = 1.0, 0.2  # how it is sampled: claims keep their spread, paths their argmax
 MODEL_DIR = Path(__file__).resolve().parent / "links-collaborator"
+COMMAND = "python -m vllm_hogwild.training.train_links"
+MAX_TRAIN_ITEMS = 22  # the largest task training draws (paths)
 _HEADS = (L.LINKS_HEAD, f"\n{L.STARTS_HEAD}", f"\n{L.FIND_HEAD}", f"\n{L.PATHS_HEAD}")
 
 
@@ -122,9 +124,20 @@ class LinksVocab:
                    node, {i: one(f"\n{letter}:") for i, letter in enumerate(L.SLOTS)}, one(L.PATH_END),
                    one(L.FOUND))
 
+    @property
+    def tokenizer(self):
+        """The tokenizer these ids are of (a collaborator whose vocabulary extends this one's has its own)."""
+        return build_tokenizer()
+
+    roles = ("node", "claim", "start", "find")  # what a token of one node or letter stands for (ROLES)
+
+    def role_texts(self, entity) -> dict[str, str]:
+        """The tokens that stand for one node or terminal, by role: on a path, and (a terminal) to find."""
+        return {"node": f" {entity}"} | ({} if isinstance(entity, int) else {"find": f" {entity}."})
+
     def link(self, source: int, end) -> int:
         """The token of the link ``source>end``."""
-        return build_tokenizer().token_to_id(_spelled(_link_text(source, end)))
+        return self.tokenizer.token_to_id(_spelled(_link_text(source, end)))
 
     @cached_property
     def index_of_claim(self) -> dict[int, int]:
@@ -136,7 +149,7 @@ class LinksVocab:
 
     def prompt(self, task: L.LinksTask) -> list[int]:
         """The prompt's ids, as vLLM's tokenizer gives :func:`links.prompt` (BOS first)."""
-        return [self.bos, *build_tokenizer().encode(task.prompt(), add_special_tokens=False).ids]
+        return [self.bos, *self.tokenizer.encode(task.prompt(), add_special_tokens=False).ids]
 
 
 # -- the policy ---------------------------------------------------------------------------------------------
@@ -224,7 +237,7 @@ def simulate(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: random
 
 
 def text_of(vocab: LinksVocab, output: Sequence[int]) -> str:
-    return build_tokenizer().decode([t for t in output if t != vocab.eos])
+    return vocab.tokenizer.decode([t for t in output if t != vocab.eos])
 
 
 # -- training examples: whole groups, every output token labeled ---------------------------------------------------
@@ -260,23 +273,29 @@ def labeled_run(vocab: LinksVocab, task: L.LinksTask, outputs: Sequence[Sequence
     token ``j`` written at step ``j``): the policy's target for every token from the view it was written from, or
     ``None`` where the policy has none (the token after a node the table has no link from, or after a letter no
     start has: the worker is already wrong there, and what follows is not taught)."""
+    reader, seen = Reader(task, vocab), Visible(vocab, len(outputs))
+    return label_lockstep(vocab.prompt(task), outputs, seen,
+                          lambda w, own: policy_target(reader, seen.taken, seen.found_by_other(w), own))
+
+
+def label_lockstep(prompt: Sequence[int], outputs: Sequence[Sequence[int]], seen, target):
+    """``(lockstep.TrainingGroup, targets)``: ``target(worker, own tokens)`` for every output token, asked when
+    ``seen`` (whose ``add(worker, token)`` takes each step's tokens after the step) shows what the token's view
+    showed; ``None`` where it raises ``KeyError`` or ``IndexError`` (the worker is already wrong there)."""
     from vllm_hogwild.models.lockstep import TrainingGroup
 
-    reader = Reader(task, vocab)
     targets = [[] for _ in outputs]
-    seen = Visible(vocab, len(outputs))
     for j in range(max(len(o) for o in outputs)):
         for w, out in enumerate(outputs):
             if j < len(out):
                 try:
-                    target = policy_target(reader, seen.taken, seen.found_by_other(w), out[:j])
+                    targets[w].append(target(w, out[:j]))
                 except (KeyError, IndexError):
-                    target = None
-                targets[w].append(target)
+                    targets[w].append(None)
         for w, out in enumerate(outputs):
             if j < len(out):
                 seen.add(w, out[j])
-    return TrainingGroup(tuple(vocab.prompt(task)), tuple(tuple(o) for o in outputs)), targets
+    return TrainingGroup(tuple(prompt), tuple(tuple(o) for o in outputs)), targets
 
 
 def link_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
@@ -292,22 +311,21 @@ def link_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
     return ids, sources, to
 
 
-ROLES = ("node", "claim", "start", "find")  # " 12" or " C" on a path; "\nb:" a claim; " b=12" listed; " C." to find
+ROLES = LinksVocab.roles  # " 12" or " C" on a path; "\nb:" a claim; " b=12" listed; " C." to find
 
 
 def role_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int]]:
     """Every token that stands for one node or terminal on a path or to find (:data:`ROLES` 0 and 3), its entity
     (nodes 1.. then the terminals, 0-based) and its role: what training factors these tokens' embeddings by (the
     entity's vector plus the role's)."""
-    tok = build_tokenizer()
+    tok = vocab.tokenizer
     entities = [*range(1, L.MAX_NODE + 1), *L.TERMINALS]
     ids, which, roles = [], [], []
     for e, x in enumerate(entities):
-        texts = {"node": f" {x}"} | ({} if isinstance(x, int) else {"find": f" {x}."})
-        for role, text in texts.items():
+        for role, text in vocab.role_texts(x).items():
             ids.append(tok.token_to_id(_spelled(text)))
             which.append(e)
-            roles.append(ROLES.index(role))
+            roles.append(vocab.roles.index(role))
     return ids, which, roles
 
 
@@ -316,7 +334,7 @@ def letter_parts(vocab: LinksVocab) -> tuple[list[int], list[int], list[int], li
     and the listed starts (``" b=12"``: the letter's, the node's and the start role's). Returns ``(claim ids, their
     letters, listed ids, their letters)``, letters 0-based; a listed start's node is its entity
     (:func:`listed_nodes`)."""
-    tok = build_tokenizer()
+    tok = vocab.tokenizer
     claims = [vocab.claim[i] for i in range(len(L.SLOTS))]
     listed, letters = [], []
     for i, letter in enumerate(L.SLOTS):
@@ -341,3 +359,21 @@ def model_config(vocab: LinksVocab, num_layers: int = 4, hidden: int = 128):
         initializer_range=0.05, bos_token_id=vocab.bos, eos_token_id=vocab.eos, pad_token_id=vocab.pad,
         dtype="float32",
     )
+
+
+def make_task(num_items: int, seed: int, mode: str) -> L.LinksTask:
+    """A training task (:func:`vllm_hogwild.tasks.links.make_task`; find mode's target the goal)."""
+    return L.make_task(num_items, seed, mode)
+
+
+def task_of_run(record: dict) -> L.LinksTask:
+    """A run file's task (:func:`vllm_hogwild.training.train_links.sample_runs`)."""
+    return L.LinksTask(tuple(tuple(p) for p in record["paths"]), tuple(record["link_order"]), record["mode"],
+                       record["target"])
+
+
+def run_record(task: L.LinksTask) -> dict:
+    return {"paths": task.paths, "link_order": task.link_order, "mode": task.mode, "target": task.target}
+
+
+Vocab = LinksVocab

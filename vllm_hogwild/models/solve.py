@@ -95,17 +95,18 @@ def forkjoin_score(task: roman.Task, output):
 LINKS_MAX_MODEL_LEN = 4096  # the links collaborator's max_position_embeddings
 
 
-def links_engine(model: str | None = None, **kwargs):
-    """An engine of the links collaborator (or ``model``)."""
+def links_engine(model: str | None = None, collaborator: str = "links", **kwargs):
+    """An engine of the links collaborator (or the merges collaborator, ``collaborator="merges"``, or ``model``)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM
 
-    from vllm_hogwild.models import links_collaborator
+    from vllm_hogwild.models import links_collaborator, merges_collaborator
 
-    default = links_collaborator.model_dir()
+    module = {"links": links_collaborator, "merges": merges_collaborator}[collaborator]
+    default = module.model_dir()
     if model is None and not (default / "config.json").exists():
-        raise ValueError(f"--model: no trained links collaborator ships in {default} yet; train one with "
-                         "`python -m vllm_hogwild.training.train_links --out DIR` and pass --model DIR")
+        raise ValueError(f"--model: no trained {collaborator} collaborator ships in {default} yet; train one with "
+                         f"`{module.COMMAND} --out DIR` and pass --model DIR")
     args = dict(model=model or str(default), dtype="float32", enforce_eager=True, seed=0,
                 max_model_len=LINKS_MAX_MODEL_LEN, max_num_seqs=256, additional_config={"hogwild": {"max_workers": 8}})
     args.update(kwargs)
@@ -117,8 +118,9 @@ def links_budget(tasks) -> int:
     return max(sum(t.costs()) for t in tasks) + 2
 
 
-def links_params(num_workers: int, layout: str, seed: int, max_tokens: int):
-    """A links group's sampling; ``interleaved`` (a control) reads a co-worker's entry once it is finished."""
+def links_params(num_workers: int, layout: str, seed: int, max_tokens: int, step_end: str = "[;!]"):
+    """A links group's sampling; ``interleaved`` (a control) reads a co-worker's entry once it is finished (ended
+    by ``step_end``: a merges entry also ends at a reference, ``"[;!=]"``)."""
     from vllm import SamplingParams
 
     from vllm_hogwild.models.links_collaborator import MIN_P as LINKS_MIN_P
@@ -126,14 +128,19 @@ def links_params(num_workers: int, layout: str, seed: int, max_tokens: int):
 
     hogwild = {"layout": "contiguous" if layout == "greedy" else layout, "protocol": "raw"}
     if layout == "interleaved":
-        hogwild["step_end"] = "[;!]"
+        hogwild["step_end"] = step_end
     return SamplingParams(n=num_workers, temperature=LINKS_TEMPERATURE, min_p=LINKS_MIN_P,
                           top_k=1 if layout == "greedy" else 0, seed=seed, max_tokens=max_tokens,
                           extra_args={"hogwild": hogwild})
 
 
 def run_links_groups(llm, tasks, num_workers: int, layout: str, seed: int) -> tuple[list, float]:
+    """Links or merges tasks (a merges entry may end at a reference, which the interleaved control's step end
+    takes too)."""
+    from vllm_hogwild.tasks.merges import MergesTask
+
+    step_end = "[;!=]" if tasks and isinstance(tasks[0], MergesTask) else "[;!]"
     t0 = time.perf_counter()
-    outs = llm.generate([t.prompt() for t in tasks], links_params(num_workers, layout, seed, links_budget(tasks)),
-                        use_tqdm=False)
+    outs = llm.generate([t.prompt() for t in tasks],
+                        links_params(num_workers, layout, seed, links_budget(tasks), step_end), use_tqdm=False)
     return outs, time.perf_counter() - t0

@@ -37,8 +37,9 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
       choice among those, drawn from ``rng`` (workers free in one step may collide and both do the start, as
       sampled workers do); ``"round-robin"``, worker ``i`` does starts ``i, i + N, ...`` in order, made in
       advance;
-    - ``reuse``: a worker that has just written a node some other entry in its view has followed past ends its
-      entry there with :data:`REFERENCE`;
+    - ``reuse``: a worker whose path's next node some entry in its view has written as a node (it goes on past it
+      there) writes that node and :data:`REFERENCE` as one token, ending its entry (the merges collaborator's
+      tokens: :mod:`vllm_hogwild.models.merges_collaborator`);
     - ``cancel`` (find mode): the group ends in the step its last start reaching the goal is written (a client
       that cancels the rest; without it a worker stops only when its own entries hold every one of them).
 
@@ -88,8 +89,8 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
                 out.append((f" {path[0]}", ("node", path[0])))
             elif isinstance(last, str):
                 out.append((FOUND if find and last == GOAL else PATH_END, ("end", None)))
-            elif reuse and k >= 2 and last in passed[v]:
-                out.append((REFERENCE, ("end", None)))
+            elif reuse and isinstance(path[k], int) and path[k] in passed[v]:
+                out.append((f" {path[k]}{REFERENCE}", ("end", None)))  # the node and the reference: one token
             else:
                 out.append((f" {path[k]}", ("node", path[k])))
         for w, item in enumerate(out):  # written this step: read from the next
@@ -106,8 +107,8 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
                 current[w] = [value, 0]
             else:
                 index, k = current[w]
-                if k >= 1 and token != REFERENCE and isinstance(paths[index][k - 1], int):
-                    seen_passes.add(paths[index][k - 1])
+                if kind == "node" and isinstance(value, int):  # a node written as a node: its entry goes on past it
+                    seen_passes.add(value)
                 if kind == "end":
                     if reads == "finished":  # the whole entry, read from the next step
                         claimed[0].update(seen_claims)

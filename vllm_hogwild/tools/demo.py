@@ -33,27 +33,6 @@ import time
 
 from vllm_hogwild.core.protocol_text import NAMES
 
-SMOLLM2_DOC = """The SmolLM2 collab demo: a Hogwild group of 2 workers of the embedded SmolLM2-135M-Instruct.
-
-By default the workers collaborate (the ``collab`` protocol, math template):
-they are told they are a team, every step starts with its writer's name, and
-each reads the prompt, the finished steps of everybody (the shared history)
-and the step each co-worker is writing, all from one shared KV cache. Their
-texts are shown as they grow; then the steps in the order they joined the
-history, the tokens per worker, the final answer (a worker's, or the
-finisher's when the budget ran out) and the time taken. ``--markdown`` also
-writes that record to a file. ``--protocol raw`` runs the checkable core
-instead: no names, no headers, the contiguous layout. The model is too small
-to split the work or to get the arithmetic right: the run shows the machinery.
-"""
-
-DEFAULT_PROMPTS = {
-    "collab": "A shop sells pens at 3 dollars each and notebooks at 5 dollars each. "
-              "Sam buys 4 pens and 2 notebooks. How many dollars does Sam pay?",
-    "raw": "Give three ideas for a rainy Sunday afternoon, one per line.",
-}
-
-
 def announce_take(claimed: dict, step: int, worker: int, item) -> None:
     """Print a worker's claim of ``item`` the first time it makes it, naming the co-workers who took it before
     (``claimed``: item -> the names of its takers, kept by the board)."""
@@ -62,111 +41,6 @@ def announce_take(claimed: dict, step: int, worker: int, item) -> None:
         takers.append(NAMES[worker])
         also = f"   (also taken by {', '.join(takers[:-1])})" if len(takers) > 1 else ""
         print(f"  step {step:4d}  {NAMES[worker]:<5}  takes {item}{also}")
-
-
-class Board:
-    """Each worker's text as it grows: redrawn in place on a terminal, appended chunks otherwise."""
-
-    def __init__(self, num_workers: int) -> None:
-        self.texts = [""] * num_workers
-        self.shown = [0] * num_workers
-        self.tty = sys.stdout.isatty()
-
-    def update(self, index: int, text: str) -> None:
-        self.texts[index] = text
-
-    def draw(self, final: bool = False) -> None:
-        if self.tty:
-            sys.stdout.write("\x1b[H\x1b[J")
-            for i, text in enumerate(self.texts):
-                print(f"--- {NAMES[i]} (worker {i}) ---\n{text}\n")
-            sys.stdout.flush()
-            return
-        for i, text in enumerate(self.texts):
-            new = text[self.shown[i]:]
-            if new and (final or len(new) >= 40):
-                print(f"[{NAMES[i]}] ...{new!r}", flush=True)
-                self.shown[i] = len(text)
-
-
-def smollm2_demo(argv: list[str]) -> None:
-    """The SmolLM2 collab demo (``--smollm2``): two workers of the embedded model on a word problem."""
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --smollm2", description=SMOLLM2_DOC,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompt", default=None, help="the task (default: a small word problem; raw: a list)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=192, help="per worker")
-    parser.add_argument("--protocol", default="collab", choices=["collab", "raw"])
-    parser.add_argument("--task", default="math", choices=["math", "code", "general"], help="collab's template")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--markdown", default=None, help="also write the run's record to this file")
-    parser.add_argument("--model", default=None, help="HF folder (default: the embedded SmolLM2-135M-Instruct)")
-    args = parser.parse_args(argv)
-    prompt_text = args.prompt or DEFAULT_PROMPTS[args.protocol]
-
-    from vllm_hogwild.models.default import prepare
-
-    model = args.model or str(prepare())
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    from vllm import LLM, SamplingParams
-
-    from vllm_hogwild.core.protocol.collab import answer_of_texts, render_transcript, transcript
-    from vllm_hogwild.core.protocol_text import DEFAULT_ANSWER_PATTERN
-
-    t0 = time.perf_counter()
-    llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=4096, seed=args.seed,
-              additional_config={"hogwild": {"max_workers": max(8, args.workers)}})
-    t_start = time.perf_counter() - t0
-    tokenizer = llm.get_tokenizer()
-    hogwild = ({"protocol": "collab", "task": args.task} if args.protocol == "collab"
-               else {"layout": "contiguous", "protocol": "raw"})
-    params = SamplingParams(n=args.workers, temperature=0.7, top_p=0.95, seed=args.seed,
-                            max_tokens=args.max_tokens, extra_args={"hogwild": hogwild})
-    engine = llm.llm_engine
-    board = Board(args.workers)
-    t1 = time.perf_counter()
-    # Chat through vLLM's own chat path (the collab preamble becomes a system message).
-    llm.enqueue_chat([{"role": "user", "content": prompt_text}], params, use_tqdm=False)
-    token_ids: list[list[int]] = [[] for _ in range(args.workers)]
-    prompt_len = 0
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            prompt_len = len(out.prompt_token_ids or ()) or prompt_len
-            for completion in out.outputs:
-                board.update(completion.index, completion.text)
-                token_ids[completion.index] = list(completion.token_ids)
-        board.draw()
-    t_gen = time.perf_counter() - t1
-    board.draw(final=True)
-    num_tokens = [len(t) for t in token_ids]
-    lines = [f"# A Hogwild group: {args.workers} workers, one shared KV cache, protocol `{args.protocol}`", "",
-             f"- model: `{model}`", f"- task: {prompt_text}",
-             f"- sampling: temperature 0.7, top_p 0.95, seed {args.seed}, max_tokens {args.max_tokens} per worker",
-             f"- prompt tokens (preamble and section headers included): {prompt_len}"]
-    if args.protocol == "collab":
-        pieces = [[tokenizer.decode([t], skip_special_tokens=True) for t in ids] for ids in token_ids]
-        steps = transcript(pieces)
-        found = answer_of_texts(board.texts, DEFAULT_ANSWER_PATTERN[args.task])
-        promoted = sum(1 for s in steps if s.joined_at < len(token_ids[s.worker]))
-        lines += [f"- steps: {len(steps)} in the shared history at the end, {promoted} of them promoted while"
-                  " their writer went on (the rest: each worker's last step, joined when it stopped)",
-                  "- tokens per worker: " + ", ".join(f"{NAMES[w]} {n}" for w, n in enumerate(num_tokens)),
-                  f"- final answer: {found.text!r} (written by {found.name}, source: {found.source})" if found
-                  else "- final answer: none (no worker wrote one and the finisher did not close it)",
-                  "", "## The shared history, in the order the steps joined it", "", "```text",
-                  render_transcript(steps).rstrip(), "```"]
-    else:
-        lines += ["- tokens per worker: " + ", ".join(f"{NAMES[w]} {n}" for w, n in enumerate(num_tokens)), ""]
-        lines += [f"## {NAMES[i]} (worker {i})\n\n```text\n{text.strip()}\n```\n" for i, text in enumerate(board.texts)]
-    total = sum(num_tokens)
-    lines += ["", f"{total} tokens from {args.workers} workers in {t_gen:.2f} s ({total / t_gen:.1f} tokens/s, "
-              f"{max(num_tokens)} lock-step decode steps); engine start-up {t_start:.1f} s"]
-    record = "\n".join(lines)
-    print("\n" + record)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(record + "\n")
-
 
 
 class ClaimBoard:
@@ -274,6 +148,135 @@ def run_links(llm, task, num_workers: int, layout: str, seed: int) -> dict:
             "steps": max(num_tokens), "wall_s": time.perf_counter() - t0}
 
 
+class MergesBoard(PathBoard):
+    """Who took which start and each entry as it ends: a whole path, or a path that ran into a node a co-worker
+    (or the worker itself) had written, finished by reference: whose path it reused and how many links that
+    skipped."""
+
+    def update(self, step: int, worker: int, text: str) -> None:
+        from vllm_hogwild.tasks import merges
+
+        entries, _ = merges.parse(text, allow_unfinished=True)
+        previous, self.texts[worker] = self.texts[worker], text
+        for index, nodes, end in entries[self.num_entries[worker]:]:
+            if not end:
+                break  # still being written
+            start = self.start(merges.SLOTS[index])
+            if end == merges.REFERENCE:
+                print(f"  step {step:4d}  {NAMES[worker]:<5}  {start} runs into {nodes[-1]}: "
+                      f"{self.reused(worker, nodes[-1], index, len(nodes))}")
+            else:
+                found = "FOUND: " if end == merges.FOUND else ""
+                print(f"  step {step:4d}  {NAMES[worker]:<5}  {found}{start} leads to {nodes[-1]} "
+                      f"({len(nodes) - 1} links)")
+            self.num_entries[worker] += 1
+        claim = re.search(r"\n([a-z]):[^;!=\n]*$", text)  # an entry started, not ended
+        if claim and text != previous:
+            announce_take(self.claimed, step, worker, self.start(claim.group(1)))
+
+    def reused(self, worker: int, node: int, index: int, written: int) -> str:
+        """Whose entry the reference reads on from: the first (in worker order) that wrote ``node`` as a node (a
+        node written as a node goes on past it, even where the next one is not shown yet)."""
+        from vllm_hogwild.tasks import merges
+
+        for other, text in enumerate(self.texts):
+            for source, nodes, end in merges.parse(text, allow_unfinished=True)[0]:
+                upto = nodes[:-1] if end == merges.REFERENCE else nodes
+                if node in upto and (other, source) != (worker, index):
+                    who = "its own" if other == worker else f"{NAMES[other]}'s"
+                    path = self.task.paths[index] if index < len(self.task.paths) else ()
+                    skipped = f"skips {len(path) - written} links" if path else "a start the task does not have"
+                    return f"the rest as {who} path for {self.start(merges.SLOTS[source])} goes on ({skipped})"
+        return "no entry in the texts has gone on past it (WRONG)"
+
+
+def run_merges(llm, task, num_workers: int, layout: str, seed: int) -> dict:
+    """One group (``num_workers`` 1: a plain request) on a merges task, printed as it is written."""
+    from vllm.sampling_params import RequestOutputKind
+
+    from vllm_hogwild.models import solve
+    from vllm_hogwild.tasks import merges
+
+    params = solve.links_params(num_workers, layout, seed, solve.links_budget([task]), "[;!=]")
+    params.output_kind = RequestOutputKind.CUMULATIVE
+    engine = llm.llm_engine
+    board = MergesBoard(num_workers, task)
+    t0 = time.perf_counter()
+    engine.add_request(f"demo-merges-{num_workers}-{layout}-{seed}", task.prompt(), params)
+    step, num_tokens = 0, [0] * num_workers
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        step += 1
+        for out in outs:
+            for completion in out.outputs:
+                board.update(step, completion.index, completion.text)
+                num_tokens[completion.index] = len(completion.token_ids)
+    return {"workers": num_workers, "texts": board.texts, "score": merges.check(task, board.texts),
+            "steps": max(num_tokens), "wall_s": time.perf_counter() - t0}
+
+
+def merges_demo(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
+    parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 26)")
+    parser.add_argument("--seed", type=int, default=0, help="draws the task and seeds the sampling")
+    parser.add_argument("--mode", default="all", choices=["all", "find"])
+    parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
+    parser.add_argument("--model", default=None, help="HF folder (default: the shipped merges collaborator)")
+    parser.add_argument("--links", action="store_true", help="run the links collaborator's demo instead")
+    parser.add_argument("--roman", action="store_true", help="run the Roman-numeral collaborator instead")
+    parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
+    args = parser.parse_args(argv)
+    if not 1 <= args.workers <= 8:
+        parser.error("--workers: 1 to 8")
+    from vllm_hogwild.tasks import merges, merges_policy
+
+    try:
+        task = merges.make_task(args.items, args.seed, args.mode)
+    except ValueError as err:
+        parser.error(f"--{err}")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm_hogwild.models import solve
+
+    t0 = time.perf_counter()
+    llm = solve.links_engine(args.model, "merges")
+    what = (f"find the {len(task.answer)} starts whose paths end at {merges.GOAL}" if task.mode == "find"
+            else "follow every path")
+    lines = task.prompt().split("\n")
+    shown = "\n".join(lines[:7] + [f"... ({len(task.links)} links in all)"] + lines[1 + len(task.links):])
+    stats = merges.merge_stats([task])
+    print(f"\nengine start-up {time.perf_counter() - t0:.1f} s\n\nTask ({len(task.paths)} starts, {what}; seed "
+          f"{args.seed}; {stats['merging_share']:.0%} of the paths run into a path listed before them, where "
+          f"nobody knows until it is written; an entry may end there by reference, '=', instead of following the "
+          f"rest again):\n{shown}\n")
+    runs = []
+    for n in (1, args.workers):
+        print(f"--- {n} worker{'s' if n > 1 else ''} ({'raw mode, ' + args.layout if n > 1 else 'a plain request'}) ---")
+        run = run_merges(llm, task, n, args.layout, args.seed)
+        score = run["score"]
+        verdict = "correct" if score.correct else (f"WRONG (missing {list(score.missing)}, wrong {list(score.wrong)}, "
+                                                   f"{score.malformed} malformed characters)")
+        reused = sum(r.from_worker != r.worker for r in score.references)
+        print(f"  answer: {verdict}; {len(score.references)} path(s) ended by reference ({reused} to a "
+              f"co-worker's), {sum(r.skipped for r in score.references)} links skipped; {run['steps']} sequential "
+              f"decode steps; {run['wall_s']:.2f} s\n")
+        runs.append(run)
+    one, group = runs
+    split = merges_policy.baseline_steps(task, args.workers, "round-robin split")
+    cancel = merges_policy.baseline_steps(task, args.workers, "split + cancel")
+    against = (f"{cancel} for a split made in advance whose client cancels the rest at the last find (worker i "
+               f"takes starts i, i + {args.workers}, ..., reusing its own paths; {group['steps'] / cancel:.2f}x; "
+               f"{split} without the cancel)" if task.mode == "find" else
+               f"{cancel} for a split made in advance, with or without a cancel (worker i takes starts i, "
+               f"i + {args.workers}, ..., reusing only its own paths: an independent request reads nobody "
+               f"else's; {group['steps'] / cancel:.2f}x)")
+    print(f"{args.workers} workers: {group['steps']} steps against {one['steps']} for one worker "
+          f"({group['steps'] / one['steps']:.2f}x) and {against}; wall {group['wall_s']:.2f} s against "
+          f"{one['wall_s']:.2f} s; both answers "
+          f"{'correct' if one['score'].correct and group['score'].correct else 'checked above'}.")
+
+
 def links_demo(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -365,9 +368,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str]) -> None:
     if "--smollm2" in argv:
+        from vllm_hogwild.tools.demo_smollm2 import smollm2_demo
+
         return smollm2_demo([a for a in argv if a != "--smollm2"])
+    if "--links" in argv:
+        return links_demo([a for a in argv if a != "--links"])
     if "--roman" not in argv:
-        return links_demo(argv)
+        return merges_demo(argv)
     argv = [a for a in argv if a != "--roman"]
     parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --roman", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,6 +1,7 @@
-"""Train the links collaborator (:mod:`vllm_hogwild.models.links_collaborator`) on what the engine computes.
+"""Train the links collaborator (:mod:`vllm_hogwild.models.links_collaborator`) or, with ``--collaborator merges``,
+the merges collaborator (:mod:`vllm_hogwild.models.merges_collaborator`) on what the engine computes.
 
-    python -m vllm_hogwild.training.train_links [--out DIR] [--steps 1500] [--seed 0] [--threads 2]
+    python -m vllm_hogwild.training.train_links [--collaborator links|merges] [--out DIR] [--steps 1500] [--seed 0]
 
 Each batch is whole groups simulated in lock-step (the same number of workers in a batch), every worker's every
 output token labeled with the policy's target for the view it was written from, and the logits are the engine's:
@@ -33,42 +34,46 @@ import time
 from pathlib import Path
 
 from vllm_hogwild.tasks import links as L
-from vllm_hogwild.models import links_collaborator as C
+from vllm_hogwild.models import links_collaborator as LC
+from vllm_hogwild.models import merges_collaborator as MC
 from vllm_hogwild.models.lockstep import group_logits
 from vllm_hogwild.core.machine import machine
+
+COLLABORATORS = {"links": LC, "merges": MC}  # what --collaborator trains: the module of its vocabulary and policy
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's (and its end of sequence, when all are claimed)
 END_WEIGHT, FOUND_WEIGHT = 4.0, 16.0  # find mode: a path's end, ";" or (the terminal to find) "!"
 RUNS_SHARE = 0.5  # with --runs: the share of batches drawn from the engine's sampled runs
 TOKENS_PER_BATCH = 6000  # about: prompts and outputs of a batch's groups together
-FIRST_ITEMS, GROW_AT, MAX_ITEMS = 2, 0.9, 22
+FIRST_ITEMS, GROW_AT = 2, 0.9
+MAX_ITEMS = LC.MAX_TRAIN_ITEMS  # the links collaborator's (each collaborator's: its MAX_TRAIN_ITEMS)
 
 
-def _weight(vocab: C.LinksVocab, task: L.LinksTask, target) -> float:
+def _weight(vocab: LC.LinksVocab, task, target) -> float:
     if target is None:
         return 0.0
-    if isinstance(target, tuple) or target == vocab.eos:
-        return CLAIM_WEIGHT
+    if isinstance(target, tuple) or target == vocab.eos or target in getattr(vocab, "node_of_reference", ()):
+        return CLAIM_WEIGHT  # a claim, the end, or (merges) a reference: the decisions
     if task.mode == "find" and target in (vocab.path_end, vocab.found):
         return FOUND_WEIGHT if target == vocab.found else END_WEIGHT
     return 1.0
 
 
-def _from_runs(vocab: C.LinksVocab, runs: list, rng: random.Random):
+def _from_runs(C, vocab: LC.LinksVocab, runs: list, rng: random.Random):
     """Endless ``(task, labeled group)`` drawn from the engine's runs of one group size."""
     while True:
         task, outputs = rng.choice(runs)
         yield task, C.labeled_run(vocab, task, outputs)
 
 
-def _from_policy(vocab: C.LinksVocab, task: L.LinksTask, n: int, cap: int, rng: random.Random):
+def _from_policy(C, vocab: LC.LinksVocab, task, n: int, cap: int, rng: random.Random):
     """Endless ``(task, labeled group)``: the policy's runs of ``n`` workers on ``task``, then on tasks like it."""
     while True:
         yield task, C.labeled_group(vocab, task, n, rng)
         task = C.draw_like(rng, task, cap)
 
 
-def batches(vocab: C.LinksVocab, seed: int, max_items, runs: dict | None = None):
+def batches(vocab: LC.LinksVocab, seed: int, max_items, runs: dict | None = None, C=LC):
     """Endless ``(groups, index [B, N, T, K], share [B, N, T, K], weight [B, N, T])``: each output token's target
     tokens and their shares (one token, or a uniform choice among ``K`` at most), position 0 every worker's token 0
     (from the prompt), position ``j + 1`` its token ``j + 1`` (from its fed token ``j``). ``max_items()``: the
@@ -80,10 +85,10 @@ def batches(vocab: C.LinksVocab, seed: int, max_items, runs: dict | None = None)
         cap = max_items()
         if runs and rng.random() < RUNS_SHARE:  # the engine's own runs of an earlier model, labeled by the policy
             n = rng.choice(sorted(runs))
-            examples = _from_runs(vocab, runs[n], rng)
+            examples = _from_runs(C, vocab, runs[n], rng)
         else:
             task, n = C.draw(rng, cap)  # the batch's group size, and about its tasks' size (little padding)
-            examples = _from_policy(vocab, task, n, cap, rng)
+            examples = _from_policy(C, vocab, task, n, cap, rng)
         groups, labels, tasks, size = [], [], [], 0
         for task, (group, targets) in examples:
             groups.append(group)
@@ -120,32 +125,33 @@ def _modules():
         role's, a claim is its letter's vector plus the claim role's, and a listed start ``" b=12"`` its letter's,
         its node's and the start role's."""
 
-        def __init__(self, vocab: C.LinksVocab, hidden: int, std: float) -> None:
+        def __init__(self, vocab: LC.LinksVocab, hidden: int, std: float) -> None:
             super().__init__()
-            ids, sources, ends = C.link_parts(vocab)
+            ids, sources, ends = LC.link_parts(vocab)
             entities = L.MAX_NODE + len(L.TERMINALS)
             self.table = torch.nn.Parameter(torch.randn(vocab.size, hidden) * std)
             self.source = torch.nn.Parameter(torch.randn(L.MAX_NODE, hidden) * std)
             self.end = torch.nn.Parameter(torch.randn(entities, hidden) * std)
             self.entity = torch.nn.Parameter(torch.randn(entities, hidden) * std)
-            self.role = torch.nn.Parameter(torch.randn(len(C.ROLES), hidden) * std)
+            self.role = torch.nn.Parameter(torch.randn(len(vocab.roles), hidden) * std)
+            self.roles_named = vocab.roles
             self.register_buffer("ids", torch.tensor(ids), persistent=False)
             self.register_buffer("sources", torch.tensor(sources), persistent=False)
             self.register_buffer("ends", torch.tensor(ends), persistent=False)
-            role_ids, which, roles = C.role_parts(vocab)
+            role_ids, which, roles = LC.role_parts(vocab)
             self.register_buffer("role_ids", torch.tensor(role_ids), persistent=False)
             self.register_buffer("which", torch.tensor(which), persistent=False)
             self.register_buffer("roles", torch.tensor(roles), persistent=False)
-            claims, claim_letters, listed, listed_letters = C.letter_parts(vocab)
+            claims, claim_letters, listed, listed_letters = LC.letter_parts(vocab)
             self.letter = torch.nn.Parameter(torch.randn(len(L.SLOTS), hidden) * std)
             self.register_buffer("claim_ids", torch.tensor(claims), persistent=False)
             self.register_buffer("claim_letters", torch.tensor(claim_letters), persistent=False)
             self.register_buffer("listed_ids", torch.tensor(listed), persistent=False)
             self.register_buffer("listed_letters", torch.tensor(listed_letters), persistent=False)
-            self.register_buffer("listed_nodes", torch.tensor(C.listed_nodes()), persistent=False)
+            self.register_buffer("listed_nodes", torch.tensor(LC.listed_nodes()), persistent=False)
 
         def forward(self) -> torch.Tensor:
-            claim, start = C.ROLES.index("claim"), C.ROLES.index("start")
+            claim, start = self.roles_named.index("claim"), self.roles_named.index("start")
             rows = self.table.index_put((self.ids,), self.source[self.sources] + self.end[self.ends])
             rows = rows.index_put((self.role_ids,), self.entity[self.which] + self.role[self.roles])
             rows = rows.index_put((self.claim_ids,), self.letter[self.claim_letters] + self.role[claim])
@@ -177,13 +183,14 @@ def hidden_of(model, groups, pad: int):
 
 def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
           threads: int = 2, log_every: int = 25, init: Path | None = None, first_items: int = FIRST_ITEMS,
-          runs: Path | None = None) -> dict:
+          runs: Path | None = None, collaborator: str = "links") -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
+    C = COLLABORATORS[collaborator]
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    vocab = C.LinksVocab.build()
+    vocab = C.Vocab.build()
     before = None if init is None else LlamaForCausalLM.from_pretrained(init, dtype=torch.float32)
     if before is not None:
         num_layers, hidden = before.config.num_hidden_layers, before.config.hidden_size
@@ -192,7 +199,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
     FactoredTable, Embedding = _modules()
     table = FactoredTable(vocab, hidden, config.initializer_range)
     if before is not None:
-        carry_over(before, init, model, table)
+        carry_over(before, init, model, table, C)
     model.model.embed_tokens = Embedding(table)
     model.lm_head = torch.nn.Identity()
     params = [p for name, p in model.named_parameters()]
@@ -206,9 +213,12 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
 
     cap = [first_items]
     grew = []  # (step, paths) each time tasks grew
-    stream = batches(vocab, seed, lambda: cap[0], None if runs is None else load_runs(runs))
+    most = C.MAX_TRAIN_ITEMS
+    stream = batches(vocab, seed, lambda: cap[0], None if runs is None else load_runs(runs, C), C)
     nodes = torch.zeros(vocab.size, dtype=torch.bool)
     nodes[list(vocab.node.values())] = True
+    references = torch.zeros(vocab.size, dtype=torch.bool)
+    references[list(getattr(vocab, "reference", {}).values())] = True
     curve, t0 = [], time.perf_counter()
     model.train()
     for step in range(steps):
@@ -233,23 +243,25 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         claim_acc = picked[claims].float().mean().item() if claims.any() else 0.0
         finds = w == FOUND_WEIGHT
         find_acc = picked[finds].float().mean().item() if finds.any() else float("nan")
-        if acc >= GROW_AT and cap[0] < MAX_ITEMS:
+        refs = (sh[:, 0] == 1) & references[idx[:, 0]]  # merges: where the policy ends a path by reference
+        ref_acc = picked[refs].float().mean().item() if refs.any() else float("nan")
+        if acc >= GROW_AT and cap[0] < most:
             cap[0] += 1
             grew.append([step, cap[0]])
         if step % log_every == 0 or step == steps - 1:
             excess = loss.item() - floor.item()
             curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4),
-                          None if math.isnan(find_acc) else round(find_acc, 4)])
+                          *(None if math.isnan(x) else round(x, 4) for x in (find_acc, ref_acc))])
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
                   f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
-                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
+                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  references {ref_acc:.2f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
                   flush=True)
     seconds = time.perf_counter() - t0
-    export(model, table, config, out)
-    record = {"command": "python -m vllm_hogwild.training.train_links", "steps": steps, "lr": lr, "seed": seed,
+    export(model, table, config, out, C)
+    record = {"command": C.COMMAND, "steps": steps, "lr": lr, "seed": seed,
               "num_layers": num_layers, "hidden": hidden, "threads": threads, "tokens_per_batch": TOKENS_PER_BATCH,
               "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
-                                                          "max_items": MAX_ITEMS, "grew": grew},
+                                                          "max_items": most, "grew": grew},
               "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT,
               "runs": None if runs is None else {"file": Path(runs).name, "share": RUNS_SHARE,
                                                  **json.loads(Path(runs).read_text().split("\n", 1)[0])},
@@ -272,7 +284,7 @@ def _commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0) -> None:
+def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0, collaborator: str = "links") -> None:
     """Let the engine run a trained folder on ``groups`` tasks per group size (1, 2, 4 and 8 workers; paths as
     :func:`links_collaborator.draw_size` draws them, either mode) and write each run to ``out`` (JSON lines: a
     header, then a task and each worker's output tokens a line). Training on these runs, every token labeled with what the policy would
@@ -280,35 +292,34 @@ def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0) -> Non
     of a taken start, a wrong find), which runs of the policy alone never show it."""
     from vllm_hogwild.models import solve
 
+    C = COLLABORATORS[collaborator]
     rng = random.Random(seed)
     llm = solve.links_engine(str(model))
     lines = [json.dumps({"model": json.loads((Path(model) / "training.json").read_text()).get("command"),
                          "groups_per_size": groups, "seed": seed})]
     for n in (1, 2, 4, 8):
-        tasks = [L.make_task(C.draw_size(rng, MAX_ITEMS), rng.randrange(1 << 62), rng.choice(L.MODES))
+        tasks = [C.make_task(C.draw_size(rng, C.MAX_TRAIN_ITEMS), rng.randrange(1 << 62), rng.choice(L.MODES))
                  for _ in range(groups)]
         for i in range(0, groups, 64):
             chunk = tasks[i:i + 64]
             outs, _ = solve.run_links_groups(llm, chunk, n, "contiguous", rng.randrange(1 << 31))
             for task, o in zip(chunk, outs):
                 lanes = [list(c.token_ids) for c in sorted(o.outputs, key=lambda c: c.index)]
-                lines.append(json.dumps({"paths": task.paths, "link_order": task.link_order, "mode": task.mode,
-                                         "target": task.target, "outputs": lanes}))
+                lines.append(json.dumps({**C.run_record(task), "outputs": lanes}))
         print(f"sampled {groups} groups of {n}", flush=True)
     out.write_text("\n".join(lines) + "\n")
 
 
-def load_runs(path: Path) -> dict[int, list]:
+def load_runs(path: Path, C=LC) -> dict[int, list]:
     """:func:`sample_runs`' file as ``{workers: [(task, outputs), ...]}``."""
     runs: dict[int, list] = {}
     for line in Path(path).read_text().splitlines()[1:]:
         r = json.loads(line)
-        task = L.LinksTask(tuple(tuple(p) for p in r["paths"]), tuple(r["link_order"]), r["mode"], r["target"])
-        runs.setdefault(len(r["outputs"]), []).append((task, r["outputs"]))
+        runs.setdefault(len(r["outputs"]), []).append((C.task_of_run(r), r["outputs"]))
     return runs
 
 
-def carry_over(before, folder: Path, model, table) -> None:
+def carry_over(before, folder: Path, model, table, C=LC) -> None:
     """Start from a trained folder: its layers; its token rows, token by token by their text (its
     ``tokenizer.json``: a token it had keeps its row wherever it now is); each link's source and end vectors
     recovered from its sums (a link row ``S[a] + D[b]``: ``S[a]`` the mean over ``b``, ``D[b]`` the mean over ``a``
@@ -336,25 +347,33 @@ def carry_over(before, folder: Path, model, table) -> None:
         node = table.roles == 0
         table.entity[table.which[node]] = table.table[table.role_ids[node]]
         table.role.zero_()
-        find = table.roles == C.ROLES.index("find")
-        table.role[C.ROLES.index("find")] = (table.table[table.role_ids[find]] - table.entity[table.which[find]]).mean(0)
+        roles = table.roles_named
+        carried = torch.zeros(len(table.role_ids), dtype=torch.bool)
+        carried[[k for k, i in enumerate(table.role_ids.tolist()) if i in set(new_ids.tolist())]] = True
+        for role in roles:  # a role of one token per entity it had: its rows less their entities' (else zero)
+            if role in ("node", "claim", "start"):
+                continue
+            rows = (table.roles == roles.index(role)) & carried
+            if rows.any():
+                table.role[roles.index(role)] = (table.table[table.role_ids[rows]]
+                                                 - table.entity[table.which[rows]]).mean(0)
         spelled = C._spelled
         for role, text in (("claim", "\n{}:"), ("start", " {},")):
             pairs = [(had[spelled(text.format(n))], n - 1) for n in range(1, L.MAX_NODE + 1)
                      if spelled(text.format(n)) in had]
             if pairs:
                 rows, which = map(torch.tensor, zip(*pairs))
-                table.role[C.ROLES.index(role)] = (old[rows] - table.entity[which]).mean(0)
+                table.role[roles.index(role)] = (old[rows] - table.entity[which]).mean(0)
         letters = [had.get(spelled(f"\n{letter}:")) for letter in L.SLOTS]
         if all(i is not None for i in letters):  # a lettered folder: a claim's row is its letter's (claim role 0)
             table.letter.copy_(old[torch.tensor(letters)])
-            table.role[C.ROLES.index("claim")] = 0
+            table.role[roles.index("claim")] = 0
             rows = torch.tensor([had[spelled(f" {letter}={n}")] for letter in L.SLOTS for n in range(1, L.MAX_NODE + 1)])
-            table.role[C.ROLES.index("start")] = (old[rows] - table.letter[table.listed_letters]
+            table.role[roles.index("start")] = (old[rows] - table.letter[table.listed_letters]
                                                   - table.entity[table.listed_nodes]).mean(0)
 
 
-def export(model, table, config, out: Path) -> None:
+def export(model, table, config, out: Path, C=LC) -> None:
     """A plain Llama folder: the layers as trained, the embedding the factored table's rows (float16 on disk)."""
     import torch
     from transformers import LlamaForCausalLM
@@ -391,14 +410,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sample-runs", type=Path, default=None, metavar="FILE",
                         help="instead of training: let the engine run the --init folder and write its runs to FILE")
     parser.add_argument("--groups", type=int, default=256, help="--sample-runs: tasks per group size")
+    parser.add_argument("--collaborator", choices=tuple(COLLABORATORS), default="links",
+                        help="which to train: links (vllm_hogwild/models/links_collaborator.py) or merges "
+                             "(merges_collaborator.py: its tokenizer extends the links one, and --init may be a "
+                             "links folder)")
     args = parser.parse_args(argv)
     if args.sample_runs is not None:
         if args.init is None:
             parser.error("--sample-runs: needs --init, the folder to run")
-        sample_runs(args.init, args.sample_runs, args.groups, args.seed)
+        sample_runs(args.init, args.sample_runs, args.groups, args.seed, args.collaborator)
         return
-    if not 1 <= args.first_items <= MAX_ITEMS:
-        parser.error(f"--first-items: 1 to {MAX_ITEMS}")
+    most = COLLABORATORS[args.collaborator].MAX_TRAIN_ITEMS
+    if not 1 <= args.first_items <= most:
+        parser.error(f"--first-items: 1 to {most}")
     for name in ("steps", "layers", "hidden", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: at least 1")
@@ -406,9 +430,9 @@ def main(argv: list[str] | None = None) -> None:
     if out is None:
         from vllm_hogwild.models.default import cache_dir
 
-        out = cache_dir() / f"links-collaborator-{args.seed}-{args.steps}"
+        out = cache_dir() / f"{args.collaborator}-collaborator-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads, init=args.init,
-                   first_items=args.first_items, runs=args.runs)
+                   first_items=args.first_items, runs=args.runs, collaborator=args.collaborator)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
 
 
