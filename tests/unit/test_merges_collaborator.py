@@ -82,8 +82,8 @@ def test_a_node_written_in_this_step_is_not_read_before_the_next() -> None:
     reach a node in one step both go on past it (both right), and a reference needs the node written before."""
     vocab = MC.MergesVocab.build()
     task = M.MergesTask(((10, 11, 12, "A"), (20, 11, 12, "A")), (0, 1, 2, 3), "all")
-    reader = MC.Reader(task, vocab)
-    seen = MC.Visible(reader, 2)
+    reader = MC.MergesReader(task, vocab)
+    seen = MC.MergesVisible(reader, 2)
     a, b = [vocab.claim[0], vocab.node[10]], [vocab.claim[1], vocab.node[20]]
     for token_a, token_b in zip(a, b):
         seen.add(0, token_a)

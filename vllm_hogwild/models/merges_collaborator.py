@@ -114,7 +114,7 @@ class MergesVocab(LC.LinksVocab):
 
 
 @dataclass
-class Reader:
+class MergesReader:
     """What the policy reads of a task: each node's link, the starts, and (find) how many reach the goal."""
 
     task: M.MergesTask
@@ -133,12 +133,12 @@ class Reader:
         return len(self.task.answer) if self.task.mode == "find" else None
 
 
-class Visible:
+class MergesVisible:
     """What every view of a lock-step group shows at a step besides the reader's own open entry: the starts
     claimed, the nodes written as nodes (each goes on past there), and the finished entries of starts that reach
     the goal (a co-worker's token written at step ``j`` is read from step ``j + 1``)."""
 
-    def __init__(self, reader: Reader, num_workers: int) -> None:
+    def __init__(self, reader: MergesReader, num_workers: int) -> None:
         self.reader, self.vocab = reader, reader.vocab
         self.taken: set[int] = set()
         self.written: set[int] = set()
@@ -159,7 +159,7 @@ class Visible:
             self.written.add(v.node_of[token])
 
 
-def policy_target(reader: Reader, seen: Visible, own: Sequence[int]) -> int | tuple[int, ...]:
+def policy_target(reader: MergesReader, seen: MergesVisible, own: Sequence[int]) -> int | tuple[int, ...]:
     """The policy's next token for a worker whose view shows ``seen`` and its own tokens ``own``: a token id, or a
     tuple of ids (a uniform choice)."""
     v = reader.vocab
@@ -186,10 +186,10 @@ def simulate(vocab: MergesVocab, task: M.MergesTask, num_workers: int, rng: rand
     sequence last). ``isolated``: nobody reads a co-worker."""
     if layout not in ("contiguous", "isolated"):
         raise ValueError("layout: contiguous or isolated")
-    reader = Reader(task, vocab)
+    reader = MergesReader(task, vocab)
     outputs: list[list[int]] = [[] for _ in range(num_workers)]
-    shared = Visible(reader, num_workers)
-    own = [Visible(reader, num_workers) for _ in range(num_workers)]
+    shared = MergesVisible(reader, num_workers)
+    own = [MergesVisible(reader, num_workers) for _ in range(num_workers)]
     for _ in range(max_steps):
         live = [w for w in range(num_workers) if not outputs[w] or outputs[w][-1] != vocab.eos]
         if not live:
@@ -235,8 +235,8 @@ def labeled_group(vocab: MergesVocab, task: M.MergesTask, num_workers: int, rng:
 def labeled_run(vocab: MergesVocab, task: M.MergesTask, outputs: Sequence[Sequence[int]]):
     """``(lockstep.TrainingGroup, targets)``: the policy's target for every token of a group's run from the view
     it was written from (``None`` where the worker is already wrong)."""
-    reader = Reader(task, vocab)
-    seen = Visible(reader, len(outputs))
+    reader = MergesReader(task, vocab)
+    seen = MergesVisible(reader, len(outputs))
     return LC.label_lockstep(vocab.prompt(task), outputs, seen, lambda w, own: policy_target(reader, seen, own))
 
 

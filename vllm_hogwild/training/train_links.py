@@ -49,11 +49,22 @@ FIRST_ITEMS, GROW_AT = 2, 0.9
 MAX_ITEMS = LC.MAX_TRAIN_ITEMS  # the links collaborator's (each collaborator's: its MAX_TRAIN_ITEMS)
 
 
-def _weight(vocab: LC.LinksVocab, task, target) -> float:
+def _shared_nodes(task) -> frozenset:
+    """The nodes on two paths or more (merges: where a path may end by reference, or must not)."""
+    seen, shared = set(), set()
+    for path in task.paths:
+        for node in path[1:-1]:
+            (shared if node in seen else seen).add(node)
+    return frozenset(shared)
+
+
+def _weight(vocab: LC.LinksVocab, task, target, shared: frozenset = frozenset()) -> float:
     if target is None:
         return 0.0
     if isinstance(target, tuple) or target == vocab.eos or target in getattr(vocab, "node_of_reference", ()):
         return CLAIM_WEIGHT  # a claim, the end, or (merges) a reference: the decisions
+    if shared and vocab.node_of.get(target) in shared:
+        return CLAIM_WEIGHT  # merges: a node written whole where another path passes (it was not written before)
     if task.mode == "find" and target in (vocab.path_end, vocab.found):
         return FOUND_WEIGHT if target == vocab.found else END_WEIGHT
     return 1.0
@@ -103,9 +114,10 @@ def batches(vocab: LC.LinksVocab, seed: int, max_items, runs: dict | None = None
         share = torch.zeros(len(groups), n, t, k)
         weight = torch.zeros(len(groups), n, t)
         for b, targets in enumerate(labels):
+            shared = _shared_nodes(tasks[b]) if hasattr(vocab, "reference") else frozenset()
             for w, row in enumerate(targets):
                 for j, tgt in enumerate(row):
-                    weight[b, w, j] = _weight(vocab, tasks[b], tgt)
+                    weight[b, w, j] = _weight(vocab, tasks[b], tgt, shared)
                     if isinstance(tgt, tuple):
                         index[b, w, j, :len(tgt)] = torch.tensor(tgt)
                         share[b, w, j, :len(tgt)] = 1.0 / len(tgt)
@@ -238,7 +250,8 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         opt.step()
         hop = (sh[:, 0] == 1) & nodes[idx[:, 0]]  # a path's next node
         acc = (logp.argmax(-1) == idx[:, 0])[hop].float().mean().item() if hop.any() else 0.0
-        claims = w == CLAIM_WEIGHT  # between entries: a start nobody has claimed, any of them, or the end
+        # between entries: a start nobody has claimed, any of them, or the end (not a merges node's decision)
+        claims = (w == CLAIM_WEIGHT) & ~nodes[idx[:, 0]] & ~references[idx[:, 0]]
         picked = ((idx == logp.argmax(-1, keepdim=True)) & (sh > 0)).any(-1)
         claim_acc = picked[claims].float().mean().item() if claims.any() else 0.0
         finds = w == FOUND_WEIGHT
