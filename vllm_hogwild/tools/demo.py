@@ -1,6 +1,7 @@
 """The main job: a trained collaborator solves one task with 1 worker, then as a Hogwild group of 4.
 
     python -m vllm_hogwild.tools.demo [--workers 4] [--items 18] [--seed 0] [--mode find] [--layout contiguous]
+    python -m vllm_hogwild.tools.demo --merges --model DIR [--mode all] ...  # a merges collaborator
     python -m vllm_hogwild.tools.demo --roman [--items 20] ...  # the Roman-numeral collaborator
     python -m vllm_hogwild.tools.demo --smollm2 [--help]      # the SmolLM2 collab demo
 
@@ -17,7 +18,11 @@ steps beside one worker's and beside the steps a split made in advance would
 take on the same task (worker i takes starts i, i + N, ...: no worker can stop
 at the find, since none knows what the others found). ``--mode all`` follows
 every path; ``--layout isolated`` runs the control where workers cannot read
-each other; ``--roman`` runs the first collaborator (Roman numerals).
+each other; ``--roman`` runs the first collaborator (Roman numerals). ``--merges``
+runs a merges task (:mod:`vllm_hogwild.tasks.merges`: paths that run into each
+other, and an entry may end by reference where a co-worker's path went on),
+printing whose path each reference reuses and the split with cancel beside; it
+needs a trained merges collaborator (``--model``), which does not ship yet.
 
 The engine's logs go to a file whose path the demo prints first; ``--verbose``
 shows them in the terminal instead.
@@ -216,7 +221,7 @@ def run_merges(llm, task, num_workers: int, layout: str, seed: int) -> dict:
 
 
 def merges_demo(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --merges", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
     parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 26)")
@@ -224,7 +229,6 @@ def merges_demo(argv: list[str]) -> None:
     parser.add_argument("--mode", default="all", choices=["all", "find"])
     parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
     parser.add_argument("--model", default=None, help="HF folder (default: the shipped merges collaborator)")
-    parser.add_argument("--links", action="store_true", help="run the links collaborator's demo instead")
     parser.add_argument("--roman", action="store_true", help="run the Roman-numeral collaborator instead")
     parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
     args = parser.parse_args(argv)
@@ -236,6 +240,11 @@ def merges_demo(argv: list[str]) -> None:
         task = merges.make_task(args.items, args.seed, args.mode)
     except ValueError as err:
         parser.error(f"--{err}")
+    from vllm_hogwild.models import merges_collaborator
+
+    if args.model is None and not (merges_collaborator.model_dir() / "config.json").exists():
+        parser.error(f"--model: no trained merges collaborator ships in {merges_collaborator.model_dir()} yet; "
+                     f"train one with `{merges_collaborator.COMMAND} --out DIR` and pass --model DIR")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm_hogwild.models import solve
 
@@ -286,6 +295,8 @@ def links_demo(argv: list[str]) -> None:
     parser.add_argument("--mode", default="find", choices=["find", "all"])
     parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
     parser.add_argument("--model", default=None, help="HF folder (default: the shipped links collaborator)")
+    parser.add_argument("--merges", action="store_true",
+                        help="run the merges demo instead (--model: a trained merges collaborator's folder)")
     parser.add_argument("--roman", action="store_true", help="run the Roman-numeral collaborator instead")
     parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
     args = parser.parse_args(argv)
@@ -371,10 +382,10 @@ def _main(argv: list[str]) -> None:
         from vllm_hogwild.tools.demo_smollm2 import smollm2_demo
 
         return smollm2_demo([a for a in argv if a != "--smollm2"])
-    if "--links" in argv:
-        return links_demo([a for a in argv if a != "--links"])
+    if "--merges" in argv:
+        return merges_demo([a for a in argv if a != "--merges"])
     if "--roman" not in argv:
-        return merges_demo(argv)
+        return links_demo(argv)
     argv = [a for a in argv if a != "--roman"]
     parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --roman", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
