@@ -96,37 +96,25 @@ def test_a_node_written_in_this_step_is_not_read_before_the_next() -> None:
 
 
 def test_the_trainer_goes_on_from_the_links_collaborator(tmp_path) -> None:
-    """A merges folder started from the shipped links folder keeps its layers and every token the links tokenizer
-    has, by text; a node's token becomes its row plus the coupling times its links' end vector (the vector a link
-    into it carries), a reference the same plus a role; and a merges folder goes on from a merges folder exactly."""
+    """A merges folder started from the shipped links folder keeps every token the links tokenizer has (its
+    layers as they were, its rows by their text), and a reference starts as its node's row plus a role."""
     import torch
     from safetensors.torch import load_file
 
-    from vllm_hogwild.training.train_links import COUPLING, train
+    from vllm_hogwild.training.train_links import train
 
     links = LC.model_dir()
     record = train(tmp_path / "m", steps=1, lr=0.0, threads=1, log_every=1, init=links, collaborator="merges")
     assert record["command"] == MC.COMMAND and record["init"]["command"].startswith("python -m")
-    assert record["coupling"] == COUPLING > 0
     old, new = load_file(links / "model.safetensors"), load_file(tmp_path / "m" / "model.safetensors")
     assert all(torch.equal(new[k], old[k]) for k in old if "embed" not in k)
     had, now = LC.build_tokenizer().get_vocab(), MC.build_tokenizer().get_vocab()
     rows_old, rows_new = old["model.embed_tokens.weight"].float(), new["model.embed_tokens.weight"].float()
-    for text in (LC._spelled("\n12>45"), LC._spelled(" c=77"), LC._spelled("\nb:"), LC._spelled(" Q")):
+    for text in (LC._spelled(" 12"), LC._spelled("\n12>45"), LC._spelled(" c=77"), LC._spelled("\nb:")):
         assert torch.allclose(rows_new[now[text]], rows_old[had[text]], atol=2e-3), text
     vocab = MC.MergesVocab.build()
-    ids, _, _ = LC.link_parts(vocab)
-    grid = rows_new[torch.tensor(ids)].reshape(L.MAX_NODE, L.MAX_NODE + len(L.TERMINALS), -1)
-    end = grid.mean(0) - grid.mean((0, 1))  # each end's vector, as the links' rows hold it
-    for n in (12, 90):
-        moved = rows_new[vocab.node[n]] - rows_old[had[LC._spelled(f" {n}")]]
-        assert torch.allclose(moved, COUPLING * end[n - 1], atol=3e-3), n
     gap = rows_new[vocab.reference[7]] - rows_new[vocab.node[7]]
     assert torch.allclose(gap, rows_new[vocab.reference[90]] - rows_new[vocab.node[90]], atol=2e-3)
-    again = train(tmp_path / "n", steps=1, lr=0.0, threads=1, log_every=1, init=tmp_path / "m", collaborator="merges")
-    assert again["init"]["coupling"] == COUPLING
-    rows_again = load_file(tmp_path / "n" / "model.safetensors")["model.embed_tokens.weight"].float()
-    assert torch.allclose(rows_again, rows_new, atol=3e-3)  # its rows recovered: the coupled ends not added twice
 
 
 def test_the_demo_board_names_whose_path_a_reference_reuses(capsys) -> None:

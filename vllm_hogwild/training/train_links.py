@@ -43,11 +43,6 @@ COLLABORATORS = {"links": LC, "merges": MC}  # what --collaborator trains: the m
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's (and its end of sequence, when all are claimed)
 END_WEIGHT, FOUND_WEIGHT = 4.0, 16.0  # find mode: a path's end, ";" or (the terminal to find) "!"
-# merges: a node's token (as a node on a path, or its reference) is trained as its entity's vector, its role's and
-# this times the vector its links' ends carry (FactoredTable): a path's next node, read off a link's end, then
-# matches the node's token in the lanes by one linear map, the same for every node (whether a co-worker has
-# written it decides a reference), where separate vectors would need an association per node learned
-COUPLING = 0.6
 RUNS_SHARE = 0.5  # with --runs: the share of batches drawn from the engine's sampled runs
 TOKENS_PER_BATCH = 6000  # about: prompts and outputs of a batch's groups together
 FIRST_ITEMS, GROW_AT = 2, 0.9
@@ -152,7 +147,6 @@ def _modules():
             self.entity = torch.nn.Parameter(torch.randn(entities, hidden) * std)
             self.role = torch.nn.Parameter(torch.randn(len(vocab.roles), hidden) * std)
             self.roles_named = vocab.roles
-            self.coupling = COUPLING if "reference" in vocab.roles else 0.0
             self.register_buffer("ids", torch.tensor(ids), persistent=False)
             self.register_buffer("sources", torch.tensor(sources), persistent=False)
             self.register_buffer("ends", torch.tensor(ends), persistent=False)
@@ -160,9 +154,6 @@ def _modules():
             self.register_buffer("role_ids", torch.tensor(role_ids), persistent=False)
             self.register_buffer("which", torch.tensor(which), persistent=False)
             self.register_buffer("roles", torch.tensor(roles), persistent=False)
-            kinds = [vocab.roles.index(r) for r in ("node", "reference") if r in vocab.roles]
-            coupled = [float(r in kinds and e < L.MAX_NODE) for r, e in zip(roles, which)]
-            self.register_buffer("coupled", torch.tensor(coupled), persistent=False)
             claims, claim_letters, listed, listed_letters = LC.letter_parts(vocab)
             self.letter = torch.nn.Parameter(torch.randn(len(L.SLOTS), hidden) * std)
             self.register_buffer("claim_ids", torch.tensor(claims), persistent=False)
@@ -174,10 +165,7 @@ def _modules():
         def forward(self) -> torch.Tensor:
             claim, start = self.roles_named.index("claim"), self.roles_named.index("start")
             rows = self.table.index_put((self.ids,), self.source[self.sources] + self.end[self.ends])
-            entities = self.entity[self.which] + self.role[self.roles]
-            if self.coupling:  # merges: a node's token carries the vector every link into it carries
-                entities = entities + self.coupling * self.coupled[:, None] * self.end[self.which]
-            rows = rows.index_put((self.role_ids,), entities)
+            rows = rows.index_put((self.role_ids,), self.entity[self.which] + self.role[self.roles])
             rows = rows.index_put((self.claim_ids,), self.letter[self.claim_letters] + self.role[claim])
             return rows.index_put((self.listed_ids,), self.letter[self.listed_letters]
                                   + self.entity[self.listed_nodes] + self.role[start])
@@ -287,7 +275,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
               "num_layers": num_layers, "hidden": hidden, "threads": threads, "tokens_per_batch": TOKENS_PER_BATCH,
               "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
                                                           "max_items": most, "grew": grew},
-              "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT, "coupling": table.coupling,
+              "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT,
               "runs": None if runs is None else {"file": Path(runs).name, "share": RUNS_SHARE,
                                                  **json.loads(Path(runs).read_text().split("\n", 1)[0])},
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
@@ -371,10 +359,6 @@ def carry_over(before, folder: Path, model, table, C=LC) -> None:
         table.end.copy_(links.mean(0) - links.mean((0, 1)))
         node = table.roles == 0
         table.entity[table.which[node]] = table.table[table.role_ids[node]]
-        record = json.loads((Path(folder) / "training.json").read_text()) if (Path(folder) / "training.json").exists() else {}
-        if table.coupling and record.get("coupling"):  # its node rows hold the coupled ends: the entity is the rest
-            coupled = node & (table.coupled > 0)
-            table.entity[table.which[coupled]] -= record["coupling"] * table.end[table.which[coupled]]
         table.role.zero_()
         roles = table.roles_named
         carried = torch.zeros(len(table.role_ids), dtype=torch.bool)
@@ -384,10 +368,8 @@ def carry_over(before, folder: Path, model, table, C=LC) -> None:
                 continue
             rows = (table.roles == roles.index(role)) & carried
             if rows.any():
-                held = record.get("coupling") or 0.0  # what of the ends the folder's rows hold
-                table.role[roles.index(role)] = (table.table[table.role_ids[rows]] - table.entity[table.which[rows]]
-                                                 - held * table.coupled[rows, None]
-                                                 * table.end[table.which[rows]]).mean(0)
+                table.role[roles.index(role)] = (table.table[table.role_ids[rows]]
+                                                 - table.entity[table.which[rows]]).mean(0)
         spelled = C._spelled
         for role, text in (("claim", "\n{}:"), ("start", " {},")):
             pairs = [(had[spelled(text.format(n))], n - 1) for n in range(1, L.MAX_NODE + 1)
