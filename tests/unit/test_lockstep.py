@@ -88,3 +88,45 @@ def test_bad_arguments_name_the_field(model) -> None:
         group_logits(model, groups(1, 1, 2), layout="combined")
     with pytest.raises(ValueError, match="groups"):
         group_logits(model, [*groups(1, 1, 2), *groups(2, 1, 3)])
+
+
+def test_a_heads_attention_is_what_a_plain_forward_attends(model) -> None:
+    """One worker's view is ``[prompt][own]``: the head's attention of its token ``j`` is the plain eager forward's
+    attention row at that token (Hugging Face's, an independent computation); the logits are unchanged."""
+    group = groups(5, 1, 1)[0]
+    eager = copy.deepcopy(model)
+    eager.config._attn_implementation = "eager"
+    ids = torch.tensor([list(group.prompt) + list(group.outputs[0][:group.fed(0)])])
+    with torch.no_grad():
+        plain = eager(input_ids=ids, output_attentions=True).attentions
+        first, lanes, _, fed = group_logits(model, [group])
+        for layer in range(3):
+            for head in range(4):
+                f2, l2, _, _, att = group_logits(model, [group], attention=(layer, head))
+                assert torch.equal(f2, first) and torch.equal(l2, lanes)
+                p, k = len(group.prompt), int(fed[0, 0])
+                for j in range(k):
+                    want = plain[layer][0, head, p + j, :p + j + 1]
+                    assert torch.allclose(att[0, 0, j, :p + j + 1], want, atol=1e-10)
+                    assert float(att[0, 0, j, p + j + 1:].abs().sum()) == 0.0
+
+
+def test_a_heads_attention_reads_what_the_view_reads(model) -> None:
+    """Three workers: token ``j`` reads co-workers' tokens ``0..j`` and its own ``0..j``, nothing else, and its
+    attention sums to one."""
+    group = groups(9, 1, 3)[0]
+    with torch.no_grad():
+        _, _, plen, fed, att = group_logits(model, [group], attention=(1, 2))
+    p, t = int(plen[0]), att.shape[2]
+    for w in range(3):
+        for j in range(int(fed[0, w])):
+            row = att[0, w, j]
+            assert abs(float(row.sum()) - 1.0) < 1e-10
+            for o in range(3):
+                lane = row[p + o * t:p + (o + 1) * t]
+                reads = min(j + 1, int(fed[0, o]))
+                assert float(lane[reads:].abs().sum()) == 0.0 and float(lane[:reads].min()) > 0.0
+    with pytest.raises(ValueError, match="attention"):
+        group_logits(model, [group], attention=(3, 0))
+    with pytest.raises(ValueError, match="attention"):
+        group_logits(model, [group], layout="isolated", attention=(0, 0))

@@ -117,6 +117,41 @@ def test_the_trainer_goes_on_from_the_links_collaborator(tmp_path) -> None:
     assert torch.allclose(gap, rows_new[vocab.reference[90]] - rows_new[vocab.node[90]], atol=2e-3)
 
 
+def test_the_presence_loss_asks_for_the_written_node_or_the_first_token() -> None:
+    """The presence head's target (training with --presence): at a due reference, the lanes' tokens of its node; at
+    a due node, the prompt's first token. Attention on exactly those costs nothing; anywhere else, a lot."""
+    import torch
+
+    from vllm_hogwild.training.train_links import batches, presence_loss
+
+    vocab = MC.MergesVocab.build()
+    stream = batches(vocab, seed=3, max_items=lambda: 12, C=MC)
+    for groups, index, share, weight in stream:
+        if any(t in vocab.node_of_reference for t in index[..., 0].flatten().tolist()) and groups[0].num_workers > 1:
+            break
+    b, n, width = index.shape[:3]
+    t, p = max(g.fed(w) for g in groups for w in range(n)), max(len(g.prompt) for g in groups)
+    keys = torch.full((b, p + n * t), vocab.pad)
+    for i, g in enumerate(groups):
+        keys[i, :len(g.prompt)] = torch.tensor(g.prompt)
+        for w in range(n):
+            fed = g.outputs[w][:g.fed(w)]
+            keys[i, p + w * t:p + w * t + len(fed)] = torch.tensor(fed)
+    right = torch.zeros(b, n, t, p + n * t)
+    right[..., 0] = 1.0
+    for i in range(b):
+        for w in range(n):
+            for j in range(min(t, width - 1)):
+                target = int(index[i, w, j + 1, 0])
+                if target in vocab.node_of_reference and share[i, w, j + 1, 0] == 1:
+                    match = keys[i] == vocab.node[vocab.node_of_reference[target]]
+                    assert match.any()  # the node some lane wrote
+                    right[i, w, j] = match / match.sum()
+    assert float(presence_loss(right, groups, index, share, weight, vocab, vocab.pad)) < 1e-6
+    uniform = torch.full_like(right, 1.0 / right.shape[-1])
+    assert float(presence_loss(uniform, groups, index, share, weight, vocab, vocab.pad)) > 3.0
+
+
 def test_the_demo_board_names_whose_path_a_reference_reuses(capsys) -> None:
     from vllm_hogwild.tools.demo import MergesBoard
 

@@ -86,7 +86,8 @@ def _batch(groups: Sequence[TrainingGroup], pad: int, device):
     return prompt.to(device), lanes.to(device), prompt_len.to(device), fed.to(device)
 
 
-def group_logits(model, groups: Sequence[TrainingGroup], layout: str = "contiguous", pad: int = 0):
+def group_logits(model, groups: Sequence[TrainingGroup], layout: str = "contiguous", pad: int = 0,
+                 attention: tuple[int, int] | None = None):
     """The engine's logits for every output token of every worker, teacher forced.
 
     Returns ``(first [B, V], lanes [B, N, T, V], prompt_len [B], fed [B, N])``: ``first[b]`` predicts every
@@ -97,6 +98,10 @@ def group_logits(model, groups: Sequence[TrainingGroup], layout: str = "contiguo
     each lane's tokens it reads at step ``j`` (``i < len_L(j)``, its own up to itself), each segment with the
     query rotated by that segment's RoPE delta (its view position minus its stored one), all segments under one
     softmax.
+
+    ``attention=(layer, head)`` also returns, fifth, that head's attention of every fed token ``[B, N, T, P + N * T]``
+    over the prompt's positions then each lane's tokens in lane order (``contiguous``; zero where it does not read),
+    so that training can ask a head to look at something.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout: one of {LAYOUTS}")
@@ -141,7 +146,10 @@ def group_logits(model, groups: Sequence[TrainingGroup], layout: str = "contiguo
     h_prompt = m.embed_tokens(prompt)  # [B, P, d]
     h_lanes = m.embed_tokens(lanes)  # [B, N, T, d]
     scale = head_dim ** -0.5
-    for layer in m.layers:
+    looked = None
+    if attention is not None and layout != "contiguous":
+        raise ValueError("attention: of the contiguous layout")
+    for index, layer in enumerate(m.layers):
         a = layer.self_attn
         xp, xl = layer.input_layernorm(h_prompt), layer.input_layernorm(h_lanes)
         # queries grouped by their KV head: [..., Hkv, G, D]; keys and values [..., Hkv, D]
@@ -174,6 +182,8 @@ def group_logits(model, groups: Sequence[TrainingGroup], layout: str = "contiguo
             s_lane = torch.einsum("bwljkgd,blikd->bwkgjli", q_lanes, kl).reshape(b, n, kv_heads, g, t, n * t) * scale
             s_lane = s_lane.masked_fill(~lane_mask, neg)
             att = torch.cat([s_prompt, s_lane], dim=-1).softmax(-1)
+            if attention is not None and attention[0] == index:
+                looked = att[:, :, attention[1] // g, attention[1] % g]  # [B, N, T, P + N * T]
             out_l = torch.einsum("bwkgjp,bpkd->bwjkgd", att[..., :p], vp) + \
                 torch.einsum("bwkgjx,bxkd->bwjkgd", att[..., p:], vl.reshape(b, n * t, kv_heads, head_dim))
         out_l = out_l.reshape(b, n, t, heads * head_dim)
@@ -183,6 +193,10 @@ def group_logits(model, groups: Sequence[TrainingGroup], layout: str = "contiguo
         h_lanes = h_lanes + layer.mlp(layer.post_attention_layernorm(h_lanes))
     last = h_prompt[torch.arange(b, device=device), prompt_len - 1]  # [B, d]
     first = model.lm_head(m.norm(last))
+    if attention is not None:
+        if looked is None:
+            raise ValueError(f"attention: layer {attention[0]} of {len(m.layers)}")
+        return first, model.lm_head(m.norm(h_lanes)), prompt_len, fed, looked
     return first, model.lm_head(m.norm(h_lanes)), prompt_len, fed
 
 

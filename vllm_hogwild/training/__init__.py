@@ -2,7 +2,8 @@
 
 - ``python -m vllm_hogwild.training.train``: the Roman-numerals and fork/join collaborators;
 - ``python -m vllm_hogwild.training.train_links``: the links collaborator, in phases, the later ones on the
-  engine's own runs.
+  engine's own runs, and (``--collaborator merges``) the merges collaborator; :mod:`.presence` is the loss that
+  asks one of its heads to look at a written node.
 
 Each writes a plain Llama folder vLLM loads unchanged, with a ``training.json`` of its arguments, loss curve,
 time, machine and commit. Reads :mod:`vllm_hogwild.models` and :mod:`vllm_hogwild.tasks`; nothing but the user's

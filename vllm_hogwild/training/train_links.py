@@ -37,9 +37,11 @@ from vllm_hogwild.tasks import links as L
 from vllm_hogwild.models import links_collaborator as LC
 from vllm_hogwild.models import merges_collaborator as MC
 from vllm_hogwild.models.lockstep import group_logits
+from vllm_hogwild.training.presence import PRESENCE_HEAD, presence_loss
 from vllm_hogwild.core.machine import machine
 
-COLLABORATORS = {"links": LC, "merges": MC}  # what --collaborator trains: the module of its vocabulary and policy
+COLLABORATORS = {"links": LC, "merges": MC}
+ # what --collaborator trains: the module of its vocabulary and policy
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's (and its end of sequence, when all are claimed)
 END_WEIGHT, FOUND_WEIGHT = 4.0, 16.0  # find mode: a path's end, ";" or (the terminal to find) "!"
@@ -181,21 +183,22 @@ def _modules():
     return FactoredTable, Embedding
 
 
-def hidden_of(model, groups, pad: int):
+def hidden_of(model, groups, pad: int, attention: tuple[int, int] | None = None):
     """``[B, N, T, d]``: each worker's final hidden state for its output tokens 0..T-1 (token 0's from the prompt);
-    the model's output layer is the identity while training."""
+    the model's output layer is the identity while training. With ``attention``, also that head's attention of
+    each fed token (:func:`vllm_hogwild.models.lockstep.group_logits`)."""
     import torch
 
-    first, lanes, _, _ = group_logits(model, groups, pad=pad)
+    first, lanes, _, _, *looked = group_logits(model, groups, pad=pad, attention=attention)
     b, n, t, d = lanes.shape
     width = max(len(o) for g in groups for o in g.outputs)
     out = torch.cat([first[:, None, None, :].expand(b, n, 1, d), lanes], dim=2)
-    return out[:, :, :width]
+    return (out[:, :, :width], *looked) if attention is not None else out[:, :, :width]
 
 
 def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
           threads: int = 2, log_every: int = 25, init: Path | None = None, first_items: int = FIRST_ITEMS,
-          runs: Path | None = None, collaborator: str = "links") -> dict:
+          runs: Path | None = None, collaborator: str = "links", presence: float = 0.0) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
@@ -233,19 +236,22 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
     references[list(getattr(vocab, "reference", {}).values())] = True
     curve, t0 = [], time.perf_counter()
     model.train()
+    looks = PRESENCE_HEAD if "reference" in vocab.roles and presence else None
     for step in range(steps):
         groups, index, share, weight = next(stream)
-        h = hidden_of(model, groups, vocab.pad)
+        h, *att = hidden_of(model, groups, vocab.pad, looks) if looks else (hidden_of(model, groups, vocab.pad),)
         keep = weight > 0
         logp = torch.log_softmax(h[keep] @ table().T, -1)  # [M, V]: the labeled positions only
         idx, sh, w = index[keep], share[keep], weight[keep]
         nll = -(logp.gather(-1, idx) * sh).sum(-1)
         loss = (nll * w).sum() / w.sum()
+        looked = presence_loss(att[0], groups, index, share, weight, vocab, vocab.pad) if looks else None
+        total = loss if looked is None else loss + presence * looked
         floor = (-(sh * sh.clamp_min(1e-12).log()).sum(-1) * w).sum() / w.sum()
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         hop = (sh[:, 0] == 1) & nodes[idx[:, 0]]  # a path's next node
@@ -265,9 +271,10 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
             excess = loss.item() - floor.item()
             curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4),
                           *(None if math.isnan(x) else round(x, 4) for x in (find_acc, ref_acc))])
+            shown = "" if looked is None else f"presence {looked.item():.3f}  "
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
                   f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
-                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  references {ref_acc:.2f}  lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
+                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  references {ref_acc:.2f}  {shown}lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
                   flush=True)
     seconds = time.perf_counter() - t0
     export(model, table, config, out, C)
@@ -276,6 +283,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
               "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
                                                           "max_items": most, "grew": grew},
               "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT,
+              "presence": None if not looks else {"head": list(looks), "weight": presence},
               "runs": None if runs is None else {"file": Path(runs).name, "share": RUNS_SHARE,
                                                  **json.loads(Path(runs).read_text().split("\n", 1)[0])},
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
@@ -427,7 +435,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="which to train: links (vllm_hogwild/models/links_collaborator.py) or merges "
                              "(merges_collaborator.py: its tokenizer extends the links one, and --init may be a "
                              "links folder)")
+    parser.add_argument("--presence", type=float, default=0.0, metavar="WEIGHT",
+                        help="merges: also train the presence head (PRESENCE_HEAD) to look at a due node's tokens "
+                             "in the lanes, its loss this many times the tokens' (default 0: off)")
     args = parser.parse_args(argv)
+    if args.presence < 0:
+        parser.error("--presence: at least 0")
+    if args.presence and args.collaborator != "merges":
+        parser.error("--presence: of --collaborator merges")
     if args.sample_runs is not None:
         if args.init is None:
             parser.error("--sample-runs: needs --init, the folder to run")
@@ -445,7 +460,8 @@ def main(argv: list[str] | None = None) -> None:
 
         out = cache_dir() / f"{args.collaborator}-collaborator-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads, init=args.init,
-                   first_items=args.first_items, runs=args.runs, collaborator=args.collaborator)
+                   first_items=args.first_items, runs=args.runs, collaborator=args.collaborator,
+                   presence=args.presence)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
 
 
