@@ -1,6 +1,6 @@
 """The merges collaborator's tokenizer, policy and training examples (vllm_hogwild/models/merges_collaborator.py),
-and the trainer going on from the links collaborator's folder. No engine: the model's runs are in
-tests/integration/test_merges_collaborator.py."""
+and the trainer going on from the links collaborator's folder. No engine: the shipped model's runs are in
+tests/server/test_merges_server.py and the main job's (tests/integration/test_examples_offline.py)."""
 
 from __future__ import annotations
 

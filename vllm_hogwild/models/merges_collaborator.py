@@ -25,6 +25,12 @@ The policy it imitates (:func:`policy_target`), for a worker's next token, from 
 - between entries: a uniform choice among the starts nobody has claimed in the view, or its end of sequence.
 
 The baselines (:mod:`vllm_hogwild.tasks.merges_policy`) write references the same way, a token each.
+
+The weights ship in ``vllm_hogwild/models/merges-collaborator``, trained in phases from the links collaborator by
+``python -m vllm_hogwild.training.train_links --collaborator merges``: whether a reference is due was learned only
+once one head was asked to look at the written node (``--presence``, :mod:`vllm_hogwild.training.presence`); the
+later phases train on the engine's own runs as well (the phases, their commands and what each could do after are
+in ``docs/user_guide.md`` and the folder's ``training.json``).
 """
 
 from __future__ import annotations

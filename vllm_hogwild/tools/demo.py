@@ -1,28 +1,28 @@
 """The main job: a trained collaborator solves one task with 1 worker, then as a Hogwild group of 4.
 
-    python -m vllm_hogwild.tools.demo [--workers 4] [--items 18] [--seed 0] [--mode find] [--layout contiguous]
-    python -m vllm_hogwild.tools.demo --merges --model DIR [--mode all] ...  # a merges collaborator
+    python -m vllm_hogwild.tools.demo [--workers 4] [--items 18] [--seed 0] [--mode all] [--layout contiguous]
+    python -m vllm_hogwild.tools.demo --links [--mode find] ...  # the links collaborator
     python -m vllm_hogwild.tools.demo --roman [--items 20] ...  # the Roman-numeral collaborator
     python -m vllm_hogwild.tools.demo --smollm2 [--help]      # the SmolLM2 collab demo
 
-By default the task is a *find* (:mod:`vllm_hogwild.tasks.links`): a table of
-links and a list of lettered starts, and exactly one start's path ends at the
-goal the prompt names (``Z``). What a path costs nobody knows until it is
-followed. The links collaborator (:mod:`vllm_hogwild.models.links_collaborator`,
-shipped in the package) takes a start by writing its letter, follows its path
-link by link, and a co-worker that reads the claim takes another start; a
-worker that reads a co-worker's find stops. With one shared KV cache, a co-worker's tokens are
-readable one engine step after they are written. Both runs stream who took
-which start, what each path came to and the find; the summary sets the group's
-steps beside one worker's and beside the steps a split made in advance would
-take on the same task (worker i takes starts i, i + N, ...: no worker can stop
-at the find, since none knows what the others found). ``--mode all`` follows
-every path; ``--layout isolated`` runs the control where workers cannot read
-each other; ``--roman`` runs the first collaborator (Roman numerals). ``--merges``
-runs a merges task (:mod:`vllm_hogwild.tasks.merges`: paths that run into each
-other, and an entry may end by reference where a co-worker's path went on),
-printing whose path each reference reuses and the split with cancel beside; it
-needs a trained merges collaborator (``--model``), which does not ship yet.
+By default the task is a merges task (:mod:`vllm_hogwild.tasks.merges`): a
+table of links and a list of lettered starts whose paths run into each other,
+where nobody knows until a path through the node is written. The merges
+collaborator (:mod:`vllm_hogwild.models.merges_collaborator`, shipped in the
+package) takes a start by writing its letter and follows its path link by
+link; a co-worker that reads the claim takes another start, and a worker whose
+path reaches a node some lane has written ends its entry there by reference
+(``" 7="``: the rest as written), instead of following the rest again. With one
+shared KV cache, a co-worker's tokens are readable one engine step after they
+are written. Both runs stream who took which start and whose path each
+reference reuses; the summary sets the group's steps beside one worker's and
+beside a split made in advance (worker i takes starts i, i + N, ..., each
+reusing only its own paths: independent requests cannot read each other),
+with a client that cancels the rest at the last find in ``--mode find``.
+``--layout isolated`` runs the control where workers cannot read each other.
+``--links`` runs the links collaborator on a links task (paths that do not
+merge; ``--mode find`` by default); ``--roman`` the first collaborator (Roman
+numerals).
 
 The engine's logs go to a file whose path the demo prints first; ``--verbose``
 shows them in the terminal instead.
@@ -221,7 +221,7 @@ def run_merges(llm, task, num_workers: int, layout: str, seed: int) -> dict:
 
 
 def merges_demo(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --merges", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
     parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 26)")
@@ -229,6 +229,7 @@ def merges_demo(argv: list[str]) -> None:
     parser.add_argument("--mode", default="all", choices=["all", "find"])
     parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
     parser.add_argument("--model", default=None, help="HF folder (default: the shipped merges collaborator)")
+    parser.add_argument("--links", action="store_true", help="run the links collaborator instead")
     parser.add_argument("--roman", action="store_true", help="run the Roman-numeral collaborator instead")
     parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
     args = parser.parse_args(argv)
@@ -240,11 +241,6 @@ def merges_demo(argv: list[str]) -> None:
         task = merges.make_task(args.items, args.seed, args.mode)
     except ValueError as err:
         parser.error(f"--{err}")
-    from vllm_hogwild.models import merges_collaborator
-
-    if args.model is None and not (merges_collaborator.model_dir() / "config.json").exists():
-        parser.error(f"--model: no trained merges collaborator ships in {merges_collaborator.model_dir()} yet; "
-                     f"train one with `{merges_collaborator.COMMAND} --out DIR` and pass --model DIR")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm_hogwild.models import solve
 
@@ -287,7 +283,7 @@ def merges_demo(argv: list[str]) -> None:
 
 
 def links_demo(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --links", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=4, help="the group's size (the first run has 1)")
     parser.add_argument("--items", type=int, default=18, help="starts in the task (1 to 25)")
@@ -295,8 +291,6 @@ def links_demo(argv: list[str]) -> None:
     parser.add_argument("--mode", default="find", choices=["find", "all"])
     parser.add_argument("--layout", default="contiguous", choices=["contiguous", "isolated", "interleaved"])
     parser.add_argument("--model", default=None, help="HF folder (default: the shipped links collaborator)")
-    parser.add_argument("--merges", action="store_true",
-                        help="run the merges demo instead (--model: a trained merges collaborator's folder)")
     parser.add_argument("--roman", action="store_true", help="run the Roman-numeral collaborator instead")
     parser.add_argument("--smollm2", action="store_true", help="run the SmolLM2 collab demo instead")
     args = parser.parse_args(argv)
@@ -382,10 +376,10 @@ def _main(argv: list[str]) -> None:
         from vllm_hogwild.tools.demo_smollm2 import smollm2_demo
 
         return smollm2_demo([a for a in argv if a != "--smollm2"])
-    if "--merges" in argv:
-        return merges_demo([a for a in argv if a != "--merges"])
+    if "--links" in argv:
+        return links_demo([a for a in argv if a != "--links"])
     if "--roman" not in argv:
-        return links_demo(argv)
+        return merges_demo(argv)
     argv = [a for a in argv if a != "--roman"]
     parser = argparse.ArgumentParser(prog="python -m vllm_hogwild.tools.demo --roman", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
