@@ -19,23 +19,11 @@ from __future__ import annotations
 PRESENCE_HEAD = (2, 0)
 
 
-def presence_loss(att, groups, index, share, weight, vocab, pad: int):
-    """Merges: the mean, over the tokens a path's next node is due at (those where its reference is, and those
-    where the node is, weighing alike), of ``-log`` of the attention the presence
-    head gives what decides between the node and its reference: where the reference is due (some lane in the view
-    wrote the node), the lanes' tokens of that node; where the node is due, the prompt's first token (nobody wrote
-    it). ``att [B, N, T, P + N * T]``: the head's attention (:func:`.train_links.hidden_of`); ``index``/``share``/``weight`` the batch's labels."""
+def presence_tables(vocab):
+    """``(plain, is_ref)`` over the vocabulary: each node's or reference's token -> its node's plain token (-1 for
+    every other token), and whether a token is a reference (built once per training run)."""
     import torch
 
-    b, n, t, x = att.shape
-    p = x - n * t
-    keys = torch.full((b, x), pad, dtype=torch.long)
-    for i, g in enumerate(groups):
-        keys[i, :len(g.prompt)] = torch.tensor(g.prompt)
-        for w in range(n):
-            fed = g.outputs[w][:g.fed(w)]
-            if fed:
-                keys[i, p + w * t:p + w * t + len(fed)] = torch.tensor(fed)
     plain = torch.full((vocab.size,), -1, dtype=torch.long)
     for node, token in vocab.node.items():
         if isinstance(node, int):
@@ -44,6 +32,25 @@ def presence_loss(att, groups, index, share, weight, vocab, pad: int):
         plain[token] = vocab.node[node]
     is_ref = torch.zeros(vocab.size, dtype=torch.bool)
     is_ref[list(vocab.node_of_reference)] = True
+    return plain, is_ref
+
+
+def presence_loss(att, groups, index, share, weight, vocab, pad: int, tables=None):
+    """Merges: the mean, over the tokens a path's next node is due at (those where its reference is, and those
+    where the node is, weighing alike), of ``-log`` of the attention the presence head gives what decides between
+    the node and its reference: where the reference is due (some lane in the view wrote the node), the lanes'
+    tokens of that node; where the node is due, the prompt's first token (nobody wrote it). ``att [B, N, T, P + N *
+    T]``: the head's attention (:func:`.train_links.hidden_of`); ``index``/``share``/``weight`` the batch's labels;
+    ``tables``: :func:`presence_tables` of ``vocab`` (built here when not given)."""
+    import torch
+
+    from vllm_hogwild.models.lockstep import _batch
+
+    b, n, t, x = att.shape
+    prompt, lanes, _, _ = _batch(groups, pad, att.device)  # the keys' tokens, laid out as the attention's
+    keys = torch.cat([torch.nn.functional.pad(prompt, (0, x - n * t - prompt.shape[1]), value=pad),
+                      torch.nn.functional.pad(lanes, (0, t - lanes.shape[2]), value=pad).reshape(b, n * t)], dim=1)
+    plain, is_ref = tables if tables is not None else presence_tables(vocab)
     target = index[:, :, 1:t + 1, 0]  # the token fed token j predicts
     if target.shape[2] < t:
         target = torch.nn.functional.pad(target, (0, t - target.shape[2]))

@@ -37,11 +37,10 @@ from vllm_hogwild.tasks import links as L
 from vllm_hogwild.models import links_collaborator as LC
 from vllm_hogwild.models import merges_collaborator as MC
 from vllm_hogwild.models.lockstep import group_logits
-from vllm_hogwild.training.presence import PRESENCE_HEAD, presence_loss
+from vllm_hogwild.training.presence import PRESENCE_HEAD, presence_loss, presence_tables
 from vllm_hogwild.core.machine import machine
 
-COLLABORATORS = {"links": LC, "merges": MC}
- # what --collaborator trains: the module of its vocabulary and policy
+COLLABORATORS = {"links": LC, "merges": MC}  # what --collaborator trains: the module of its vocabulary and policy
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's (and its end of sequence, when all are claimed)
 END_WEIGHT, FOUND_WEIGHT = 4.0, 16.0  # find mode: a path's end, ";" or (the terminal to find) "!"
@@ -237,6 +236,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
     curve, t0 = [], time.perf_counter()
     model.train()
     looks = PRESENCE_HEAD if "reference" in vocab.roles and presence else None
+    tables = presence_tables(vocab) if looks else None
     for step in range(steps):
         groups, index, share, weight = next(stream)
         h, *att = hidden_of(model, groups, vocab.pad, looks) if looks else (hidden_of(model, groups, vocab.pad),)
@@ -245,7 +245,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         idx, sh, w = index[keep], share[keep], weight[keep]
         nll = -(logp.gather(-1, idx) * sh).sum(-1)
         loss = (nll * w).sum() / w.sum()
-        looked = presence_loss(att[0], groups, index, share, weight, vocab, vocab.pad) if looks else None
+        looked = presence_loss(att[0], groups, index, share, weight, vocab, vocab.pad, tables) if looks else None
         total = loss if looked is None else loss + presence * looked
         floor = (-(sh * sh.clamp_min(1e-12).log()).sum(-1) * w).sum() / w.sum()
         for group in opt.param_groups:
