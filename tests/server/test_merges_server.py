@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 
-from tests.hogwild_checks import check_trained_folder, max_err
+from tests.server.collaborators import check_forward_matches_server, check_shipped_folder, raw_group, serve
 from tests.server.conftest import Server
 from vllm_hogwild.models import merges_collaborator as C
 from vllm_hogwild.models import solve
@@ -30,27 +30,11 @@ MAX_TOKENS = solve.links_budget([t for tasks in TASKS.values() for t in tasks])
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("merges-server")
-    server = Server(C.model_dir(), ["--plugin", "hogwild", "--hogwild-max-workers", "8"], tmp / "server.log",
-                    name="merges")
-    try:
-        yield server.wait_ready()
-    finally:
-        server.stop()
+    yield from serve(C, tmp_path_factory.mktemp("merges-server"), "merges")
 
 
 def _group(server: Server, task: M.MergesTask, n: int, layout: str, seed: int):
-    """One group through ``/v1/completions``: its texts and each worker's token ids and logprobs (end included)."""
-    import openai
-
-    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
-    resp = client.completions.create(
-        model="merges", prompt=task.prompt(), n=n, temperature=C.TEMPERATURE, max_tokens=MAX_TOKENS, logprobs=0,
-        extra_body={"min_p": C.MIN_P, "seed": seed, "return_tokens_as_token_ids": True,
-                    "vllm_xargs": {"hogwild_layout": layout, "hogwild_protocol": "raw"}})
-    choices = sorted(resp.choices, key=lambda c: c.index)
-    ids = [[int(t.removeprefix("token_id:")) for t in c.logprobs.tokens] for c in choices]
-    return [c.text for c in choices], ids, [list(c.logprobs.token_logprobs) for c in choices]
+    return raw_group(server, C, task.prompt(), n, layout, seed, MAX_TOKENS)
 
 
 @pytest.mark.parametrize("mode", M.MODES)
@@ -76,25 +60,8 @@ def test_four_workers_build_on_each_other_and_beat_the_split_with_cancel(server,
 
 
 def test_the_training_forward_gives_the_servers_logprobs(server) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logprobs
-
-    model = AutoModelForCausalLM.from_pretrained(C.model_dir(), dtype=torch.float32).eval()
-    vocab = C.MergesVocab.build()
-    task = TASKS["all"][0]
-    _, ids, got = _group(server, task, 4, "contiguous", seed=3)
-    group = TrainingGroup(tuple(vocab.prompt(task)), tuple(map(tuple, ids)))
-    with torch.no_grad():
-        exact = group_logprobs(model, group)
-        flat = flat_logprobs(model, group)
-    err, miss = max_err(got, exact), max_err(got, flat)
-    print(f"\nmerges collaborator, 4 workers: training forward {err:.2e} from the server, flat pass {miss:.2e}")
-    assert err <= 1e-4 and miss > 1e-3
+    check_forward_matches_server(server, C, C.MergesVocab.build(), TASKS["all"][0], MAX_TOKENS)
 
 
 def test_the_shipped_folder_is_what_the_training_command_writes() -> None:
-    folder, config = check_trained_folder(C, C.MergesVocab.build())
-    assert config["dtype"] == "float32"
-    assert (folder / "model.safetensors").stat().st_size <= 10_000_000  # the weights: at most 10 MB
+    check_shipped_folder(C, C.MergesVocab.build())

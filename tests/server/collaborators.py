@@ -1,0 +1,65 @@
+"""What the trained collaborators' server modules share: a served folder, one raw group through the stock `openai`
+client, and the two checks every shipped collaborator passes (the training forward gives the server's logprobs;
+the folder is what the training command writes). ``collaborator`` is the model's module
+(``vllm_hogwild.models.links_collaborator``, ``...merges_collaborator``): its ``model_dir()``, ``TEMPERATURE`` and
+``MIN_P``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.hogwild_checks import check_trained_folder, max_err
+from tests.server.conftest import Server
+
+
+def serve(collaborator, tmp: Path, name: str):
+    """A module fixture's body: ``vllm serve <the shipped folder> --plugin hogwild`` (at most 8 workers a group),
+    yielded ready, stopped after."""
+    server = Server(collaborator.model_dir(), ["--plugin", "hogwild", "--hogwild-max-workers", "8"],
+                    tmp / "server.log", name=name)
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+
+
+def raw_group(server: Server, collaborator, prompt: str, n: int, layout: str, seed: int, max_tokens: int):
+    """One group through ``/v1/completions`` in the raw protocol, sampled as the collaborator is benchmarked: its
+    texts and each worker's token ids and logprobs (end included)."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+    resp = client.completions.create(
+        model=server.name, prompt=prompt, n=n, temperature=collaborator.TEMPERATURE, max_tokens=max_tokens,
+        logprobs=0,
+        extra_body={"min_p": collaborator.MIN_P, "seed": seed, "return_tokens_as_token_ids": True,
+                    "vllm_xargs": {"hogwild_layout": layout, "hogwild_protocol": "raw"}})
+    choices = sorted(resp.choices, key=lambda c: c.index)
+    ids = [[int(t.removeprefix("token_id:")) for t in c.logprobs.tokens] for c in choices]
+    return [c.text for c in choices], ids, [list(c.logprobs.token_logprobs) for c in choices]
+
+
+def check_forward_matches_server(server: Server, collaborator, vocab, task, max_tokens: int) -> None:
+    """The lock-step training forward gives the logprobs the server returns for the model's own sampled group of 4
+    (within 1e-4); the flat pass over each reader's view does not (the check can fail)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(collaborator.model_dir(), dtype=torch.float32).eval()
+    _, ids, got = raw_group(server, collaborator, task.prompt(), 4, "contiguous", seed=3, max_tokens=max_tokens)
+    group = TrainingGroup(tuple(vocab.prompt(task)), tuple(map(tuple, ids)))
+    with torch.no_grad():
+        exact = group_logprobs(model, group)
+        flat = flat_logprobs(model, group)
+    err, miss = max_err(got, exact), max_err(got, flat)
+    print(f"\n{server.name} collaborator, 4 workers: training forward {err:.2e} from the server, flat pass {miss:.2e}")
+    assert err <= 1e-4 and miss > 1e-3
+
+
+def check_shipped_folder(collaborator, vocab) -> None:
+    """The shipped folder holds what the training command writes, in float32, its weights at most 10 MB."""
+    folder, config = check_trained_folder(collaborator, vocab)
+    assert config["dtype"] == "float32"
+    assert (folder / "model.safetensors").stat().st_size <= 10_000_000
