@@ -370,7 +370,9 @@ def plot(report: dict, ax) -> None:
                 ax.plot([r["workers"] for r in pts], [r["mean_sequential_steps"] for r in pts], style, label=layout)
         ax.set(xscale="log", xlabel="workers", ylabel="mean sequential decode steps",
                title=f"Links ({report['mode']} mode): steps against workers")
-        ax.set_xticks(sorted({r["workers"] for r in report["results"]}), labels=None)
+        ticks = sorted({r["workers"] for r in report["results"]})
+        ax.set_xticks(ticks, labels=[str(t) for t in ticks])  # 1 2 4 8, not powers of ten
+        ax.minorticks_off()
         return
     markers = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-."}
     for layout, style in markers.items():

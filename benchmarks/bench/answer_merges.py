@@ -137,7 +137,7 @@ def markdown(report: dict) -> str:
              head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
     fit = report.get("planner")
     if fit and "error" not in fit:
-        lines += ["", f"Wall-clock model fitted on the simulated policy (N=1, N=2, per task): p = {fit['parallel']:.3f}, "
+        lines += ["", f"Wall-clock model fitted on {fit['fitted_on']} (per task): p = {fit['parallel']:.3f}, "
                       f"c = {fit['coordination']:.2f} steps per worker."]
     return "\n".join(lines)
 
@@ -151,4 +151,6 @@ def plot(report: dict, ax) -> None:
             ax.plot([r["workers"] for r in pts], [r["mean_sequential_steps"] for r in pts], style, label=layout)
     ax.set(xscale="log", xlabel="workers", ylabel="mean sequential decode steps",
            title=f"Merges ({report['mode']} mode): steps against workers")
-    ax.set_xticks(sorted({r["workers"] for r in report["results"]}), labels=None)
+    ticks = sorted({r["workers"] for r in report["results"]})
+    ax.set_xticks(ticks, labels=[str(t) for t in ticks])  # 1 2 4 8, not powers of ten
+    ax.minorticks_off()
