@@ -244,6 +244,13 @@ def test_a_sampled_run_is_labeled_by_the_policy_and_what_it_cannot_label_is_not_
            "outputs": [worker0, worker1]}
     path.write_text(json.dumps({"seed": 0}) + "\n" + json.dumps(row) + "\n")
     assert T.load_runs(path) == {2: [(task, [worker0, worker1])]}
+    # several files read as one that holds them all in order (--runs A B), each header line skipped
+    other = tmp_path / "more.jsonl"
+    other.write_text(json.dumps({"seed": 1}) + "\n" + json.dumps({**row, "outputs": [worker1, worker0]}) + "\n")
+    assert T.load_runs([path, other]) == {2: [(task, [worker0, worker1]), (task, [worker1, worker0])]}
+    assert T._runs_record(path) == {"file": "runs.jsonl", "share": T.RUNS_SHARE, "seed": 0}
+    assert T._runs_record([path, other]) == {"files": ["runs.jsonl", "more.jsonl"], "share": T.RUNS_SHARE,
+                                              "sampled": [{"seed": 0}, {"seed": 1}]}
 
 
 def test_the_demo_board_names_each_claim_by_its_letter_and_start(capsys) -> None:

@@ -15,9 +15,10 @@ stored in float16 (the engine computes in float32). Seeded and reproducible on o
 and thread count give the same weights). Without ``--out`` it writes a fresh folder under the cache.
 
     python -m vllm_hogwild.training.train_links --sample-runs RUNS --init DIR [--groups 256] [--seed K]
-    python -m vllm_hogwild.training.train_links --init DIR --runs RUNS --out NEXT ...
+    python -m vllm_hogwild.training.train_links --init DIR --runs RUNS [RUNS ...] --out NEXT ...
 
-The first lets the engine run a trained folder and writes its runs; the second trains the next phase on them as
+The first lets the engine run a trained folder and writes its runs; the second trains the next phase on them (on
+several files' runs, as if one file held them all, in the order given) as
 well (:data:`RUNS_SHARE` of the batches), every token labeled with the policy's target from its view. The shipped
 weights (``vllm_hogwild/models/links-collaborator``) are such a chain of phases; its ``training.json`` nests every
 phase's arguments, runs, loss curve, time, machine and commit (``docs/user_guide.md`` tells what each phase
@@ -32,6 +33,7 @@ import math
 import random
 import time
 from pathlib import Path
+from typing import Sequence
 
 from vllm_hogwild.tasks import links as L
 from vllm_hogwild.models import links_collaborator as LC
@@ -197,7 +199,7 @@ def hidden_of(model, groups, pad: int, attention: tuple[int, int] | None = None)
 
 def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
           threads: int = 2, log_every: int = 25, init: Path | None = None, first_items: int = FIRST_ITEMS,
-          runs: Path | None = None, collaborator: str = "links", presence: float = 0.0) -> dict:
+          runs: Path | Sequence[Path] | None = None, collaborator: str = "links", presence: float = 0.0) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
@@ -284,8 +286,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
                                                           "max_items": most, "grew": grew},
               "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT,
               "presence": None if not looks else {"head": list(looks), "weight": presence},
-              "runs": None if runs is None else {"file": Path(runs).name, "share": RUNS_SHARE,
-                                                 **json.loads(Path(runs).read_text().split("\n", 1)[0])},
+              "runs": None if runs is None else _runs_record(runs),
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
               "loss_curve": curve, "machine": machine(), "torch": torch.__version__, "commit": _commit()}
@@ -331,13 +332,29 @@ def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0, collab
     out.write_text("\n".join(lines) + "\n")
 
 
-def load_runs(path: Path, C=LC) -> dict[int, list]:
-    """:func:`sample_runs`' file as ``{workers: [(task, outputs), ...]}``."""
-    runs: dict[int, list] = {}
-    for line in Path(path).read_text().splitlines()[1:]:
-        r = json.loads(line)
-        runs.setdefault(len(r["outputs"]), []).append((C.task_of_run(r), r["outputs"]))
-    return runs
+def _paths(runs: Path | Sequence[Path]) -> list[Path]:
+    return [Path(runs)] if isinstance(runs, (str, Path)) else [Path(p) for p in runs]
+
+
+def load_runs(runs: Path | Sequence[Path], C=LC) -> dict[int, list]:
+    """:func:`sample_runs`' files as ``{workers: [(task, outputs), ...]}``: each file's runs after its header line,
+    the files in the order given (two files read as one that holds the second's runs after the first's)."""
+    out: dict[int, list] = {}
+    for path in _paths(runs):
+        for line in path.read_text().splitlines()[1:]:
+            r = json.loads(line)
+            out.setdefault(len(r["outputs"]), []).append((C.task_of_run(r), r["outputs"]))
+    return out
+
+
+def _runs_record(runs: Path | Sequence[Path]) -> dict:
+    """What ``training.json`` says of the runs: the file (and the header :func:`sample_runs` wrote), or the files
+    and each one's header."""
+    headers = [json.loads(p.read_text().split("\n", 1)[0]) for p in _paths(runs)]
+    names = [p.name for p in _paths(runs)]
+    if len(names) == 1:
+        return {"file": names[0], "share": RUNS_SHARE, **headers[0]}
+    return {"files": names, "share": RUNS_SHARE, "sampled": headers}
 
 
 def carry_over(before, folder: Path, model, table, C=LC) -> None:
@@ -426,8 +443,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--init", type=Path, default=None, help="go on from this trained folder")
     parser.add_argument("--first-items", type=int, default=FIRST_ITEMS, help="the paths of the first tasks")
-    parser.add_argument("--runs", type=Path, default=None,
-                        help="also train on these runs the engine sampled (written by --sample-runs)")
+    parser.add_argument("--runs", type=Path, nargs="+", default=None, metavar="RUNS",
+                        help="also train on these runs the engine sampled (files written by --sample-runs)")
     parser.add_argument("--sample-runs", type=Path, default=None, metavar="FILE",
                         help="instead of training: let the engine run the --init folder and write its runs to FILE")
     parser.add_argument("--groups", type=int, default=256, help="--sample-runs: tasks per group size")
