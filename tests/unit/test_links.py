@@ -269,3 +269,18 @@ def test_the_demo_board_names_each_claim_by_its_letter_and_start(capsys) -> None
     assert f"FOUND: {L.SLOTS[a]}={task.paths[a][0]} leads to {task.target} ({len(task.paths[a]) - 1} links)" in out
     board.update(10, 1, "\nz:")  # a letter no start has
     assert "takes z=?" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--runs", "no-such-runs.jsonl"], "--runs: no such file no-such-runs.jsonl"),
+    (["--presence", "1"], "--presence: of --collaborator merges"),
+    (["--presence", "-1"], "--presence: at least 0"),
+    (["--first-items", "0"], "--first-items: 1 to"),
+    (["--steps", "0"], "--steps: at least 1"),
+])
+def test_the_trainers_command_line_refuses_bad_arguments_naming_them(argv, message, capsys) -> None:
+    from vllm_hogwild.training import train_links as T
+
+    with pytest.raises(SystemExit) as exit_:
+        T.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

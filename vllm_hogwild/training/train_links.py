@@ -465,6 +465,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("--sample-runs: needs --init, the folder to run")
         sample_runs(args.init, args.sample_runs, args.groups, args.seed, args.collaborator)
         return
+    for path in args.runs or ():
+        if not path.is_file():
+            parser.error(f"--runs: no such file {path}")
     most = COLLABORATORS[args.collaborator].MAX_TRAIN_ITEMS
     if not 1 <= args.first_items <= most:
         parser.error(f"--first-items: 1 to {most}")
