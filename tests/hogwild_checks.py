@@ -36,6 +36,21 @@ def max_err(got: list[list[float]], expected: list[list[float]]) -> float:
     return max(abs(a - b) for g, e in zip(got, expected) for a, b in zip(g, e))
 
 
+def training_forward_gaps(model, prompt, outputs, got: list[list[float]]) -> tuple[float, float]:
+    """``(training forward, flat pass)``: how far the lock-step training forward's logprobs, and the flat pass's
+    over each reader's view, are from ``got`` (an engine's or a server's), for the group of ``prompt`` token ids
+    and each worker's ``outputs``."""
+    import torch
+
+    from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logprobs
+
+    group = TrainingGroup(tuple(prompt), tuple(map(tuple, outputs)))
+    with torch.no_grad():
+        exact = group_logprobs(model, group)
+        flat = flat_logprobs(model, group)
+    return max_err(got, exact), max_err(got, flat)
+
+
 def check_trained_folder(collaborator, vocab) -> tuple[Path, dict]:
     """A shipped collaborator's folder (``collaborator.model_dir()``) holds the tokenizer its module builds and a
     config of the shape its training record names: ``(folder, config)``."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import PROMPT_ID_TOP, TEXT_SCALE
-from tests.hogwild_checks import collab_errors, max_err, step_ends_for
+from tests.hogwild_checks import collab_errors, step_ends_for, training_forward_gaps
 from tests.hogwild_oracle import DenseHogwild
 from tests.integration.conftest import BLOCK_SIZE, make_llm, scheduler_of, shutdown
 
@@ -89,17 +89,11 @@ def test_the_training_forward_computes_what_the_engine_computes(raw_runs, tiny_m
     reader's view (co-workers' K/V recomputed in the reader's context) does not."""
     from transformers import AutoModelForCausalLM
 
-    from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logprobs
-
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float64).eval()
     for case in (1, 2):  # 2 and 4 workers
         prompt, out = raw_runs[case]
-        group = TrainingGroup(tuple(prompt), tuple(tuple(c.token_ids) for c in out.outputs))
         got = [sampled_logprobs(c) for c in out.outputs]
-        with torch.no_grad():
-            exact = group_logprobs(model, group)
-        flat = flat_logprobs(model, group)
-        err, miss = max_err(got, exact), max_err(got, flat)
+        err, miss = training_forward_gaps(model, prompt, [c.token_ids for c in out.outputs], got)
         print(f"\n{len(out.outputs)} workers: training forward {err:.2e} from the engine, flat pass {miss:.2e}")
         assert err <= 1e-4 and miss > 1e-2
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.hogwild_checks import check_trained_folder, max_err
+from tests.hogwild_checks import check_trained_folder, training_forward_gaps
 from tests.server.conftest import Server
 
 
@@ -39,21 +39,28 @@ def raw_group(server: Server, collaborator, prompt: str, n: int, layout: str, se
     return [c.text for c in choices], ids, [list(c.logprobs.token_logprobs) for c in choices]
 
 
+GROUPS = ((1, "contiguous"), (4, "contiguous"), (4, "isolated"))  # one worker, a group of 4, its control
+
+
+def three_ways(server: Server, collaborator, tasks, max_tokens: int) -> tuple[dict, dict]:
+    """Each task (the i-th seeded ``i``) as one worker, a group of 4 that reads each other and the isolated control
+    of 4: ``(runs, steps)``, each keyed by ``(workers, layout)``, a run being :func:`raw_group`'s and its steps
+    its longest lane's tokens."""
+    runs = {(n, layout): [raw_group(server, collaborator, task.prompt(), n, layout, i, max_tokens)
+                          for i, task in enumerate(tasks)] for n, layout in GROUPS}
+    steps = {key: [max(map(len, ids)) for _, ids, _ in value] for key, value in runs.items()}
+    return runs, steps
+
+
 def check_forward_matches_server(server: Server, collaborator, vocab, task, max_tokens: int) -> None:
     """The lock-step training forward gives the logprobs the server returns for the model's own sampled group of 4
     (within 1e-4); the flat pass over each reader's view does not (the check can fail)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from vllm_hogwild.models.lockstep import TrainingGroup, flat_logprobs, group_logprobs
-
     model = AutoModelForCausalLM.from_pretrained(collaborator.model_dir(), dtype=torch.float32).eval()
     _, ids, got = raw_group(server, collaborator, task.prompt(), 4, "contiguous", seed=3, max_tokens=max_tokens)
-    group = TrainingGroup(tuple(vocab.prompt(task)), tuple(map(tuple, ids)))
-    with torch.no_grad():
-        exact = group_logprobs(model, group)
-        flat = flat_logprobs(model, group)
-    err, miss = max_err(got, exact), max_err(got, flat)
+    err, miss = training_forward_gaps(model, vocab.prompt(task), ids, got)
     print(f"\n{server.name} collaborator, 4 workers: training forward {err:.2e} from the server, flat pass {miss:.2e}")
     assert err <= 1e-4 and miss > 1e-3
 

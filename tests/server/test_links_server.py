@@ -15,8 +15,7 @@ import statistics
 
 import pytest
 
-from tests.server.collaborators import check_forward_matches_server, check_shipped_folder, raw_group, serve
-from tests.server.conftest import Server
+from tests.server.collaborators import check_forward_matches_server, check_shipped_folder, serve, three_ways
 from vllm_hogwild.tasks import links as L
 from vllm_hogwild.models import links_collaborator as C
 from vllm_hogwild.models import solve
@@ -32,17 +31,11 @@ def server(tmp_path_factory):
     yield from serve(C, tmp_path_factory.mktemp("links-server"), "links")
 
 
-def _group(server: Server, task: L.LinksTask, n: int, layout: str, seed: int):
-    return raw_group(server, C, task.prompt(), n, layout, seed, MAX_TOKENS)
-
-
 @pytest.mark.parametrize("mode", L.MODES)
 def test_four_workers_beat_the_split_made_in_advance_and_the_isolated_control_does_not(server, mode: str) -> None:
-    steps, correct = {}, {}
-    for n, layout in ((1, "contiguous"), (4, "contiguous"), (4, "isolated")):
-        runs = [_group(server, task, n, layout, seed=i) for i, task in enumerate(TASKS[mode])]
-        steps[n, layout] = [max(map(len, ids)) for _, ids, _ in runs]
-        correct[n, layout] = [L.check(task, texts).correct for task, (texts, _, _) in zip(TASKS[mode], runs)]
+    runs, steps = three_ways(server, C, TASKS[mode], MAX_TOKENS)
+    correct = {key: [L.check(task, texts).correct for task, (texts, _, _) in zip(TASKS[mode], value)]
+               for key, value in runs.items()}
     split = [L.round_robin_steps(task, 4) for task in TASKS[mode]]
     cancel = [L.split_cancel_steps(task, 4) for task in TASKS[mode]]
     print(f"\n{mode}: steps {steps}, the round-robin split {split}, with cancel {cancel}; correct {correct}")

@@ -15,8 +15,7 @@ import statistics
 
 import pytest
 
-from tests.server.collaborators import check_forward_matches_server, check_shipped_folder, raw_group, serve
-from tests.server.conftest import Server
+from tests.server.collaborators import check_forward_matches_server, check_shipped_folder, serve, three_ways
 from vllm_hogwild.models import merges_collaborator as C
 from vllm_hogwild.models import solve
 from vllm_hogwild.tasks import merges as M
@@ -33,17 +32,11 @@ def server(tmp_path_factory):
     yield from serve(C, tmp_path_factory.mktemp("merges-server"), "merges")
 
 
-def _group(server: Server, task: M.MergesTask, n: int, layout: str, seed: int):
-    return raw_group(server, C, task.prompt(), n, layout, seed, MAX_TOKENS)
-
-
 @pytest.mark.parametrize("mode", M.MODES)
 def test_four_workers_build_on_each_other_and_beat_the_split_with_cancel(server, mode: str) -> None:
-    steps, scores = {}, {}
-    for n, layout in ((1, "contiguous"), (4, "contiguous"), (4, "isolated")):
-        runs = [_group(server, task, n, layout, seed=i) for i, task in enumerate(TASKS[mode])]
-        steps[n, layout] = [max(map(len, ids)) for _, ids, _ in runs]
-        scores[n, layout] = [M.check(task, texts) for task, (texts, _, _) in zip(TASKS[mode], runs)]
+    runs, steps = three_ways(server, C, TASKS[mode], MAX_TOKENS)
+    scores = {key: [M.check(task, texts) for task, (texts, _, _) in zip(TASKS[mode], value)]
+              for key, value in runs.items()}
     cancel = [P.baseline_steps(task, 4, "split + cancel") for task in TASKS[mode]]
     correct = {key: [s.correct for s in value] for key, value in scores.items()}
     print(f"\n{mode}: steps {steps}, the split with cancel {cancel}; correct {correct}")
