@@ -45,6 +45,7 @@ from vllm_hogwild.tasks import roman
 from vllm_hogwild.tools import planner
 
 from . import answer_merges
+from .common import steps_against_workers
 
 
 def add_arguments(parser) -> None:
@@ -368,11 +369,7 @@ def plot(report: dict, ax) -> None:
                 key=lambda r: r["workers"])
             if any(r["layout"] == layout for r in pts):
                 ax.plot([r["workers"] for r in pts], [r["mean_sequential_steps"] for r in pts], style, label=layout)
-        ax.set(xscale="log", xlabel="workers", ylabel="mean sequential decode steps",
-               title=f"Links ({report['mode']} mode): steps against workers")
-        ticks = sorted({r["workers"] for r in report["results"]})
-        ax.set_xticks(ticks, labels=[str(t) for t in ticks])  # 1 2 4 8, not powers of ten
-        ax.minorticks_off()
+        steps_against_workers(ax, report, f"Links ({report['mode']} mode): steps against workers")
         return
     markers = {"contiguous": "o-", "isolated": "s--", "interleaved": "^:", "greedy": "x-."}
     for layout, style in markers.items():

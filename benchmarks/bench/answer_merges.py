@@ -38,6 +38,8 @@ from vllm_hogwild.tasks import merges as M
 from vllm_hogwild.tasks import merges_policy as P
 from vllm_hogwild.tools import planner
 
+from .common import steps_against_workers
+
 ITEMS = (16, 20)
 SIMULATED = {"policy (simulated)": "shared", "isolated (simulated)": "own", "interleaved (simulated)": "finished"}
 
@@ -149,8 +151,4 @@ def plot(report: dict, ax) -> None:
         pts = sorted((r for r in report["results"] if r["layout"] == layout), key=lambda r: r["workers"])
         if pts:
             ax.plot([r["workers"] for r in pts], [r["mean_sequential_steps"] for r in pts], style, label=layout)
-    ax.set(xscale="log", xlabel="workers", ylabel="mean sequential decode steps",
-           title=f"Merges ({report['mode']} mode): steps against workers")
-    ticks = sorted({r["workers"] for r in report["results"]})
-    ax.set_xticks(ticks, labels=[str(t) for t in ticks])  # 1 2 4 8, not powers of ten
-    ax.minorticks_off()
+    steps_against_workers(ax, report, f"Merges ({report['mode']} mode): steps against workers")

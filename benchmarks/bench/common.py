@@ -191,3 +191,11 @@ class vllm_timing:
 
     def __exit__(self, *exc) -> None:
         self.cls.schedule, self.cls.update_from_output = self.originals
+
+
+def steps_against_workers(ax, report: dict, title: str) -> None:
+    """A plot's axes of mean sequential steps against workers: log x, ticked at the worker counts that ran."""
+    ax.set(xscale="log", xlabel="workers", ylabel="mean sequential decode steps", title=title)
+    ticks = sorted({r["workers"] for r in report["results"]})
+    ax.set_xticks(ticks, labels=[str(t) for t in ticks])  # 1 2 4 8, not powers of ten
+    ax.minorticks_off()

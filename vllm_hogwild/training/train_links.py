@@ -350,8 +350,12 @@ def load_runs(runs: Path | Sequence[Path], C=LC) -> dict[int, list]:
 def _runs_record(runs: Path | Sequence[Path]) -> dict:
     """What ``training.json`` says of the runs: the file (and the header :func:`sample_runs` wrote), or the files
     and each one's header."""
-    headers = [json.loads(p.read_text().split("\n", 1)[0]) for p in _paths(runs)]
-    names = [p.name for p in _paths(runs)]
+    paths = _paths(runs)
+    headers = []
+    for path in paths:
+        with path.open() as f:  # the header line alone: a phase's runs run to megabytes
+            headers.append(json.loads(f.readline()))
+    names = [p.name for p in paths]
     if len(names) == 1:
         return {"file": names[0], "share": RUNS_SHARE, **headers[0]}
     return {"files": names, "share": RUNS_SHARE, "sampled": headers}
