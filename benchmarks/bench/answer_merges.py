@@ -6,8 +6,11 @@ costs, and the policy a collaborator would imitate, simulated in lock-step with 
 
 The merges collaborator (:mod:`vllm_hogwild.models.merges_collaborator`, or ``--model``) runs through the engine
 in three layouts: ``contiguous`` (the group), and the controls ``isolated`` (each worker reads only its own
-lane) and ``interleaved`` (a co-worker's entry is read once it ends: ``;``, ``!`` or a reference). ``--computed``
-starts no engine. Beside them, computed from the true costs of the same tasks, per N (``layout``):
+lane) and ``interleaved`` (a co-worker's entry is read once it ends: ``;``, ``!`` or a reference). In find mode
+the benchmark is each group's client: it cancels the group in the step after its texts hold the prompt's count of
+finds (:func:`vllm_hogwild.models.solve.run_merges_groups`), in every layout, as the split with cancel's client
+does. ``--computed`` starts no engine. Beside them, computed from the true costs of the same tasks, per N
+(``layout``):
 
 - ``round-robin split``: worker ``i`` takes starts ``i, i + N, ...`` made in advance; it reuses only its own
   share's paths (an independent request reads its own text); in find mode every share runs to its end;
@@ -17,9 +20,10 @@ starts no engine. Beside them, computed from the true costs of the same tasks, p
 - ``ideal reuse policy``: claim as you go, and a path that reaches a node some written entry has gone on past
   ends there by reference;
 - ``policy (simulated)``: the reuse policy with claims drawn uniformly among the free starts (sampled workers:
-  collisions happen), reading everyone's lane the step after it is written (``contiguous``);
-- the controls, the same sampled policy: ``isolated (simulated)`` (each worker reads only its own lane: nobody
-  sees a claim or a path; no cancel) and ``interleaved (simulated)`` (co-workers' entries read only once
+  two free in one step may take the same start), reading everyone's lane the step after it is written
+  (``contiguous``); in find mode its client cancels at the last find;
+- the controls, the same sampled policy and client: ``isolated (simulated)`` (each worker reads only its own
+  lane: nobody sees a claim or a path) and ``interleaved (simulated)`` (co-workers' entries read only once
   finished).
 
 Each row is scored by :func:`vllm_hogwild.tasks.merges.check` (references expanded, exactly); ``references`` and
@@ -56,9 +60,9 @@ def merges_answer(args, llm=None) -> dict:
             for n in args.workers:
                 if layout != "contiguous" and n == 1:
                     continue  # one worker reads nobody in any layout
-                outs, wall = solve.run_links_groups(llm, tasks, n, layout, args.seed)
-                steps = [solve.steps_of(o) for o in outs]
-                row = _scored(layout, n, tasks, [solve.texts_of(o) for o in outs], steps)
+                runs, wall = solve.run_merges_groups(llm, tasks, n, layout, args.seed)
+                steps = [r.steps for r in runs]
+                row = _scored(layout, n, tasks, [r.texts for r in runs], steps)
                 row["wall_s"] = wall
                 results.append(row)
                 if layout == "contiguous":
@@ -71,7 +75,7 @@ def merges_answer(args, llm=None) -> dict:
             if n == 1 and reads != "shared":
                 continue  # one worker reads nobody in any view
             rng = random.Random(args.seed * 1009 + n)
-            runs = [P.run(t, n, "sample", reads, True, reads != "own", rng) for t in tasks]
+            runs = [P.run(t, n, "sample", reads, True, True, rng) for t in tasks]  # find: the client cancels
             results.append(_row(name, n, tasks, runs))
             if reads == "shared":
                 per_task[n] = [r.steps for r in runs]

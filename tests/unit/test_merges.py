@@ -91,6 +91,35 @@ def test_the_checker_in_find_mode_counts_every_start_that_reaches_the_goal() -> 
     assert not M.check(task, [ended + "".join(M.entry_for(task, x) for x in task.answer[1:])]).correct
 
 
+def test_a_client_reads_the_finds_from_the_texts_alone() -> None:
+    """What a cancelling client counts: an entry ended by ``!``, or a reference whose rest (through the texts,
+    references followed) ends in one; not a reference into an entry the group's end cut off, nor a ``;``."""
+    task = M.MergesTask(((10, 11, 12, "Z"), (20, 21, 11, 12, "Z"), (30, 21, 11, 12, "Z"), (40, 41, "A")),
+                        tuple(range(8)), "find")
+    whole, cut = M.entry_for(task, 0), M.entry(0, (10, 11, 12))[:-1]  # the last: unfinished, cut off
+    by_ref, chained = M.entry(1, (20, 21, 11), M.REFERENCE), M.entry(2, (30, 21), M.REFERENCE)
+    assert M.written_finds([whole + M.entry_for(task, 3), by_ref]) == {0, 1}
+    assert M.written_finds([whole, by_ref, chained], 4) == {0, 1, 2}  # 2's rest is 1's, whose rest is 0's
+    assert M.written_finds([cut, by_ref]) == set()  # the source cut off: nothing found yet
+    assert M.written_finds([M.entry(0, task.paths[0], L.PATH_END), by_ref]) == set()  # ";" says not the goal
+    assert M.check(task, [whole, by_ref, chained]).correct
+    # a finished source is read before one the cancel cut off, whatever the worker order
+    score = M.check(task, [cut, whole, by_ref, chained])
+    assert score.correct and {r.from_worker for r in score.references} == {1, 2}
+    assert M.written_finds([cut, whole, by_ref, chained]) == {0, 1, 2}
+    assert M.written_finds([whole + M.entry(3, (40, 41, "Z"), L.FOUND)]) == {0, 3}  # what it says, right or not
+
+
+def test_sampled_workers_free_in_one_step_may_take_the_same_start() -> None:
+    """The computed sampled policy draws a claim without knowing what the others free in the same step draw
+    (as sampled workers do); the ideal claim-as-you-go policy never collides."""
+    task = M.make_task(4, 2)
+    dup = [M.check(task, P.run(task, 2, "sample", "shared", True, True, random.Random(s)).texts).duplicated_items
+           for s in range(20)]
+    assert any(dup) and not all(dup)
+    assert M.check(task, P.run(task, 2).texts).duplicated_items == 0
+
+
 @pytest.mark.parametrize("mode", M.MODES)
 def test_every_baseline_writes_a_right_answer_in_the_steps_it_reports(mode: str) -> None:
     for task in TASKS[mode][:24]:
@@ -151,6 +180,8 @@ def test_the_costs_simulated_before_any_training() -> None:
     (lambda: M.check(M.make_task(3, 1), "text"), "texts"),
     (lambda: M.check(M.make_task(3, 1), [3]), "texts"),
     (lambda: M.check("task", ["x"]), "task"),
+    (lambda: M.written_finds("text"), "texts"),
+    (lambda: M.written_finds(["x"], 0), "count"),
     (lambda: M.entry(0, (1, "A"), "?"), "end"),
     (lambda: M.entry_for(M.make_task(3, 1), 0, 0), "upto"),
     (lambda: P.run(M.make_task(3, 1), 0), "num_workers"),

@@ -77,6 +77,27 @@ def test_labels_are_the_policy_at_every_token() -> None:
                 assert token in target if isinstance(target, tuple) else token == target
 
 
+def test_in_find_mode_the_policy_counts_nothing_and_its_client_cancels_at_the_last_find() -> None:
+    """No end of sequence for a count: with every start reaching the goal written, a worker still claims a free
+    start; the group is cut where its client cancels it, the step its texts first hold every find."""
+    vocab = MC.MergesVocab.build()
+    for i, task in enumerate(M.make_tasks(12, 6, "find")):
+        outs = MC.simulate(vocab, task, 4, random.Random(i))
+        texts = [MC.text_of(vocab, o) for o in outs]
+        assert M.check(task, texts).correct
+        assert M.written_finds(texts, len(task.paths)) == set(task.answer)
+        last = max(map(len, outs))
+        before = [MC.text_of(vocab, o[:last - 1]) for o in outs]
+        assert len(M.written_finds(before, len(task.paths))) < len(task.answer)
+        assert all(vocab.eos not in o for o in outs if len(o) == last)
+    task = M.MergesTask(((10, "Z"), (20, "A")), (0, 1), "find")
+    reader = MC.MergesReader(task, vocab)
+    seen = MC.MergesVisible(reader, 2)
+    for token in (vocab.claim[0], vocab.node[10], vocab.node["Z"], vocab.found):
+        seen.add(0, token)
+    assert seen.found == {0} and MC.policy_target(reader, seen, []) == (vocab.claim[1],)
+
+
 def test_a_node_written_in_this_step_is_not_read_before_the_next() -> None:
     """Lock-step: a co-worker's node is in the view from the step after it was written, so two workers that
     reach a node in one step both go on past it (both right), and a reference needs the node written before."""

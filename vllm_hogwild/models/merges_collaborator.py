@@ -17,12 +17,17 @@ kinds of token:
 
 The policy it imitates (:func:`policy_target`), for a worker's next token, from what its view shows:
 
-- find mode, once the view shows as many finished entries reaching the goal as the prompt's count: its end of
-  sequence;
 - after a claim: the start; after a node: the next node by its link, or that node's reference when some lane in
   the view has written that node as a node (it goes on past it there: every path through a node goes on the same
   way); after a terminal: ``;`` (``!`` the goal in find mode);
 - between entries: a uniform choice among the starts nobody has claimed in the view, or its end of sequence.
+
+Find mode counts nothing: the workers go on as in all mode, and the group ends when its client cancels it, in the
+step after the entries hold every start the prompt's count names (:func:`vllm_hogwild.tasks.merges.written_finds`,
+read from the texts alone), as the split with cancel's client does. Whether an entry that ends by reference reaches
+the goal is the end of the entry it refers to, which may itself end by reference or be unwritten yet: a chain of
+lookups the phases that asked the model to count (phases 1 to 5) did not teach it, so their groups ended early
+(``docs/user_guide.md``).
 
 The baselines (:mod:`vllm_hogwild.tasks.merges_policy`) write references the same way, a token each.
 
@@ -169,8 +174,6 @@ def policy_target(reader: MergesReader, seen: MergesVisible, own: Sequence[int])
     """The policy's next token for a worker whose view shows ``seen`` and its own tokens ``own``: a token id, or a
     tuple of ids (a uniform choice)."""
     v = reader.vocab
-    if reader.to_find is not None and len(seen.found) >= reader.to_find:
-        return v.eos
     if own and own[-1] not in v.ends:  # inside an entry
         last = own[-1]
         if last in v.index_of_claim:
@@ -189,13 +192,14 @@ def policy_target(reader: MergesReader, seen: MergesVisible, own: Sequence[int])
 def simulate(vocab: MergesVocab, task: M.MergesTask, num_workers: int, rng: random.Random,
              layout: str = "contiguous", max_steps: int = 1200) -> list[list[int]]:
     """One group's lock-step run of the policy, sampled with ``rng``: each worker's output tokens (its end of
-    sequence last). ``isolated``: nobody reads a co-worker."""
+    sequence last; find mode: cut where the client cancels the group). ``isolated``: nobody reads a co-worker."""
     if layout not in ("contiguous", "isolated"):
         raise ValueError("layout: contiguous or isolated")
     reader = MergesReader(task, vocab)
     outputs: list[list[int]] = [[] for _ in range(num_workers)]
     shared = MergesVisible(reader, num_workers)
     own = [MergesVisible(reader, num_workers) for _ in range(num_workers)]
+    everyone = MergesVisible(reader, num_workers)  # every lane: what the cancelling client reads
     for _ in range(max_steps):
         live = [w for w in range(num_workers) if not outputs[w] or outputs[w][-1] != vocab.eos]
         if not live:
@@ -205,6 +209,9 @@ def simulate(vocab: MergesVocab, task: M.MergesTask, num_workers: int, rng: rand
         for w, token in zip(live, chosen):
             outputs[w].append(token)
             views[w].add(w, token)
+            everyone.add(w, token)
+        if reader.to_find is not None and len(everyone.found) >= reader.to_find:
+            break  # find mode: the client cancels the group here
     return outputs
 
 

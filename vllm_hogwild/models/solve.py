@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from vllm_hogwild.tasks import roman
 from vllm_hogwild.models.roman_collaborator import MIN_P, TEMPERATURE
@@ -135,12 +136,65 @@ def links_params(num_workers: int, layout: str, seed: int, max_tokens: int, step
 
 
 def run_links_groups(llm, tasks, num_workers: int, layout: str, seed: int) -> tuple[list, float]:
-    """Links or merges tasks (a merges entry may end at a reference, which the interleaved control's step end
-    takes too)."""
-    from vllm_hogwild.tasks.merges import MergesTask
-
-    step_end = "[;!=]" if tasks and isinstance(tasks[0], MergesTask) else "[;!]"
+    """Links tasks: every group to its end (in find mode the links collaborator ends it at the find)."""
     t0 = time.perf_counter()
-    outs = llm.generate([t.prompt() for t in tasks],
-                        links_params(num_workers, layout, seed, links_budget(tasks), step_end), use_tqdm=False)
+    outs = llm.generate([t.prompt() for t in tasks], links_params(num_workers, layout, seed, links_budget(tasks)),
+                        use_tqdm=False)
     return outs, time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """One group's run as its client saw it: each worker's text and token ids (worker order), and its sequential
+    steps (its longest lane's tokens, end of sequence included; a cancelled group's the step after the last it read,
+    as the split with cancel is counted)."""
+
+    texts: list[str]
+    token_ids: list[list[int]]
+    steps: int
+    cancelled: bool
+
+
+def run_merges_groups(llm, tasks, num_workers: int, layout: str, seed: int,
+                      prefix: str = "merges") -> tuple[list, float]:
+    """Merges tasks, all groups at once through the engine, step by step (a merges entry may end at a reference,
+    which the interleaved control's step end takes too). In find mode the client cancels a group in the step after
+    its texts hold as many starts reaching the goal as the prompt's count
+    (:func:`vllm_hogwild.tasks.merges.written_finds`, the texts alone), as the split with cancel's client does; the
+    model counts nothing. ``(runs, wall seconds)``: a :class:`GroupRun` per task."""
+    from vllm.sampling_params import RequestOutputKind
+
+    from vllm_hogwild.tasks import merges as M
+
+    params = links_params(num_workers, layout, seed, links_budget(tasks), "[;!=]")
+    params.output_kind = RequestOutputKind.CUMULATIVE
+    engine = llm.llm_engine
+    ids = {f"{prefix}-{num_workers}-{layout}-{seed}-{i}": i for i in range(len(tasks))}
+    texts = [[""] * num_workers for _ in tasks]
+    tokens: list[list[list[int]]] = [[[] for _ in range(num_workers)] for _ in tasks]
+    ended: dict[int, bool] = {}  # task -> whether its client cancelled it
+    t0 = time.perf_counter()
+    for request_id, i in ids.items():
+        engine.add_request(request_id, tasks[i].prompt(), params)
+    while engine.has_unfinished_requests():
+        cancel = []
+        for out in engine.step():
+            i = ids[out.request_id]
+            if i in ended:
+                continue
+            for completion in out.outputs:
+                texts[i][completion.index] = completion.text
+                tokens[i][completion.index] = list(completion.token_ids)
+            task = tasks[i]
+            if task.mode == "find" and len(M.written_finds(texts[i], len(task.paths))) >= len(task.answer):
+                ended[i] = not out.finished
+                if not out.finished:
+                    cancel.append(out.request_id)
+            elif out.finished:
+                ended[i] = False
+        if cancel:
+            engine.abort_request(cancel)
+    wall = time.perf_counter() - t0
+    runs = [GroupRun(texts[i], tokens[i], max(map(len, tokens[i])) + int(ended.get(i, False)), ended.get(i, False))
+            for i in range(len(tasks))]
+    return runs, wall

@@ -30,6 +30,8 @@ Modes:
 - **find**: the prompt names the goal, :data:`GOAL` (``Z``), and how many starts reach it (``Find: 3 to Z.``);
   the group is done when every one of them is written (an entry reaching ``Z`` by reference counts). A full
   entry that ends at the goal ends with ``!`` (one that ends elsewhere with ``;``); a reference ends with ``=``.
+  The client ends it there: it cancels the group once the texts hold the prompt's count of starts that say they
+  reach the goal (:func:`written_finds`, the texts alone), as the split with cancel's client cancels its requests.
 
 The merge distribution (:func:`make_task`): a task's starts are "trunks" (their own terminal, lengths drawn as
 :func:`.links.draw_hops` draws them, at least two links) and "mergers" (a path of 1 to 3 new links that runs into
@@ -277,8 +279,8 @@ class MergeEntry:
 @dataclass(frozen=True)
 class Reference:
     """A right reference: ``worker``'s entry for start ``index`` ended at ``node``, which ``from_worker``'s entry
-    for start ``from_index`` (the first that continues past it, in worker order) had written; ``skipped`` links
-    of the shared rest were not written."""
+    for start ``from_index`` (the first that continues past it, in worker order, a finished one first) had
+    written; ``skipped`` links of the shared rest were not written."""
 
     worker: int
     index: int
@@ -307,46 +309,89 @@ def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tu
     return parse_entries(text, _ENTRY, allow_unfinished)
 
 
-def check(task: MergesTask, texts: Sequence[str]) -> MergesScore:
-    """Score the group's texts (one per worker, in worker order) against ``task``: every reference expanded,
-    exactly (module docstring)."""
-    if not isinstance(task, MergesTask):
-        raise ValueError("task: a MergesTask")
+def _check_texts(texts: Sequence[str]) -> None:
     if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
         raise ValueError("texts: a non-empty sequence of strings, one per worker")
     if len(texts) > 64:
         raise ValueError("texts: at most 64 workers")
-    find = task.mode == "find"
+
+
+def _entries(texts: Sequence[str], count: int, find: bool) -> tuple[list[MergeEntry], int]:
+    """Every worker's entries in worker order, and the malformed characters (an entry whose letter is past the
+    ``count`` starts among them)."""
     entries, malformed = [], 0
     for worker, text in enumerate(texts):
         got, bad = parse(text, allow_unfinished=find)
         malformed += bad
         for position, (index, nodes, end) in enumerate(got):
-            if index >= len(task.paths):
+            if index >= count:
                 malformed += len(entry(index, nodes, end)) - 1
                 continue
             entries.append(MergeEntry(worker, index, nodes, end, position))
-    continued = {}  # node -> the first entry (worker order) that writes it and goes on past it
-    for e in entries:
+    return entries, malformed
+
+
+def _continued(entries: Sequence[MergeEntry]) -> dict:
+    """node -> the first entry (worker order) that writes it and goes on past it, a finished one before any the
+    group's end cut off (every path through a node goes on the same way: a finished source is whole)."""
+    continued: dict = {}
+    for e in sorted(entries, key=lambda e: e.end == ""):  # stable: worker order within each kind
         for node in e.nodes[:-1] if e.end in (REFERENCE, "") else e.nodes:
             if isinstance(node, int):
                 continued.setdefault(node, e)
+    return continued
+
+
+def _expanded(e: MergeEntry, continued: dict) -> tuple[tuple, MergeEntry] | None:
+    """The path an entry stands for and the entry it ends in: its nodes, and after a reference the rest as its
+    source goes on (that source's end says whether it is whole: ``""`` where the group's end cut it off); None
+    where a reference leads nowhere. Followed in a loop, each entry once: no recursion, whatever the texts."""
+    nodes, visited = list(e.nodes), {id(e)}
+    while e.end == REFERENCE:
+        e = continued.get(nodes[-1])
+        if e is None or id(e) in visited:
+            return None
+        visited.add(id(e))
+        nodes.extend(e.nodes[e.nodes.index(nodes[-1]) + 1:])
+        if len(nodes) > MAX_PATH:
+            return None
+    return tuple(nodes), e
+
+
+def written_finds(texts: Sequence[str], count: int = MAX_ITEMS) -> set[int]:
+    """Find mode: the starts (indices) whose finished entries in the group's texts say they reach the goal: an
+    entry ended by ``!``, or by a reference whose rest, read through the texts alone, ends in an entry ended by
+    ``!``. This is what a client reads to cancel a group (it knows the prompt's count, nothing of the paths), as
+    the split with cancel's client does; whether the entries are right is :func:`check`'s. ``count``: the
+    task's starts (letters past them are no entry)."""
+    _check_texts(texts)
+    _check_int("count", count, 1, MAX_ITEMS)
+    entries, _ = _entries(texts, count, True)
+    continued = _continued(entries)
+    found = set()
+    for e in entries:
+        if e.end == FOUND:
+            found.add(e.index)
+        elif e.end == REFERENCE:
+            got = _expanded(e, continued)
+            if got is not None and got[1].end == FOUND:
+                found.add(e.index)
+    return found
+
+
+def check(task: MergesTask, texts: Sequence[str]) -> MergesScore:
+    """Score the group's texts (one per worker, in worker order) against ``task``: every reference expanded,
+    exactly (module docstring)."""
+    if not isinstance(task, MergesTask):
+        raise ValueError("task: a MergesTask")
+    _check_texts(texts)
+    find = task.mode == "find"
+    entries, malformed = _entries(texts, len(task.paths), find)
+    continued = _continued(entries)
 
     def expanded(e: MergeEntry) -> tuple[tuple, bool] | None:
-        """The path an entry stands for and whether it is whole: its nodes, and after a reference the rest as
-        its source goes on (not whole where a source was cut off by the group's end); None where a reference
-        leads nowhere. Followed in a loop, each entry once: no recursion, whatever the texts."""
-        nodes, visited = list(e.nodes), {id(e)}
-        while e.end == REFERENCE:
-            e = continued.get(nodes[-1])
-            if e is None or id(e) in visited:
-                return None
-            visited.add(id(e))
-            rest = e.nodes[e.nodes.index(nodes[-1]) + 1:]
-            nodes.extend(rest)
-            if len(nodes) > MAX_PATH:
-                return None
-        return tuple(nodes), e.end != ""
+        got = _expanded(e, continued)
+        return None if got is None else (got[0], got[1].end != "")
 
     wrong, right, references, seen = set(), set(), [], {}
     for e in entries:

@@ -40,8 +40,8 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
     - ``reuse``: a worker whose path's next node some entry in its view has written as a node (it goes on past it
       there) writes that node and :data:`REFERENCE` as one token, ending its entry (the merges collaborator's
       tokens: :mod:`vllm_hogwild.models.merges_collaborator`);
-    - ``cancel`` (find mode): the group ends in the step its last start reaching the goal is written (a client
-      that cancels the rest; without it a worker stops only when its own entries hold every one of them).
+    - ``cancel`` (find mode): the group ends in the step after its last start reaching the goal is written (a
+      client that cancels the rest; without it a worker stops only when its own entries hold every one of them).
 
     A worker with nothing left to take writes its end of sequence."""
     _check_int("num_workers", num_workers, 1, 64)
@@ -75,7 +75,9 @@ def run(task: MergesTask, num_workers: int, assign: str = "claim", reads: str = 
             v = w if reads == "own" else 0
             entry_now = current[w]
             if entry_now is None:
-                index = _next_start(assign, share[w], claimed[v] | taking, len(paths), rng)
+                # "claim" knows what the others free in this step take (the ideal); "sample" does not
+                index = _next_start(assign, share[w], (claimed[v] | taking) if assign == "claim" else claimed[v],
+                                    len(paths), rng)
                 if index is None or (find and not cancel and answer <= written[w]):
                     out.append((EOS, ("eos", None)))
                     continue

@@ -18,7 +18,9 @@ are written. Both runs stream who took which start and whose path each
 reference reuses; the summary sets the group's steps beside one worker's and
 beside a split made in advance (worker i takes starts i, i + N, ..., each
 reusing only its own paths: independent requests cannot read each other),
-with a client that cancels the rest at the last find in ``--mode find``.
+with a client that cancels the rest at the last find in ``--mode find``; there
+the group's client cancels it in the same way, once its texts hold every start
+the prompt's count names (the model counts nothing).
 ``--layout isolated`` runs the control where workers cannot read each other.
 ``--links`` runs the links collaborator on a links task (paths that do not
 merge; ``--mode find`` by default); ``--roman`` the first collaborator (Roman
@@ -207,17 +209,24 @@ def run_merges(llm, task, num_workers: int, layout: str, seed: int) -> dict:
     engine = llm.llm_engine
     board = MergesBoard(num_workers, task)
     t0 = time.perf_counter()
-    engine.add_request(f"demo-merges-{num_workers}-{layout}-{seed}", task.prompt(), params)
-    step, num_tokens = 0, [0] * num_workers
-    while engine.has_unfinished_requests():
+    request_id = f"demo-merges-{num_workers}-{layout}-{seed}"
+    engine.add_request(request_id, task.prompt(), params)
+    step, num_tokens, cancelled = 0, [0] * num_workers, False
+    while engine.has_unfinished_requests() and not cancelled:
         outs = engine.step()
         step += 1
         for out in outs:
             for completion in out.outputs:
                 board.update(step, completion.index, completion.text)
                 num_tokens[completion.index] = len(completion.token_ids)
+            if (task.mode == "find" and not out.finished
+                    and len(merges.written_finds(board.texts, len(task.paths))) >= len(task.answer)):
+                engine.abort_request([request_id])  # the client cancels the group at the last find
+                cancelled = True
+                print(f"  step {step + 1:4d}  the client cancels the group: its texts hold all {len(task.answer)} "
+                      f"starts that reach {merges.GOAL}")
     return {"workers": num_workers, "texts": board.texts, "score": merges.check(task, board.texts),
-            "steps": max(num_tokens), "wall_s": time.perf_counter() - t0}
+            "steps": max(num_tokens) + cancelled, "wall_s": time.perf_counter() - t0}
 
 
 def merges_demo(argv: list[str]) -> None:

@@ -324,9 +324,13 @@ def sample_runs(model: Path, out: Path, groups: int = 256, seed: int = 0, collab
                  for _ in range(groups)]
         for i in range(0, groups, 64):
             chunk = tasks[i:i + 64]
-            outs, _ = solve.run_links_groups(llm, chunk, n, "contiguous", rng.randrange(1 << 31))
-            for task, o in zip(chunk, outs):
-                lanes = [list(c.token_ids) for c in sorted(o.outputs, key=lambda c: c.index)]
+            if collaborator == "merges":  # find mode: cancelled at the find, as the benchmark's client does
+                runs, _ = solve.run_merges_groups(llm, chunk, n, "contiguous", rng.randrange(1 << 31), "sample")
+                lanes_of = [r.token_ids for r in runs]
+            else:
+                outs, _ = solve.run_links_groups(llm, chunk, n, "contiguous", rng.randrange(1 << 31))
+                lanes_of = [[list(c.token_ids) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outs]
+            for task, lanes in zip(chunk, lanes_of):
                 lines.append(json.dumps({**C.run_record(task), "outputs": lanes}))
         print(f"sampled {groups} groups of {n}", flush=True)
     out.write_text("\n".join(lines) + "\n")
