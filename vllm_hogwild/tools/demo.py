@@ -219,7 +219,7 @@ def run_merges(llm, task, num_workers: int, layout: str, seed: int) -> dict:
             for completion in out.outputs:
                 board.update(step, completion.index, completion.text)
                 num_tokens[completion.index] = len(completion.token_ids)
-            if (task.mode == "find" and not out.finished
+            if (task.mode == "find" and not out.finished and not cancelled
                     and len(merges.written_finds(board.texts, len(task.paths))) >= len(task.answer)):
                 engine.abort_request([request_id])  # the client cancels the group at the last find
                 cancelled = True
