@@ -108,6 +108,10 @@ def test_a_client_reads_the_finds_from_the_texts_alone() -> None:
     assert score.correct and {r.from_worker for r in score.references} == {1, 2}
     assert M.written_finds([cut, whole, by_ref, chained]) == {0, 1, 2}
     assert M.written_finds([whole + M.entry(3, (40, 41, "Z"), L.FOUND)]) == {0, 3}  # what it says, right or not
+    # a letter no start has, finished or cut off by the cancel: malformed, never an error
+    late = M.entry(7, (40, 41, "Z"), L.FOUND)
+    assert M.written_finds([whole, late[:-1]], 4) == {0} == M.written_finds([whole + late], 4)
+    assert M.check(task, [whole, by_ref, chained, late[:-1]]).malformed == len(late) - 2
 
 
 def test_sampled_workers_free_in_one_step_may_take_the_same_start() -> None:

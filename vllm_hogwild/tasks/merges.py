@@ -324,8 +324,8 @@ def _entries(texts: Sequence[str], count: int, find: bool) -> tuple[list[MergeEn
         got, bad = parse(text, allow_unfinished=find)
         malformed += bad
         for position, (index, nodes, end) in enumerate(got):
-            if index >= count:
-                malformed += len(entry(index, nodes, end)) - 1
+            if index >= count:  # a letter no start has (finished or, in find mode, cut off): malformed
+                malformed += len(f"{SLOTS[index]}:" + "".join(f" {node}" for node in nodes) + end)
                 continue
             entries.append(MergeEntry(worker, index, nodes, end, position))
     return entries, malformed
