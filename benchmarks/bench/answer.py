@@ -34,6 +34,8 @@ imitation would take. The wall-clock model of
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import random
 import statistics
@@ -46,6 +48,13 @@ from vllm_hogwild.tools import planner
 
 from . import answer_merges
 from .common import steps_against_workers
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("at least 1")
+    return value
 
 
 def add_arguments(parser) -> None:
@@ -68,6 +77,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--parts", type=int, default=4, help="collab: additions per task")
     parser.add_argument("--computed", action="store_true",
                         help="merges: start no engine, only the rows computed from the true costs")
+    parser.add_argument("--sampling-seeds", type=_at_least_one, default=1, metavar="K",
+                        help="merges: run the model's groups with K sampling seeds (--seed, --seed + 1, ...) on the "
+                             "same tasks; its rows are the means, each seed's kept in the JSON")
 
 
 def fixed_split_steps(tokenizer, task: roman.Task, num_workers: int) -> int:

@@ -2,15 +2,17 @@
 costs, and the policy a collaborator would imitate, simulated in lock-step with each of the views.
 
     python -m benchmarks.bench answer --task merges [--mode all|find] [--workers 1 2 4 8] [--tasks 64] [--seed 0]
-        [--model DIR | --computed]
+        [--model DIR | --computed] [--sampling-seeds K]
 
 The merges collaborator (:mod:`vllm_hogwild.models.merges_collaborator`, or ``--model``) runs through the engine
 in three layouts: ``contiguous`` (the group), and the controls ``isolated`` (each worker reads only its own
 lane) and ``interleaved`` (a co-worker's entry is read once it ends: ``;``, ``!`` or a reference). In find mode
 the benchmark is each group's client: it cancels the group in the step after its texts hold the prompt's count of
 finds (:func:`vllm_hogwild.models.solve.run_merges_groups`), in every layout, as the split with cancel's client
-does. ``--computed`` starts no engine. Beside them, computed from the true costs of the same tasks, per N
-(``layout``):
+does. ``--computed`` starts no engine. ``--sampling-seeds K`` runs the model's groups with K sampling seeds on the
+same tasks (one 64-task run's mean steps vary by a few percent with the seed alone): its rows are the means over all
+K runs, and each seed's mean steps and accuracy are kept (``steps_by_seed``, ``accuracy_by_seed``). Beside them,
+computed from the true costs of the same tasks, per N (``layout``):
 
 - ``round-robin split``: worker ``i`` takes starts ``i, i + N, ...`` made in advance; it reuses only its own
   share's paths (an independent request reads its own text); in find mode every share runs to its end;
@@ -55,15 +57,23 @@ def merges_answer(args, llm=None) -> dict:
     lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else ITEMS
     tasks = M.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
     results, per_task = [], {}
+    seeds = range(args.seed, args.seed + getattr(args, "sampling_seeds", 1))
     if llm is not None:
         for layout in (x for x in args.layouts if x in MODEL_LAYOUTS):
             for n in args.workers:
                 if layout != "contiguous" and n == 1:
                     continue  # one worker reads nobody in any layout
-                runs, wall = solve.run_merges_groups(llm, tasks, n, layout, args.seed)
+                by_seed = [solve.run_merges_groups(llm, tasks, n, layout, seed, f"s{seed}") for seed in seeds]
+                runs = [r for seed_runs, _ in by_seed for r in seed_runs]
                 steps = [r.steps for r in runs]
-                row = _scored(layout, n, tasks, [r.texts for r in runs], steps)
-                row["wall_s"] = wall
+                row = _scored(layout, n, tasks * len(seeds), [r.texts for r in runs], steps)
+                row["wall_s"] = sum(wall for _, wall in by_seed)
+                row["tasks"] = len(tasks)
+                if len(seeds) > 1:
+                    row["sampling_seeds"] = list(seeds)
+                    row["steps_by_seed"] = [statistics.mean(r.steps for r in seed_runs) for seed_runs, _ in by_seed]
+                    row["accuracy_by_seed"] = [statistics.mean(M.check(t, r.texts).correct for t, r in
+                                                               zip(tasks, seed_runs)) for seed_runs, _ in by_seed]
                 results.append(row)
                 if layout == "contiguous":
                     per_task[("model", n)] = steps
@@ -141,6 +151,13 @@ def markdown(report: dict) -> str:
              f"a path listed before them, sharing {m['shared_suffix_share']:.0%} of their links on average; "
              f"{m['links_skippable']:.0%} of all links could be skipped. Runs: {report['runs']}.", "",
              head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
+    spread = [r for r in report["results"] if r.get("steps_by_seed")]
+    if spread:
+        lines += ["", f"The model's rows: means over {len(spread[0]['steps_by_seed'])} sampling seeds on the same "
+                      "tasks; one seed's mean steps (accuracy) ranged: " + "; ".join(
+                          f"{r['layout']} N={r['workers']} {min(r['steps_by_seed']):.1f} to "
+                          f"{max(r['steps_by_seed']):.1f} ({min(r['accuracy_by_seed']):.2f} to "
+                          f"{max(r['accuracy_by_seed']):.2f})" for r in spread) + "."]
     fit = report.get("planner")
     if fit and "error" not in fit:
         lines += ["", f"Wall-clock model fitted on {fit['fitted_on']} (per task): p = {fit['parallel']:.3f}, "
