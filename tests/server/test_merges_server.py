@@ -36,8 +36,7 @@ def server(tmp_path_factory):
 @pytest.mark.parametrize("mode", M.MODES)
 def test_four_workers_build_on_each_other_and_beat_the_split_with_cancel(server, mode: str) -> None:
     # find mode: the client cancels a group once its texts hold every start the prompt's count names
-    until = (lambda task: lambda texts: len(M.written_finds(texts, len(task.paths))) >= len(task.answer)
-             ) if mode == "find" else None
+    until = (lambda task: lambda texts: M.find_done(task, texts)) if mode == "find" else None
     runs, steps = three_ways(server, C, TASKS[mode], MAX_TOKENS, until)
     scores = {key: [M.check(task, run[0]) for task, run in zip(TASKS[mode], value)] for key, value in runs.items()}
     cancel = [P.baseline_steps(task, 4, "split + cancel") for task in TASKS[mode]]

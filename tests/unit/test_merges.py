@@ -108,6 +108,8 @@ def test_a_client_reads_the_finds_from_the_texts_alone() -> None:
     assert score.correct and {r.from_worker for r in score.references} == {1, 2}
     assert M.written_finds([cut, whole, by_ref, chained]) == {0, 1, 2}
     assert M.written_finds([whole + M.entry(3, (40, 41, "Z"), L.FOUND)]) == {0, 3}  # what it says, right or not
+    assert M.find_done(task, [whole, by_ref, chained]) and not M.find_done(task, [whole, by_ref])
+    assert not M.find_done(M.MergesTask(task.paths[3:], (0, 1), "all"), [M.entry_for(task, 3)])  # all: never
     # a letter no start has, finished or cut off by the cancel: malformed, never an error
     late = M.entry(7, (40, 41, "Z"), L.FOUND)
     assert M.written_finds([whole, late[:-1]], 4) == {0} == M.written_finds([whole + late], 4)

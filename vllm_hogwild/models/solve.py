@@ -185,8 +185,7 @@ def run_merges_groups(llm, tasks, num_workers: int, layout: str, seed: int,
             for completion in out.outputs:
                 texts[i][completion.index] = completion.text
                 tokens[i][completion.index] = list(completion.token_ids)
-            task = tasks[i]
-            if task.mode == "find" and len(M.written_finds(texts[i], len(task.paths))) >= len(task.answer):
+            if M.find_done(tasks[i], texts[i]):
                 ended[i] = not out.finished
                 if not out.finished:
                     cancel.append(out.request_id)

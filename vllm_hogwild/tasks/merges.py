@@ -379,6 +379,12 @@ def written_finds(texts: Sequence[str], count: int = MAX_ITEMS) -> set[int]:
     return found
 
 
+def find_done(task: MergesTask, texts: Sequence[str]) -> bool:
+    """Find mode: whether the group's texts hold the prompt's count of starts that say they reach the goal
+    (:func:`written_finds`), where its client cancels it; all mode: never."""
+    return task.mode == "find" and len(written_finds(texts, len(task.paths))) >= len(task.answer)
+
+
 def check(task: MergesTask, texts: Sequence[str]) -> MergesScore:
     """Score the group's texts (one per worker, in worker order) against ``task``: every reference expanded,
     exactly (module docstring)."""

@@ -219,8 +219,7 @@ def run_merges(llm, task, num_workers: int, layout: str, seed: int) -> dict:
             for completion in out.outputs:
                 board.update(step, completion.index, completion.text)
                 num_tokens[completion.index] = len(completion.token_ids)
-            if (task.mode == "find" and not out.finished and not cancelled
-                    and len(merges.written_finds(board.texts, len(task.paths))) >= len(task.answer)):
+            if not out.finished and not cancelled and merges.find_done(task, board.texts):
                 engine.abort_request([request_id])  # the client cancels the group at the last find
                 cancelled = True
                 print(f"  step {step + 1:4d}  the client cancels the group: its texts hold all {len(task.answer)} "
