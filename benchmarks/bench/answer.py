@@ -77,6 +77,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--parts", type=int, default=4, help="collab: additions per task")
     parser.add_argument("--computed", action="store_true",
                         help="merges: start no engine, only the rows computed from the true costs")
+    parser.add_argument("--table-repeats", type=int, choices=(1, 2, 3), default=1,
+                        help="links: the prompt lists each link this many times (a longer table, the same paths; "
+                             "each row then counts the errors by kind, and the isolated rows also a vote per start)")
     parser.add_argument("--sampling-seeds", type=_at_least_one, default=1, metavar="K",
                         help="merges: run the model's groups with K sampling seeds (--seed, --seed + 1, ...) on the "
                              "same tasks; its rows are the means, each seed's kept in the JSON")
@@ -129,9 +132,11 @@ def links_answer(llm, args) -> dict:
     from vllm_hogwild.models.links_collaborator import MIN_P as LP, TEMPERATURE as LT
 
     lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else LINKS_ITEMS
-    tasks = L.make_tasks(args.tasks, args.seed, args.mode, lo, hi)
+    repeats = getattr(args, "table_repeats", 1)
+    tasks = L.make_tasks(args.tasks, args.seed, args.mode, lo, hi, repeats)
     results, per_task = run_layouts(args, tasks,
-                                    lambda n, layout: solve.run_links_groups(llm, tasks, n, layout, args.seed), L.check)
+                                    lambda n, layout: solve.run_links_groups(llm, tasks, n, layout, args.seed), L.check,
+                                    None if repeats == 1 else links_errors)
     computed = {"round-robin split": L.round_robin_steps, "split + cancel": L.split_cancel_steps,
                 "ideal policy": L.ideal_steps,
                 "longest-first (true cost)": L.longest_first_steps, "makespan bound": L.makespan_bound}
@@ -152,12 +157,29 @@ def links_answer(llm, args) -> dict:
         r["steps_vs_ideal"] = r["mean_sequential_steps"] / ideal[r["workers"]]
     costs = [c for t in tasks for c in t.costs()]
     report = {"benchmark": "answer", "task": "links", "mode": args.mode, "results": results,
-              "sampling": {"temperature": LT, "min_p": LP}, "items": [lo, hi], "seed": args.seed,
+              "sampling": {"temperature": LT, "min_p": LP}, "items": [lo, hi], "seed": args.seed, "repeats": repeats,
               "item_cost": {"mean": statistics.mean(costs), "cv": statistics.pstdev(costs) / statistics.mean(costs),
                             "min": min(costs), "max": max(costs)}}
     if (1, "contiguous") in per_task and (2, "contiguous") in per_task:
         report["planner"] = planner_check(per_task, args.workers)
     return report
+
+
+def links_errors(tasks, texts, num_workers: int, layout: str) -> dict:
+    """A links row's errors (``--table-repeats`` above 1): every kind summed over the tasks
+    (:func:`vllm_hogwild.tasks.links.error_kinds`), and for the isolated control in all mode the accuracy of a
+    majority vote per start over its workers (:func:`vllm_hogwild.tasks.links.vote`): what a client that sends N
+    requests and votes gets, at the control's own steps."""
+    from vllm_hogwild.tasks import links as L
+
+    kinds = dict.fromkeys(L.ERROR_KINDS, 0)
+    for task, group in zip(tasks, texts):
+        for kind, count in L.error_kinds(task, group).items():
+            kinds[kind] += count
+    extra = {"errors": kinds}
+    if layout == "isolated" and tasks[0].mode == "all":
+        extra["vote_accuracy"] = _share(L.vote(t, g).correct for t, g in zip(tasks, texts))
+    return extra
 
 
 def links_policy_row(tasks, num_workers: int, seed: int) -> dict:
@@ -188,9 +210,10 @@ def policy_row(tasks: list[roman.Task], num_workers: int, seed: int) -> dict:
             "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": None}
 
 
-def run_layouts(args, tasks, run, check) -> tuple[list[dict], dict]:
+def run_layouts(args, tasks, run, check, extra=None) -> tuple[list[dict], dict]:
     """Every ``--layouts`` x ``--workers`` run of ``tasks`` (``run(n, layout)`` -> (outputs, wall s)), each scored
-    by ``check(task, texts)``: the rows, and each run's per-task steps."""
+    by ``check(task, texts)``: the rows (with ``extra(tasks, texts, n, layout)``'s fields), and each run's per-task
+    steps."""
     results, per_task = [], {}
     for layout in args.layouts:
         for n in args.workers:
@@ -203,6 +226,8 @@ def run_layouts(args, tasks, run, check) -> tuple[list[dict], dict]:
             row = {"workers": n, "layout": layout, "tasks": len(tasks), "accuracy": _share(s.correct for s in scores),
                    "mean_sequential_steps": statistics.mean(steps),
                    "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": wall}
+            if extra is not None:
+                row |= extra(tasks, [solve.texts_of(o) for o in outs], n, layout)
             results.append(row)
             print(json.dumps(row), flush=True)
     return results, per_task
@@ -340,6 +365,15 @@ def markdown(report: dict) -> str:
                 f"{_fmt(r['steps_vs_ideal'])}x | {_fmt(r['duplicated_items'])} | "
                 f"{_fmt(r['wall_s'], '.1f')} |" for r in report["results"]]
         lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
+        erred = [r for r in report["results"] if "errors" in r]
+        if erred:  # --table-repeats: the errors by kind, and the isolated control's vote
+            from vllm_hogwild.tasks.links import ERROR_KINDS
+
+            lines += ["", f"Each link listed {report['repeats']} times. Errors by kind, over the tasks:", "",
+                      "| workers | layout | accuracy | vote per start | " + " | ".join(ERROR_KINDS) + " |",
+                      "|---:|---|---:|---:|" + "---:|" * len(ERROR_KINDS)]
+            lines += [f"| {r['workers']} | {r['layout']} | {_fmt(r['accuracy'])} | {_fmt(r.get('vote_accuracy'))} | "
+                      + " | ".join(str(r["errors"][k]) for k in ERROR_KINDS) + " |" for r in erred]
     else:
         head = "| workers | layout | tasks | accuracy | mean sequential steps | steps vs 1 worker | duplicated items | wall s |"
         body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "

@@ -51,6 +51,22 @@ def test_bench_answer_sets_the_runs_beside_every_split(llm, tmp_path, mode: str)
     assert "vs round-robin split" in bench.markdown(report) and "vs split + cancel" in bench.markdown(report)
 
 
+def test_bench_answer_on_a_table_listed_twice_counts_errors_and_votes(llm, tmp_path) -> None:
+    args = bench.build_parser().parse_args(["answer", "--task", "links", "--mode", "all", "--workers", "1", "4",
+                                            "--layouts", "contiguous", "isolated", "--tasks", "3", "--seed", "5",
+                                            "--table-repeats", "2"])
+    report = bench.run(args, llm)
+    runs = [r for r in report["results"] if r["wall_s"] is not None]
+    assert report["repeats"] == 2 and {(r["workers"], r["layout"]) for r in runs} == {
+        (1, "contiguous"), (4, "contiguous"), (4, "isolated")}
+    for r in runs:  # a row is right on every task exactly when it counts no error
+        assert set(r["errors"]) == set(L.ERROR_KINDS)
+        assert (r["accuracy"] == 1.0) == (sum(r["errors"].values()) == 0), r
+    isolated = next(r for r in runs if r["layout"] == "isolated")
+    assert 0.0 <= isolated["vote_accuracy"] <= 1.0 and "vote_accuracy" not in runs[0]
+    assert "Each link listed 2 times" in bench.markdown(report)
+
+
 def test_one_worker_is_a_plain_request(llm) -> None:
     from vllm import SamplingParams
 

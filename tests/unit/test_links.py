@@ -97,11 +97,62 @@ def test_the_split_with_cancel_stops_in_the_step_the_find_is_written() -> None:
     assert [L.split_cancel_steps(t, 4) for t in every] == [L.round_robin_steps(t, 4) for t in every]
 
 
+def test_a_table_may_list_each_link_twice_or_three_times_the_paths_unchanged() -> None:
+    for mode in L.MODES:
+        once = L.make_task(14, 7, mode)
+        for repeats in (2, 3):
+            task = L.make_task(14, 7, mode, repeats)
+            assert task.paths == once.paths and task.target == once.target and task.repeats == repeats
+            assert sorted(map(str, task.links)) == sorted(map(str, once.links * repeats))
+            assert L.task_of_prompt(task.prompt()) == task
+            right = "".join(L.entry(i, p, p[-1] == task.target) for i, p in enumerate(task.paths))
+            assert L.check(task, [right]).correct  # the answer is the one-listing task's
+    assert [t.paths for t in L.make_tasks(5, 2, repeats=2)] == [t.paths for t in L.make_tasks(5, 2)]
+    assert once.repeats == 1 and L.make_task(14, 7) == L.make_task(14, 7, "all", 1)
+
+
+def test_error_kinds_name_where_an_entry_leaves_its_path() -> None:
+    task = L.make_task(4, 11, "all")
+    a, b, c, d = task.paths  # b is the long one; node 149 is on no path
+    assert len(b) > 10 and 149 not in {n for p in task.paths for n in p}
+    right = "".join(L.entry(i, p) for i, p in enumerate(task.paths))
+    assert L.error_kinds(task, [right]) == dict.fromkeys(L.ERROR_KINDS, 0)
+    texts = [L.entry(0, b),  # a's letter, b's path: the wrong start
+             L.entry(1, (b[0], b[1], *d[1:])),  # off its path onto d's nodes
+             L.entry(2, (c[0], 149, "A")),  # onto a node on no path
+             L.entry(3, d[:-1] + ("J",)) + "junk"]  # onto a's terminal: another path's; and malformed
+    assert L.error_kinds(task, texts) == {"wrong start": 1, "joins another path": 2, "wrong next node": 1,
+                                          "wrong end": 0, "missing": 0, "malformed": 1}
+    assert L.error_kinds(task, [right.replace("J;", "J!")])["wrong end"] == 1  # all mode: nothing is the find
+    assert L.error_kinds(task, [right + L.entry(5, (1, "B"))])["malformed"] == 1  # a letter no start has
+    assert L.error_kinds(task, [L.entry(1, b)])["missing"] == 3
+
+
+def test_the_vote_takes_each_starts_most_written_path_and_a_tie_answers_nothing() -> None:
+    task = L.make_task(3, 4, "all")
+    right = "".join(L.entry(i, p) for i, p in enumerate(task.paths))
+    wrong_a = right.replace(L.entry(0, task.paths[0]), L.entry(0, task.paths[1]))
+    assert L.vote(task, [right, right, wrong_a]).correct
+    tie = L.vote(task, [right, wrong_a])
+    assert not tie.correct and tie.ties == 1 and tie.answers[0] is None and tie.wrong == (task.paths[0][0],)
+    assert not L.vote(task, [wrong_a, wrong_a, right]).correct
+    twice = right + L.entry(0, task.paths[1])  # a worker's first entry for a start is its vote
+    assert L.vote(task, [twice, wrong_a, right]).correct
+    assert L.vote(task, [""]).answers == (None, None, None)
+    with pytest.raises(ValueError, match="^task"):
+        L.vote(L.make_task(3, 4, "find"), [right])
+
+
 @pytest.mark.parametrize("call, field", [
     (lambda: L.make_task(0, 1), "num_items"),
     (lambda: L.make_task(3, 1, "some"), "mode"),
     (lambda: L.make_task(True, 1), "num_items"),
     (lambda: L.make_tasks(2, 1, min_items=5, max_items=4), "max_items"),
+    (lambda: L.make_task(3, 1, "all", 4), "repeats"),
+    (lambda: L.make_tasks(2, 1, repeats=0), "repeats"),
+    (lambda: L.LinksTask(((1, 2, "A"),), (0, 1, 0)), "link_order"),  # a link listed more often than another
+    (lambda: L.task_of_prompt(L.make_task(3, 1).prompt().replace("Links:", "Links:\n" + "{}>{}".format(
+        *L.make_task(3, 1).links[0]))), "prompt"),  # one link listed twice, the others once
     (lambda: L.LinksTask(((1, 2, "A"),), (0, 1), "find"), "target"),
     (lambda: L.LinksTask(((1, 2, "A"), (3, "Z")), (0, 1, 2), "find", "A"), "target"),  # the goal is Z
     (lambda: L.LinksTask(((1, 2, "A"), (3, "Z")), (0, 1, 2)), "paths"),  # all mode: nobody's goal

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -50,6 +51,7 @@ SLOTS = "abcdefghijklmnopqrstuvwxyz"  # the starts' letters, in the list's order
 MAX_HOPS = 30  # links on one path
 MAX_TOTAL_HOPS = 140  # a task's paths together (its starts and inner nodes, one per link, must fit MAX_NODE)
 MODES = ("all", "find")
+MAX_REPEATS = 3  # times the prompt may list each link (a longer table that says nothing more: see make_task)
 LINKS_HEAD, STARTS_HEAD, FIND_HEAD, PATHS_HEAD = "Links:", "Starts:", "Find:", "Paths:"
 PATH_END, FOUND, LINK = ";", "!", ">"
 ITEM_OVERHEAD = 3  # tokens of an entry besides its hops: the claim ("\nb:"), the start (" 12") and the end (";" or "!")
@@ -65,7 +67,8 @@ class LinksTask:
     and (find) the terminal to find."""
 
     paths: tuple[tuple, ...]  # each (start, node, ..., terminal letter)
-    link_order: tuple[int, ...]  # a permutation of the links (in path order) giving the prompt's order
+    link_order: tuple[int, ...]  # the prompt's lines: each link (by its place in path order) once, or each
+    # :attr:`repeats` times (a permutation of the links repeated)
     mode: str = "all"
     target: str | None = None
 
@@ -89,8 +92,10 @@ class LinksTask:
             total += len(path) - 1
         if total > MAX_TOTAL_HOPS:
             raise ValueError(f"paths: at most {MAX_TOTAL_HOPS} links in all")
-        if sorted(self.link_order) != list(range(total)):
-            raise ValueError("link_order: a permutation of the links")
+        repeats, extra = divmod(len(self.link_order), total)
+        if extra or not 1 <= repeats <= MAX_REPEATS or sorted(self.link_order) != sorted(list(range(total)) * repeats):
+            raise ValueError(f"link_order: a permutation of the links, each listed 1 to {MAX_REPEATS} times as often "
+                             "as every other")
         if (self.mode == "find") != (self.target is not None):
             raise ValueError("target: a terminal to find in find mode, none in all mode")
         if self.target is not None and (self.target != GOAL or self.target not in terminals):
@@ -103,8 +108,13 @@ class LinksTask:
         return tuple(path[0] for path in self.paths)
 
     @property
+    def repeats(self) -> int:
+        """How many times the prompt lists each link."""
+        return len(self.link_order) // sum(len(path) - 1 for path in self.paths)
+
+    @property
     def links(self) -> list[tuple]:
-        """Every link in the prompt's order."""
+        """Every line of the prompt's table, in its order (a link :attr:`repeats` times)."""
         ordered = [(a, b) for path in self.paths for a, b in zip(path, path[1:])]
         return [ordered[i] for i in self.link_order]
 
@@ -132,10 +142,14 @@ def draw_hops(rng: random.Random) -> int:
     return min(MAX_HOPS, int(6 + rng.paretovariate(1.2) * 4))
 
 
-def make_task(num_items: int, seed: int, mode: str = "all") -> LinksTask:
-    """A task of ``num_items`` paths drawn with ``seed`` (find mode: the target drawn too)."""
+def make_task(num_items: int, seed: int, mode: str = "all", repeats: int = 1) -> LinksTask:
+    """A task of ``num_items`` paths drawn with ``seed`` (find mode: the target drawn too), its table listing each
+    link ``repeats`` times in a random order. The paths and the answer are those of ``repeats=1`` with the same
+    seed; only the table is longer (twice or three times the lines for the same links: a longer prompt whose
+    lookups the links collaborator gets wrong by chance, see ``docs/user_guide.md``)."""
     _check_int("num_items", num_items, 1, MAX_ITEMS)
     _check_int("seed", seed, -(1 << 63), (1 << 63) - 1)
+    _check_int("repeats", repeats, 1, MAX_REPEATS)
     if mode not in MODES:
         raise ValueError(f"mode: one of {MODES}")
     rng = random.Random(seed)
@@ -155,12 +169,19 @@ def make_task(num_items: int, seed: int, mode: str = "all") -> LinksTask:
     # the goal is the answer's terminal (find) or nobody's (all): swap letters, leaving every draw above as it was
     swap = {target: GOAL, GOAL: target} if target is not None else {GOAL: next(t for t in TERMINALS if t not in ends)}
     paths = [(*p[:-1], swap.get(p[-1], p[-1])) for p in paths]
+    if repeats > 1:  # drawn after everything else: the paths are those of one listing
+        order = list(range(sum(hops))) * repeats
+        rng.shuffle(order)
     return LinksTask(tuple(paths), tuple(order), mode, None if target is None else GOAL)
 
 
-def make_tasks(num_tasks: int, seed: int, mode: str = "all", min_items: int = 16, max_items: int = 20) -> list[LinksTask]:
-    """``num_tasks`` tasks of ``min_items`` to ``max_items`` paths each, all drawn from ``seed``."""
-    return seeded_tasks(make_task, MAX_ITEMS, num_tasks, seed, mode, min_items, max_items)
+def make_tasks(num_tasks: int, seed: int, mode: str = "all", min_items: int = 16, max_items: int = 20,
+               repeats: int = 1) -> list[LinksTask]:
+    """``num_tasks`` tasks of ``min_items`` to ``max_items`` paths each, all drawn from ``seed``, each link listed
+    ``repeats`` times (the tasks' paths are those of ``repeats=1``)."""
+    _check_int("repeats", repeats, 1, MAX_REPEATS)
+    return seeded_tasks(lambda k, s, m: make_task(k, s, m, repeats), MAX_ITEMS, num_tasks, seed, mode, min_items,
+                        max_items)
 
 
 def seeded_tasks(make, most: int, num_tasks: int, seed: int, mode: str, min_items: int, max_items: int) -> list:
@@ -194,9 +215,9 @@ def task_of_prompt(text: str) -> LinksTask:
     links = [tuple(line.split(LINK)) for line in match.group(1).strip("\n").split("\n")]
     succ = {}
     for a, b in links:
-        if int(a) in succ:
+        end = int(b) if b.isdigit() else b
+        if succ.setdefault(int(a), end) != end:
             raise ValueError("prompt: a node with two links")
-        succ[int(a)] = int(b) if b.isdigit() else b
     paths = []
     lettered = re.findall(r" ([a-z])=(\d{1,3}),", match.group(2))
     if "".join(letter for letter, _ in lettered) != SLOTS[:len(lettered)]:
@@ -212,8 +233,10 @@ def task_of_prompt(text: str) -> LinksTask:
     in_path_order = [(a, b) for path in paths for a, b in zip(path, path[1:])]
     position = {link: i for i, link in enumerate(in_path_order)}
     listed = [(int(a), int(b) if b.isdigit() else b) for a, b in links]
-    if len(listed) != len(in_path_order) or set(listed) != set(in_path_order):
+    if set(listed) != set(in_path_order):
         raise ValueError("prompt: links that no start reaches")
+    if len(set(Counter(listed).values())) != 1:
+        raise ValueError("prompt: every link listed as many times as every other")
     target = match.group(3)
     return LinksTask(tuple(paths), tuple(position[link] for link in listed), "find" if target else "all", target)
 
@@ -312,6 +335,78 @@ def check(task: LinksTask, texts: Sequence[str]) -> LinksScore:
     missing = tuple(s for s in task.starts if s not in seen)
     correct = not missing and not wrong and malformed == 0
     return LinksScore(correct, entries, missing, tuple(sorted(wrong)), malformed, duplicated)
+
+
+ERROR_KINDS = ("wrong start", "joins another path", "wrong next node", "wrong end", "missing", "malformed")
+
+
+def error_kinds(task: LinksTask, texts: Sequence[str]) -> dict[str, int]:
+    """What went wrong in a group's texts, by kind (every kind of :data:`ERROR_KINDS`, zero where none): each
+    finished entry whose path is not its start's, by where it first leaves that path (at its start; onto a node
+    or terminal of another path; or onto a node on no path), each right path ended by the wrong mark (``!`` for a
+    path that is not the find, or ``;`` for the find), the starts nobody finished (all mode), and the malformed
+    texts (a worker's text with any malformed character counts once). A group's texts are right exactly when
+    every count is zero."""
+    score = check(task, texts)
+    on_path = {node: i for i, path in enumerate(task.paths) for node in path}
+    kinds = dict.fromkeys(ERROR_KINDS, 0)
+    for e in score.entries:
+        index = task.starts.index(e.start)
+        path = task.paths[index]
+        if e.nodes == path:
+            kinds["wrong end"] += e.found != (task.mode == "find" and path[-1] == task.target)
+            continue
+        k = next((j for j, (a, b) in enumerate(zip(e.nodes, path)) if a != b), min(len(e.nodes), len(path)))
+        if k == 0:
+            kinds["wrong start"] += 1
+        elif k < len(e.nodes) and on_path.get(e.nodes[k], index) != index:
+            kinds["joins another path"] += 1
+        else:
+            kinds["wrong next node"] += 1
+    kinds["missing"] = len(score.missing)
+    for text in texts:  # characters that are no entry, or an entry of a letter no start has
+        got, bad = parse(text, allow_unfinished=task.mode == "find")
+        kinds["malformed"] += bool(bad or any(index >= len(task.paths) for index, _, _ in got))
+    return kinds
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A majority vote per start over workers who did not read each other (all mode)."""
+
+    correct: bool  # every start's voted path is its path
+    answers: tuple  # each start's voted path (the starts' order), or None: no entry, or a tie between paths
+    wrong: tuple[int, ...] = ()  # starts whose vote is a wrong path, a tie, or nothing
+    ties: int = 0
+
+
+def vote(task: LinksTask, texts: Sequence[str]) -> Vote:
+    """Each start's answer is the path most workers' finished entries give it (a worker's first entry for a start
+    counts, once); a tie between the most-written paths gives none. What a client that runs N isolated requests
+    and votes gets, read from their texts."""
+    if not isinstance(task, LinksTask):
+        raise ValueError("task: a LinksTask")
+    if task.mode != "all":
+        raise ValueError("task: a vote is per start, in all mode")
+    if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
+        raise ValueError("texts: a non-empty sequence of strings, one per worker")
+    counts: list[Counter] = [Counter() for _ in task.paths]
+    for text in texts:
+        seen = set()
+        for index, nodes, _ in parse(text)[0]:
+            if index < len(task.paths) and index not in seen:
+                seen.add(index)
+                counts[index][nodes] += 1
+    answers, wrong, ties = [], [], 0
+    for index, count in enumerate(counts):
+        top = count.most_common(2)
+        tie = len(top) == 2 and top[0][1] == top[1][1]
+        ties += tie
+        answer = top[0][0] if top and not tie else None
+        answers.append(answer)
+        if answer != task.paths[index]:
+            wrong.append(task.paths[index][0])
+    return Vote(not wrong, tuple(answers), tuple(wrong), ties)
 
 
 # -- what a split of the work costs, from the true costs (in engine steps: each worker's tokens, its end included)
