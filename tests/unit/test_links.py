@@ -128,6 +128,48 @@ def test_error_kinds_name_where_an_entry_leaves_its_path() -> None:
     assert L.error_kinds(task, [L.entry(1, b)])["missing"] == 3
 
 
+def _check(index: int, path, found: bool = False) -> str:
+    return L.entry(index, path, found).replace(":", L.CHECK, 1)
+
+
+def test_a_check_replaces_its_starts_entries_and_is_scored_by_what_it_did() -> None:
+    task = L.make_task(3, 4, "all")
+    a, b, c = task.paths
+    rest = L.entry(1, b) + L.entry(2, c)
+    wrong_a = (a[0], *b[1:])  # a's start, then b's nodes
+    cases = [  # (texts, group right, the check's kind)
+        ([L.entry(0, wrong_a) + rest, _check(0, a)], True, "corrected"),
+        ([L.entry(0, a) + rest, _check(0, a)], True, "confirmed"),
+        ([L.entry(0, a) + rest, _check(0, wrong_a)], False, "unnecessary"),
+        ([L.entry(0, wrong_a) + rest, _check(0, wrong_a)], False, "missed"),
+        ([L.entry(0, wrong_a) + rest, _check(0, (a[0], *c[1:]))], False, "wrong correction"),
+        ([rest, _check(0, a)], True, "without an entry"),
+    ]
+    for texts, right, kind in cases:
+        score = L.check(task, texts)
+        assert score.correct == right and [k.kind for k in score.checks] == [kind], (texts, score)
+        assert score.checks_by_kind()[kind] == 1 and sum(score.checks_by_kind().values()) == 1
+        assert score.missing == () and len(score.entries) == texts[0].count(":")
+    # two checks that disagree: one of them is wrong
+    assert not L.check(task, [L.entry(0, wrong_a) + rest, _check(0, a), _check(0, wrong_a)]).correct
+    # a check of a letter no start has is malformed; parse (entries only) reads a check as malformed
+    assert L.check(task, [L.entry(0, a) + rest + _check(5, (1, "B"))]).malformed > 0
+    assert L.parse(L.entry(0, a) + _check(1, b))[1] > 0 and L.parse_checked(L.entry(0, a) + _check(1, b))[1] == 0
+    assert [r[3] for r in L.parse_checked(_check(1, b) + L.entry(0, a) + _check(2, c))[0]] == [True, False, True]
+
+
+def test_a_check_in_find_mode_may_report_the_find_and_be_cut_off() -> None:
+    task = L.make_task(4, 2, "find")
+    k = task.answer_index
+    goal = task.paths[k]
+    others = "".join(L.entry(i, p) for i, p in enumerate(task.paths) if i != k)
+    wrong = (goal[0], *next(p for i, p in enumerate(task.paths) if i != k)[1:])
+    score = L.check(task, [others + L.entry(k, wrong), _check(k, goal, True)])
+    assert score.correct and score.found == goal[0] and score.checks[0].kind == "corrected"
+    cut = L.check(task, [L.entry(k, goal, True), _check(0, task.paths[0])[:-3]])  # an unfinished check
+    assert cut.correct and cut.checks == [] and cut.malformed == 0
+
+
 def test_the_vote_takes_each_starts_most_written_path_and_a_tie_answers_nothing() -> None:
     task = L.make_task(3, 4, "all")
     right = "".join(L.entry(i, p) for i, p in enumerate(task.paths))

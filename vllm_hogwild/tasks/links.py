@@ -31,8 +31,10 @@ own; ``Z``, the goal, ends the answer's path in find mode and no path in all mod
 only by following them, and telling the goal needs no comparison of two letters, which a 4-layer model of width
 128 did not learn over long prompts; see ``docs/user_guide.md``); a link is written ``source>end``; each start has a letter (:data:`SLOTS`, in the list's order), written
 ``letter=start,``; the terminal to find is followed by a full stop. Writing ``"\\n{letter}:"`` claims that start;
-the entry goes on with the start and its path. The answer is checked by :func:`check`, exactly; every error in an
-argument is a ``ValueError`` that names the field. Pure: no torch, no vLLM.
+the entry goes on with the start and its path. A worker may also check a co-worker's entry: ``"\n{letter}?"``, then
+that start's path followed again (:data:`CHECK`); a check replaces every entry of its start, whether it confirms
+or corrects them. The answer is checked by :func:`check`, exactly; every error in an argument is a ``ValueError``
+that names the field. Pure: no torch, no vLLM.
 """
 
 from __future__ import annotations
@@ -54,9 +56,12 @@ MODES = ("all", "find")
 MAX_REPEATS = 3  # times the prompt may list each link (a longer table that says nothing more: see make_task)
 LINKS_HEAD, STARTS_HEAD, FIND_HEAD, PATHS_HEAD = "Links:", "Starts:", "Find:", "Paths:"
 PATH_END, FOUND, LINK = ";", "!", ">"
+CHECK = "?"  # "\nb?" in place of "\nb:": the path of b's start followed again, a check of b's entry (see check)
 ITEM_OVERHEAD = 3  # tokens of an entry besides its hops: the claim ("\nb:"), the start (" 12") and the end (";" or "!")
 _ENTRY = re.compile(r"\n([a-z]):((?: (?:\d{1,3}|[A-Z]))+)([;!])")
 _UNFINISHED = re.compile(r"\n[a-z]:(?: (?:\d{1,3}|[A-Z]))*")
+_CHECK = re.compile(r"\n([a-z])\?((?: (?:\d{1,3}|[A-Z]))+)([;!])")
+_UNFINISHED_CHECK = re.compile(r"\n[a-z][:?](?: (?:\d{1,3}|[A-Z]))*")
 _PROMPT = re.compile(
     r"Links:((?:\n\d{1,3}>(?:\d{1,3}|[A-Z]))+)\nStarts:((?: [a-z]=\d{1,3},)+)(?:\nFind: ([A-Z])\.)?\nPaths:$")
 
@@ -268,6 +273,32 @@ class LinksScore:
     # worker's unfinished last entry is not)
     duplicated_items: int = 0  # finished entries beyond the first for a start
     found: int | None = None  # find: the start reported found (the first, by worker order)
+    checks: list["PathCheck"] = field(default_factory=list)  # every finished check, worker by worker
+
+    def checks_by_kind(self) -> dict[str, int]:
+        """How many checks of each kind (:data:`CHECK_KINDS`, zero where none)."""
+        kinds = dict.fromkeys(CHECK_KINDS, 0)
+        for c in self.checks:
+            kinds[c.kind] += 1
+        return kinds
+
+
+CHECK_KINDS = ("confirmed", "missed", "corrected", "unnecessary", "wrong correction", "without an entry")
+
+
+@dataclass(frozen=True)
+class PathCheck:
+    """A finished check (``"\nb? ..."``) and what it did to its start's entries: ``confirmed`` (the path every
+    entry wrote, and right), ``missed`` (the same, wrong), ``corrected`` (a path no entry wrote, right),
+    ``unnecessary`` (a path no entry wrote where every entry was right: it is wrong), ``wrong correction`` (a
+    path no entry wrote, wrong, where an entry was wrong too), ``without an entry`` (no finished entry of its
+    start)."""
+
+    worker: int
+    start: int
+    nodes: tuple
+    found: bool
+    kind: str
 
 
 def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tuple, bool]], int]:
@@ -278,30 +309,59 @@ def parse(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tu
     return [(index, nodes, end == FOUND) for index, nodes, end in entries if end], bad
 
 
-def parse_entries(text: str, entry_re: re.Pattern, allow_unfinished: bool) -> tuple[list[tuple[int, tuple, str]], int]:
+def parse_entries(text: str, entry_re: re.Pattern, allow_unfinished: bool,
+                  checks: list | None = None) -> tuple[list[tuple[int, tuple, str]], int]:
     """The links family's entries in one worker's text: ``(entries, malformed characters)``, each entry ``(index of
     its letter, the nodes written after it, its end as ``entry_re``'s third group matched it)``; an unfinished last
-    entry is malformed unless ``allow_unfinished``, and then given with the end ``""`` (if it has a node)."""
+    entry is malformed unless ``allow_unfinished``, and then given with the end ``""`` (if it has a node). With
+    ``checks`` (a list), checks (:data:`CHECK`) are read too: each is appended to ``checks`` as ``(its place among
+    the entries, index, nodes, end)``, not to the entries; without it they are malformed."""
     if not isinstance(text, str):
         raise ValueError("texts: every text is a string")
     entries, pos, bad = [], 0, 0
+    unfinished = _UNFINISHED if checks is None else _UNFINISHED_CHECK
     while pos < len(text):
         match = entry_re.match(text, pos)
+        into = entries
+        if match is None and checks is not None:
+            match = _CHECK.match(text, pos)
+            into = checks
         if match is None:
             nxt = text.find("\n", pos + 1)
             end = len(text) if nxt < 0 else nxt
-            if allow_unfinished and nxt < 0 and _UNFINISHED.fullmatch(text[pos:]):
+            if allow_unfinished and nxt < 0 and unfinished.fullmatch(text[pos:]):
                 nodes = tuple(int(x) if x.isdigit() else x for x in text[pos + 3:].split())
-                if nodes:
+                if nodes and text[pos + 2] == CHECK:
+                    checks.append((len(entries), SLOTS.index(text[pos + 1]), nodes, ""))
+                elif nodes:
                     entries.append((SLOTS.index(text[pos + 1]), nodes, ""))
             else:
                 bad += len(text[pos:end].strip())
             pos = end
             continue
         nodes = tuple(int(x) if x.isdigit() else x for x in match.group(2).split())
-        entries.append((SLOTS.index(match.group(1)), nodes, match.group(3)))
+        record = (SLOTS.index(match.group(1)), nodes, match.group(3))
+        into.append(record if into is entries else (len(entries), *record))
         pos = match.end()
     return entries, bad
+
+
+def parse_checked(text: str, allow_unfinished: bool = False) -> tuple[list[tuple[int, tuple, bool, bool]], int]:
+    """``(records, malformed characters)``: one worker's finished entries and checks in writing order, each
+    ``(index of its letter, the nodes written after it, found, a check)``."""
+    checks: list = []
+    entries, bad = parse_entries(text, _ENTRY, allow_unfinished, checks)
+    records, at = [], 0
+    for i in range(len(entries) + 1):  # each check before the entry it was written before
+        while at < len(checks) and checks[at][0] <= i:
+            _, c_index, c_nodes, c_end = checks[at]
+            if c_end:
+                records.append((c_index, c_nodes, c_end == FOUND, True))
+            at += 1
+        if i < len(entries) and entries[i][2]:
+            index, nodes, end = entries[i]
+            records.append((index, nodes, end == FOUND, False))
+    return records, bad
 
 
 def check(task: LinksTask, texts: Sequence[str]) -> LinksScore:
@@ -311,30 +371,51 @@ def check(task: LinksTask, texts: Sequence[str]) -> LinksScore:
     if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
         raise ValueError("texts: a non-empty sequence of strings, one per worker")
     find = task.mode == "find"
-    entries, malformed, seen, wrong, found = [], 0, {}, set(), None
+    entries, malformed, records = [], 0, []
     for worker, text in enumerate(texts):
-        got, bad = parse(text, allow_unfinished=find)
+        got, bad = parse_checked(text, allow_unfinished=find)
         malformed += bad
-        for index, nodes, is_find in got:
+        for index, nodes, is_find, is_check in got:
             if index >= len(task.paths):  # a letter no start has
                 malformed += len(entry(index, nodes, is_find)) - 1
                 continue
-            start = task.paths[index][0]
-            entries.append(PathEntry(worker, start, nodes, is_find))
+            records.append((worker, index, nodes, is_find, is_check))
+            if not is_check:
+                entries.append(PathEntry(worker, task.paths[index][0], nodes, is_find))
+    checked = {index for _, index, _, _, is_check in records if is_check}
+    seen, wrong, found, checks = {}, set(), None, []
+    for worker, index, nodes, is_find, is_check in records:
+        start = task.paths[index][0]
+        if not is_check:
             seen[start] = seen.get(start, 0) + 1
-            right = task.paths[index] == nodes
-            if not right or is_find != (find and nodes[-1] == task.target):
-                wrong.add(start)
-            if is_find and found is None:
-                found = start
+        if is_check:
+            checks.append(PathCheck(worker, start, nodes, is_find, _check_kind(task, index, nodes, records)))
+        elif index in checked:
+            continue  # its start's checks answer for it
+        if task.paths[index] != nodes or is_find != (find and nodes[-1] == task.target):
+            wrong.add(start)
+        if is_find and found is None:
+            found = start
     duplicated = sum(c - 1 for c in seen.values())
     if find:
         answer = task.paths[task.answer_index][0]
         correct = found == answer and not wrong and malformed == 0
-        return LinksScore(correct, entries, (), tuple(sorted(wrong)), malformed, duplicated, found)
-    missing = tuple(s for s in task.starts if s not in seen)
+        return LinksScore(correct, entries, (), tuple(sorted(wrong)), malformed, duplicated, found, checks)
+    missing = tuple(s for i, s in enumerate(task.starts) if s not in seen and i not in checked)
     correct = not missing and not wrong and malformed == 0
-    return LinksScore(correct, entries, missing, tuple(sorted(wrong)), malformed, duplicated)
+    return LinksScore(correct, entries, missing, tuple(sorted(wrong)), malformed, duplicated, None, checks)
+
+
+def _check_kind(task: LinksTask, index: int, nodes: tuple, records: list) -> str:
+    written = {n for _, i, n, _, is_check in records if i == index and not is_check}
+    right = nodes == task.paths[index]
+    if not written:
+        return "without an entry"
+    if written == {nodes}:
+        return "confirmed" if right else "missed"
+    if right:
+        return "corrected"
+    return "unnecessary" if written == {task.paths[index]} else "wrong correction"
 
 
 ERROR_KINDS = ("wrong start", "joins another path", "wrong next node", "wrong end", "missing", "malformed")
@@ -345,8 +426,9 @@ def error_kinds(task: LinksTask, texts: Sequence[str]) -> dict[str, int]:
     finished entry whose path is not its start's, by where it first leaves that path (at its start; onto a node
     or terminal of another path; or onto a node on no path), each right path ended by the wrong mark (``!`` for a
     path that is not the find, or ``;`` for the find), the starts nobody finished (all mode), and the malformed
-    texts (a worker's text with any malformed character counts once). A group's texts are right exactly when
-    every count is zero."""
+    texts (a worker's text with any malformed character counts once). The entries are counted before any check
+    replaced them (what the checks did: :meth:`LinksScore.checks_by_kind`); texts without checks are right
+    exactly when every count is zero."""
     score = check(task, texts)
     on_path = {node: i for i, path in enumerate(task.paths) for node in path}
     kinds = dict.fromkeys(ERROR_KINDS, 0)
