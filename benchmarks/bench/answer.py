@@ -165,13 +165,16 @@ def links_answer(llm, args) -> dict:
     return report
 
 
-def links_errors(tasks, texts, num_workers: int, layout: str) -> dict:
+def links_errors(tasks, outs, num_workers: int, layout: str) -> dict:
     """A links row's errors (``--table-repeats`` above 1): every kind summed over the tasks
-    (:func:`vllm_hogwild.tasks.links.error_kinds`), and for the isolated control in all mode the accuracy of a
+    (:func:`vllm_hogwild.tasks.links.error_kinds`); for the isolated control in all mode the accuracy of a
     majority vote per start over its workers (:func:`vllm_hogwild.tasks.links.vote`): what a client that sends N
-    requests and votes gets, at the control's own steps."""
+    requests and votes gets, at the control's own steps; and for the group in all mode the checking policy played
+    on from its runs (:func:`vllm_hogwild.tasks.links.checked_replay`, seeded by the task's place): the accuracy
+    and steps a model that learned to check would reach from them, and what its checks did."""
     from vllm_hogwild.tasks import links as L
 
+    texts = [solve.texts_of(o) for o in outs]
     kinds = dict.fromkeys(L.ERROR_KINDS, 0)
     for task, group in zip(tasks, texts):
         for kind, count in L.error_kinds(task, group).items():
@@ -179,6 +182,19 @@ def links_errors(tasks, texts, num_workers: int, layout: str) -> dict:
     extra = {"errors": kinds}
     if layout == "isolated" and tasks[0].mode == "all":
         extra["vote_accuracy"] = _share(L.vote(t, g).correct for t, g in zip(tasks, texts))
+    if layout == "contiguous" and tasks[0].mode == "all":
+        right, steps, checks, replayed = [], [], dict.fromkeys(L.CHECK_KINDS, 0), 0
+        for i, (task, group, out) in enumerate(zip(tasks, texts, outs)):
+            played = L.checked_replay(task, group, random.Random(i))
+            replayed += played is not None
+            group, own = played or (group, 0)
+            score = L.check(task, group)
+            right.append(score.correct)
+            steps.append(max(own, solve.steps_of(out)))  # a lane the budget cut off is not played on
+            for kind, count in score.checks_by_kind().items():
+                checks[kind] += count
+        extra["checking_policy"] = {"accuracy": _share(right), "mean_sequential_steps": statistics.mean(steps),
+                                    "checks": checks, "replayed_tasks": replayed}
     return extra
 
 
@@ -212,7 +228,7 @@ def policy_row(tasks: list[roman.Task], num_workers: int, seed: int) -> dict:
 
 def run_layouts(args, tasks, run, check, extra=None) -> tuple[list[dict], dict]:
     """Every ``--layouts`` x ``--workers`` run of ``tasks`` (``run(n, layout)`` -> (outputs, wall s)), each scored
-    by ``check(task, texts)``: the rows (with ``extra(tasks, texts, n, layout)``'s fields), and each run's per-task
+    by ``check(task, texts)``: the rows (with ``extra(tasks, outputs, n, layout)``'s fields), and each run's per-task
     steps."""
     results, per_task = [], {}
     for layout in args.layouts:
@@ -227,7 +243,7 @@ def run_layouts(args, tasks, run, check, extra=None) -> tuple[list[dict], dict]:
                    "mean_sequential_steps": statistics.mean(steps),
                    "duplicated_items": statistics.mean(s.duplicated_items for s in scores), "wall_s": wall}
             if extra is not None:
-                row |= extra(tasks, [solve.texts_of(o) for o in outs], n, layout)
+                row |= extra(tasks, outs, n, layout)
             results.append(row)
             print(json.dumps(row), flush=True)
     return results, per_task
@@ -374,6 +390,19 @@ def markdown(report: dict) -> str:
                       "|---:|---|---:|---:|" + "---:|" * len(ERROR_KINDS)]
             lines += [f"| {r['workers']} | {r['layout']} | {_fmt(r['accuracy'])} | {_fmt(r.get('vote_accuracy'))} | "
                       + " | ".join(str(r["errors"][k]) for k in ERROR_KINDS) + " |" for r in erred]
+            played = [r for r in erred if "checking_policy" in r]
+            if played:
+                from vllm_hogwild.tasks.links import CHECK_KINDS
+
+                lines += ["", "The checking policy played on from the group's runs (its checks never wrong):", "",
+                          "| workers | the run: accuracy | steps | played on: accuracy | steps | vs the run | "
+                          + " | ".join(CHECK_KINDS) + " |", "|---:|---:|---:|---:|---:|---:|" + "---:|" * len(CHECK_KINDS)]
+                for r in played:
+                    c = r["checking_policy"]
+                    lines.append(f"| {r['workers']} | {_fmt(r['accuracy'])} | {r['mean_sequential_steps']:.1f} | "
+                                 f"{_fmt(c['accuracy'])} | {c['mean_sequential_steps']:.1f} | "
+                                 f"{c['mean_sequential_steps'] / r['mean_sequential_steps']:.2f}x | "
+                                 + " | ".join(str(c["checks"][k]) for k in CHECK_KINDS) + " |")
     else:
         head = "| workers | layout | tasks | accuracy | mean sequential steps | steps vs 1 worker | duplicated items | wall s |"
         body = [f"| {r['workers']} | {r['layout']} | {r['tasks']} | {_fmt(r['accuracy'])} | "

@@ -64,6 +64,13 @@ def test_bench_answer_on_a_table_listed_twice_counts_errors_and_votes(llm, tmp_p
         assert (r["accuracy"] == 1.0) == (sum(r["errors"].values()) == 0), r
     isolated = next(r for r in runs if r["layout"] == "isolated")
     assert 0.0 <= isolated["vote_accuracy"] <= 1.0 and "vote_accuracy" not in runs[0]
+    for r in runs:  # the checking policy played on from the group's runs: never fewer steps than the run
+        played = r.get("checking_policy")
+        assert (played is not None) == (r["layout"] == "contiguous"), r
+        if played:
+            assert played["mean_sequential_steps"] >= r["mean_sequential_steps"] and played["replayed_tasks"] <= 3
+            assert played["checks"]["unnecessary"] == played["checks"]["missed"] == 0  # its checks are right
+    assert "The checking policy played on" in bench.markdown(report)
     assert "Each link listed 2 times" in bench.markdown(report)
 
 

@@ -377,3 +377,30 @@ def test_the_trainers_command_line_refuses_bad_arguments_naming_them(argv, messa
     with pytest.raises(SystemExit) as exit_:
         T.main(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_checking_policy_played_on_corrects_an_entry_a_reader_can_see_is_wrong() -> None:
+    task = L.make_task(4, 11, "all")
+    a, b, c, d = task.paths  # b is long
+    wrong_a = (a[0], *d[1:])  # a's start, then d's nodes: shares them with d's entry
+    texts = [L.entry(0, wrong_a) + L.entry(2, c), L.entry(1, b), L.entry(3, d)]
+    assert not L.check(task, texts).correct
+    played, steps = L.checked_replay(task, texts, random.Random(0))
+    score = L.check(task, played)
+    assert score.correct and score.checks_by_kind()["corrected"] == 1 and score.checks_by_kind()["confirmed"] == 1
+    for check in score.checks:  # both sides of the shared nodes, each by a worker that did not write it
+        assert {e.worker for e in score.entries if e.start == check.start} == {0 if check.start == a[0] else 2}
+        assert check.worker not in {0 if check.start == a[0] else 2}
+    lengths = [sum(len(n) + 2 for _, n, _ in L.parse(t)[0]) for t in texts]  # a token a node, claim and end
+    assert steps == max(lengths) + 1  # both checks fit while b's long entry is written: no step more
+    right = [L.entry(0, a) + L.entry(2, c) + L.entry(3, d), L.entry(1, b)]  # nothing shared: nothing to check
+    assert L.checked_replay(task, right, random.Random(0)) == (right, len(b) + 2 + 1)
+    # a worker free in the step a co-worker claims c has not read that claim yet: it takes c too
+    played, _ = L.checked_replay(task, [L.entry(0, a) + L.entry(2, c), L.entry(1, b), L.entry(3, d)], random.Random(0))
+    assert played[2].endswith(L.entry(2, c)) and L.check(task, played).duplicated_items == 1
+    # a start nobody wrote is claimed and written; a malformed text gives no replay
+    played, _ = L.checked_replay(task, [L.entry(0, a), L.entry(1, b)], random.Random(0))
+    assert L.check(task, played).correct and L.check(task, played).checks == []
+    assert L.checked_replay(task, ["junk"], random.Random(0)) is None
+    with pytest.raises(ValueError, match="^task"):
+        L.checked_replay(L.make_task(3, 1, "find"), [""], random.Random(0))

@@ -491,6 +491,62 @@ def vote(task: LinksTask, texts: Sequence[str]) -> Vote:
     return Vote(not wrong, tuple(answers), tuple(wrong), ties)
 
 
+def checked_replay(task: LinksTask, texts: Sequence[str], rng: random.Random) -> tuple[list[str], int] | None:
+    """The checking policy played on from a group's run (all mode): ``(texts, sequential steps)``, or None where
+    a text is malformed (its steps are not known from it).
+
+    Each worker's text is its run as written, a token a node (its claim, the start and the path, the end), and
+    where it ended the policy goes on in its place, perfectly, reading what every lane holds (a co-worker's
+    token from the step after it was written): while a start is unclaimed, it claims one (uniformly) and writes
+    its path; else it checks a co-worker's finished entry whose path shares a node with another start's finished
+    entry or check (paths never share one, so one of the two is wrong) and that nobody has claimed to check
+    (uniformly among them): ``"\\nb?"`` and the path followed again, which replaces b's entries (:func:`check`);
+    else it ends. What a model that learned the policy would reach from the same runs, its checks never wrong:
+    the computed bound beside the trained model."""
+    if not isinstance(task, LinksTask) or task.mode != "all":
+        raise ValueError("task: a LinksTask in all mode")
+    if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
+        raise ValueError("texts: a non-empty sequence of strings, one per worker")
+    done = []  # (first step, last step, index, nodes, worker, a check) of every entry and check
+    free = []
+    for worker, text in enumerate(texts):
+        got, bad = parse(text)
+        if bad or any(index >= len(task.paths) for index, _, _ in got):
+            return None
+        step = 0
+        for index, nodes, _ in got:
+            done.append((step, step + len(nodes) + 1, index, nodes, worker, False))
+            step += len(nodes) + 2
+        free.append(step)
+    added = [""] * len(texts)
+    ended = [None] * len(texts)
+    step = min(free)
+    while any(e is None for e in ended):
+        for w in range(len(texts)):
+            if ended[w] is not None or free[w] != step:
+                continue
+            begun = {d[2] for d in done if d[0] < step}
+            open_starts = [i for i in range(len(task.paths)) if i not in begun]
+            if open_starts:
+                index, is_check = rng.choice(open_starts), False
+            else:
+                finished = [d for d in done if d[1] < step]
+                on = Counter(node for node, _ in {(n, d[2]) for d in finished for n in d[3]})
+                claimed = {d[2] for d in done if d[5] and d[0] < step}
+                suspects = sorted({d[2] for d in finished if not d[5] and d[4] != w and d[2] not in claimed
+                                   and any(on[n] > 1 for n in d[3])})
+                if not suspects:
+                    ended[w] = step + 1  # its end of sequence
+                    continue
+                index, is_check = rng.choice(suspects), True
+            path = task.paths[index]
+            done.append((step, step + len(path) + 1, index, path, w, is_check))  # its claim, path and end
+            added[w] += entry(index, path).replace(":", CHECK, 1) if is_check else entry(index, path)
+            free[w] = step + len(path) + 2
+        step += 1
+    return [text + more for text, more in zip(texts, added)], max(ended)
+
+
 # -- what a split of the work costs, from the true costs (in engine steps: each worker's tokens, its end included)
 
 
