@@ -167,25 +167,26 @@ def links_answer(llm, args) -> dict:
 
 def links_errors(tasks, outs, num_workers: int, layout: str) -> dict:
     """A links row's errors (``--table-repeats`` above 1): every kind summed over the tasks
-    (:func:`vllm_hogwild.tasks.links.error_kinds`); for the isolated control in all mode the accuracy of a
-    majority vote per start over its workers (:func:`vllm_hogwild.tasks.links.vote`): what a client that sends N
+    (:func:`vllm_hogwild.tasks.links_review.error_kinds`); for the isolated control in all mode the accuracy of a
+    majority vote per start over its workers (:func:`vllm_hogwild.tasks.links_review.vote`): what a client that sends N
     requests and votes gets, at the control's own steps; and for the group in all mode the checking policy played
-    on from its runs (:func:`vllm_hogwild.tasks.links.checked_replay`, seeded by the task's place): the accuracy
+    on from its runs (:func:`vllm_hogwild.tasks.links_review.checked_replay`, seeded by the task's place): the accuracy
     and steps a model that learned to check would reach from them, and what its checks did."""
     from vllm_hogwild.tasks import links as L
+    from vllm_hogwild.tasks import links_review as R
 
     texts = [solve.texts_of(o) for o in outs]
-    kinds = dict.fromkeys(L.ERROR_KINDS, 0)
+    kinds = dict.fromkeys(R.ERROR_KINDS, 0)
     for task, group in zip(tasks, texts):
-        for kind, count in L.error_kinds(task, group).items():
+        for kind, count in R.error_kinds(task, group).items():
             kinds[kind] += count
     extra = {"errors": kinds}
     if layout == "isolated" and tasks[0].mode == "all":
-        extra["vote_accuracy"] = _share(L.vote(t, g).correct for t, g in zip(tasks, texts))
+        extra["vote_accuracy"] = _share(R.vote(t, g).correct for t, g in zip(tasks, texts))
     if layout == "contiguous" and tasks[0].mode == "all":
         right, steps, checks, replayed = [], [], dict.fromkeys(L.CHECK_KINDS, 0), 0
         for i, (task, group, out) in enumerate(zip(tasks, texts, outs)):
-            played = L.checked_replay(task, group, random.Random(i))
+            played = R.checked_replay(task, group, random.Random(i))
             replayed += played is not None
             group, own = played or (group, 0)
             score = L.check(task, group)
@@ -383,7 +384,7 @@ def markdown(report: dict) -> str:
         lines = [head, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *body]
         erred = [r for r in report["results"] if "errors" in r]
         if erred:  # --table-repeats: the errors by kind, and the isolated control's vote
-            from vllm_hogwild.tasks.links import ERROR_KINDS
+            from vllm_hogwild.tasks.links_review import ERROR_KINDS
 
             lines += ["", f"Each link listed {report['repeats']} times. Errors by kind, over the tasks:", "",
                       "| workers | layout | accuracy | vote per start | " + " | ".join(ERROR_KINDS) + " |",

@@ -11,6 +11,7 @@ from benchmarks import bench
 from benchmarks.bench import answer as bench_answer
 from tests.integration.conftest import make_llm, shutdown
 from vllm_hogwild.tasks import links as L
+from vllm_hogwild.tasks import links_review as R
 from vllm_hogwild.models import links_collaborator as C
 from vllm_hogwild.models import solve
 
@@ -60,7 +61,7 @@ def test_bench_answer_on_a_table_listed_twice_counts_errors_and_votes(llm, tmp_p
     assert report["repeats"] == 2 and {(r["workers"], r["layout"]) for r in runs} == {
         (1, "contiguous"), (4, "contiguous"), (4, "isolated")}
     for r in runs:  # a row is right on every task exactly when it counts no error
-        assert set(r["errors"]) == set(L.ERROR_KINDS)
+        assert set(r["errors"]) == set(R.ERROR_KINDS)
         assert (r["accuracy"] == 1.0) == (sum(r["errors"].values()) == 0), r
     isolated = next(r for r in runs if r["layout"] == "isolated")
     assert 0.0 <= isolated["vote_accuracy"] <= 1.0 and "vote_accuracy" not in runs[0]

@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from vllm_hogwild.tasks import links as L
+from vllm_hogwild.tasks import links_review as R
 from vllm_hogwild.models import links_collaborator as C
 
 
@@ -116,16 +117,16 @@ def test_error_kinds_name_where_an_entry_leaves_its_path() -> None:
     a, b, c, d = task.paths  # b is the long one; node 149 is on no path
     assert len(b) > 10 and 149 not in {n for p in task.paths for n in p}
     right = "".join(L.entry(i, p) for i, p in enumerate(task.paths))
-    assert L.error_kinds(task, [right]) == dict.fromkeys(L.ERROR_KINDS, 0)
+    assert R.error_kinds(task, [right]) == dict.fromkeys(R.ERROR_KINDS, 0)
     texts = [L.entry(0, b),  # a's letter, b's path: the wrong start
              L.entry(1, (b[0], b[1], *d[1:])),  # off its path onto d's nodes
              L.entry(2, (c[0], 149, "A")),  # onto a node on no path
              L.entry(3, d[:-1] + ("J",)) + "junk"]  # onto a's terminal: another path's; and malformed
-    assert L.error_kinds(task, texts) == {"wrong start": 1, "joins another path": 2, "wrong next node": 1,
+    assert R.error_kinds(task, texts) == {"wrong start": 1, "joins another path": 2, "wrong next node": 1,
                                           "wrong end": 0, "missing": 0, "malformed": 1}
-    assert L.error_kinds(task, [right.replace("J;", "J!")])["wrong end"] == 1  # all mode: nothing is the find
-    assert L.error_kinds(task, [right + L.entry(5, (1, "B"))])["malformed"] == 1  # a letter no start has
-    assert L.error_kinds(task, [L.entry(1, b)])["missing"] == 3
+    assert R.error_kinds(task, [right.replace("J;", "J!")])["wrong end"] == 1  # all mode: nothing is the find
+    assert R.error_kinds(task, [right + L.entry(5, (1, "B"))])["malformed"] == 1  # a letter no start has
+    assert R.error_kinds(task, [L.entry(1, b)])["missing"] == 3
 
 
 def _check(index: int, path, found: bool = False) -> str:
@@ -174,15 +175,15 @@ def test_the_vote_takes_each_starts_most_written_path_and_a_tie_answers_nothing(
     task = L.make_task(3, 4, "all")
     right = "".join(L.entry(i, p) for i, p in enumerate(task.paths))
     wrong_a = right.replace(L.entry(0, task.paths[0]), L.entry(0, task.paths[1]))
-    assert L.vote(task, [right, right, wrong_a]).correct
-    tie = L.vote(task, [right, wrong_a])
+    assert R.vote(task, [right, right, wrong_a]).correct
+    tie = R.vote(task, [right, wrong_a])
     assert not tie.correct and tie.ties == 1 and tie.answers[0] is None and tie.wrong == (task.paths[0][0],)
-    assert not L.vote(task, [wrong_a, wrong_a, right]).correct
+    assert not R.vote(task, [wrong_a, wrong_a, right]).correct
     twice = right + L.entry(0, task.paths[1])  # a worker's first entry for a start is its vote
-    assert L.vote(task, [twice, wrong_a, right]).correct
-    assert L.vote(task, [""]).answers == (None, None, None)
+    assert R.vote(task, [twice, wrong_a, right]).correct
+    assert R.vote(task, [""]).answers == (None, None, None)
     with pytest.raises(ValueError, match="^task"):
-        L.vote(L.make_task(3, 4, "find"), [right])
+        R.vote(L.make_task(3, 4, "find"), [right])
 
 
 @pytest.mark.parametrize("call, field", [
@@ -385,7 +386,7 @@ def test_the_checking_policy_played_on_corrects_an_entry_a_reader_can_see_is_wro
     wrong_a = (a[0], *d[1:])  # a's start, then d's nodes: shares them with d's entry
     texts = [L.entry(0, wrong_a) + L.entry(2, c), L.entry(1, b), L.entry(3, d)]
     assert not L.check(task, texts).correct
-    played, steps = L.checked_replay(task, texts, random.Random(0))
+    played, steps = R.checked_replay(task, texts, random.Random(0))
     score = L.check(task, played)
     assert score.correct and score.checks_by_kind()["corrected"] == 1 and score.checks_by_kind()["confirmed"] == 1
     for check in score.checks:  # both sides of the shared nodes, each by a worker that did not write it
@@ -394,13 +395,13 @@ def test_the_checking_policy_played_on_corrects_an_entry_a_reader_can_see_is_wro
     lengths = [sum(len(n) + 2 for _, n, _ in L.parse(t)[0]) for t in texts]  # a token a node, claim and end
     assert steps == max(lengths) + 1  # both checks fit while b's long entry is written: no step more
     right = [L.entry(0, a) + L.entry(2, c) + L.entry(3, d), L.entry(1, b)]  # nothing shared: nothing to check
-    assert L.checked_replay(task, right, random.Random(0)) == (right, len(b) + 2 + 1)
+    assert R.checked_replay(task, right, random.Random(0)) == (right, len(b) + 2 + 1)
     # a worker free in the step a co-worker claims c has not read that claim yet: it takes c too
-    played, _ = L.checked_replay(task, [L.entry(0, a) + L.entry(2, c), L.entry(1, b), L.entry(3, d)], random.Random(0))
+    played, _ = R.checked_replay(task, [L.entry(0, a) + L.entry(2, c), L.entry(1, b), L.entry(3, d)], random.Random(0))
     assert played[2].endswith(L.entry(2, c)) and L.check(task, played).duplicated_items == 1
     # a start nobody wrote is claimed and written; a malformed text gives no replay
-    played, _ = L.checked_replay(task, [L.entry(0, a), L.entry(1, b)], random.Random(0))
+    played, _ = R.checked_replay(task, [L.entry(0, a), L.entry(1, b)], random.Random(0))
     assert L.check(task, played).correct and L.check(task, played).checks == []
-    assert L.checked_replay(task, ["junk"], random.Random(0)) is None
+    assert R.checked_replay(task, ["junk"], random.Random(0)) is None
     with pytest.raises(ValueError, match="^task"):
-        L.checked_replay(L.make_task(3, 1, "find"), [""], random.Random(0))
+        R.checked_replay(L.make_task(3, 1, "find"), [""], random.Random(0))
