@@ -134,9 +134,13 @@ def links_answer(llm, args) -> dict:
     lo, hi = (args.min_items, args.max_items) if args.min_items != 12 or args.max_items != 24 else LINKS_ITEMS
     repeats = getattr(args, "table_repeats", 1)
     tasks = L.make_tasks(args.tasks, args.seed, args.mode, lo, hi, repeats)
+    errors = None if repeats == 1 else links_errors
     results, per_task = run_layouts(args, tasks,
                                     lambda n, layout: solve.run_links_groups(llm, tasks, n, layout, args.seed), L.check,
-                                    None if repeats == 1 else links_errors)
+                                    errors)
+    checks = solve.check_tokens(llm)  # the checking collaborator's: its groups again with every check barred
+    if checks and "contiguous" in args.layouts:
+        results += checks_barred_rows(args, tasks, llm, checks, errors)
     computed = {"round-robin split": L.round_robin_steps, "split + cancel": L.split_cancel_steps,
                 "ideal policy": L.ideal_steps,
                 "longest-first (true cost)": L.longest_first_steps, "makespan bound": L.makespan_bound}
@@ -155,6 +159,10 @@ def links_answer(llm, args) -> dict:
         r["steps_vs_round_robin"] = r["mean_sequential_steps"] / rr[r["workers"]]
         r["steps_vs_split_cancel"] = r["mean_sequential_steps"] / cancel[r["workers"]]
         r["steps_vs_ideal"] = r["mean_sequential_steps"] / ideal[r["workers"]]
+    barred = {r["workers"]: r["mean_sequential_steps"] for r in results if r["layout"] == CHECKS_BARRED}
+    for r in results:  # the checking collaborator's group against itself with checks barred (1.15x at most: issue)
+        if r["layout"] == "contiguous" and r["workers"] in barred:
+            r["steps_vs_checks_barred"] = r["mean_sequential_steps"] / barred[r["workers"]]
     costs = [c for t in tasks for c in t.costs()]
     report = {"benchmark": "answer", "task": "links", "mode": args.mode, "results": results,
               "sampling": {"temperature": LT, "min_p": LP}, "items": [lo, hi], "seed": args.seed, "repeats": repeats,
@@ -163,6 +171,21 @@ def links_answer(llm, args) -> dict:
     if (1, "contiguous") in per_task and (2, "contiguous") in per_task:
         report["planner"] = planner_check(per_task, args.workers)
     return report
+
+
+CHECKS_BARRED = "contiguous, checks barred"  # the layout name of the checking collaborator's group without checks
+
+
+def checks_barred_rows(args, tasks, llm, checks, errors) -> list[dict]:
+    """The checking collaborator's contiguous groups with its check claims barred (a logit bias of -100 on each
+    ``"\\nb?"``): the same model, tasks and seed, checking turned off; the rows' layout :data:`CHECKS_BARRED`."""
+    from vllm_hogwild.tasks import links as L
+
+    extra = errors and (lambda ts, outs, n, _: errors(ts, outs, n, CHECKS_BARRED))
+    rows = run_layouts(argparse.Namespace(layouts=["contiguous"], workers=args.workers), tasks,
+                       lambda n, _: solve.run_links_groups(llm, tasks, n, "contiguous", args.seed, checks), L.check,
+                       extra)[0]
+    return [row | {"layout": CHECKS_BARRED} for row in rows]
 
 
 def links_errors(tasks, outs, num_workers: int, layout: str) -> dict:
@@ -180,7 +203,10 @@ def links_errors(tasks, outs, num_workers: int, layout: str) -> dict:
     for task, group in zip(tasks, texts):
         for kind, count in R.error_kinds(task, group).items():
             kinds[kind] += count
-    extra = {"errors": kinds}
+    extra = {"errors": kinds, "checks": dict.fromkeys(L.CHECK_KINDS, 0)}
+    for task, group in zip(tasks, texts):  # what the model's own checks did (none unless it writes them)
+        for kind, count in L.check(task, group).checks_by_kind().items():
+            extra["checks"][kind] += count
     if layout == "isolated" and tasks[0].mode == "all":
         extra["vote_accuracy"] = _share(R.vote(t, g).correct for t, g in zip(tasks, texts))
     if layout == "contiguous" and tasks[0].mode == "all":

@@ -1,6 +1,6 @@
 """The checking collaborator's vocabulary and policy (vllm_hogwild/models/checks_collaborator.py): a check claim
 is one token a letter, and the policy, run in lock-step with errors put in, checks a co-worker's entry that
-shares a node and corrects it. No vLLM, no weights (none ship yet)."""
+shares a node and corrects it; the trainer draws its tasks and labels them. No vLLM, no weights."""
 
 from __future__ import annotations
 
@@ -47,3 +47,45 @@ def test_with_errors_the_group_checks_what_shares_a_node_and_is_more_often_right
     find = L.make_task(12, 2, "find")  # find mode checks nothing
     texts = [K.text_of(vocab, o) for o in K.simulate(vocab, find, 4, random.Random(2), error_rate=0.05)]
     assert L.check(find, texts).checks == []
+
+
+def test_training_draws_tables_listed_twice_and_labels_due_checks_with_their_weight() -> None:
+    from vllm_hogwild.training import train_links as T
+
+    vocab, rng = K.ChecksVocab.build(), random.Random(0)
+    due = 0
+    for _ in range(60):
+        task, n = K.draw(rng, 22)
+        assert task.repeats == K.TABLE_REPEATS and n in K.GROUP_SIZES
+        assert K.task_of_run(K.run_record(task)) == task  # a run file's task, its repeats included
+        group, targets = K.labeled_group(vocab, task, n, rng)
+        for row in targets:
+            for target in row:
+                if T._weight(vocab, task, target) == T.CHECK_WEIGHT:
+                    due += 1
+                    assert all(t in vocab.index_of_check for t in target) and task.mode == "all" and n > 1
+    assert due >= 20  # the policy's runs with errors put in hold checks to learn
+
+
+def test_the_trainer_goes_on_from_the_links_collaborator_and_a_check_is_its_letter_plus_a_role(tmp_path) -> None:
+    """A checks folder started from the shipped links folder keeps its layers and every links token's row; a check
+    claim's row is its letter's claim row plus one check role's vector (not the claim's own row)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from vllm_hogwild.models import links_collaborator as LC
+    from vllm_hogwild.training.train_links import train
+
+    links = LC.model_dir()
+    record = train(tmp_path / "k", steps=1, lr=0.0, threads=1, log_every=1, init=links, collaborator="checks")
+    assert record["command"] == K.COMMAND
+    old, new = load_file(links / "model.safetensors"), load_file(tmp_path / "k" / "model.safetensors")
+    assert all(torch.equal(new[k], old[k]) for k in old if "embed" not in k)
+    had, now = LC.build_tokenizer().get_vocab(), K.build_tokenizer().get_vocab()
+    rows_old, rows_new = old["model.embed_tokens.weight"].float(), new["model.embed_tokens.weight"].float()
+    for text in (LC._spelled(" 12"), LC._spelled("\n12>45"), LC._spelled(" c=77"), LC._spelled("\nb:")):
+        assert torch.allclose(rows_new[now[text]], rows_old[had[text]], atol=2e-3), text
+    vocab = K.ChecksVocab.build()
+    gaps = torch.stack([rows_new[vocab.check[i]] - rows_new[vocab.claim[i]] for i in (0, 5, 19)])
+    assert torch.allclose(gaps[0], gaps[1], atol=2e-3) and torch.allclose(gaps[0], gaps[2], atol=2e-3)
+    assert gaps[0].norm() > 0.1

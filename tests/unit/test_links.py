@@ -157,6 +157,17 @@ def test_a_check_replaces_its_starts_entries_and_is_scored_by_what_it_did() -> N
     assert L.check(task, [L.entry(0, a) + rest + _check(5, (1, "B"))]).malformed > 0
     assert L.parse(L.entry(0, a) + _check(1, b))[1] > 0 and L.parse_checked(L.entry(0, a) + _check(1, b))[1] == 0
     assert [r[3] for r in L.parse_checked(_check(1, b) + L.entry(0, a) + _check(2, c))[0]] == [True, False, True]
+    # the errors by kind count the entries a check replaced, and a check is no malformed text (a letter no start has is)
+    kinds = R.error_kinds(task, [L.entry(0, wrong_a) + rest, _check(0, a)])
+    assert kinds["joins another path"] == 1 and kinds["malformed"] == 0
+    assert R.error_kinds(task, [L.entry(0, a) + rest + _check(5, (1, "B"))])["malformed"] == 1
+
+
+def test_checks_barred_is_a_logit_bias_on_each_check_claim() -> None:
+    from vllm_hogwild.models import solve
+
+    params = solve.links_params(4, "contiguous", 0, 64, barred=[7, 9])
+    assert params.logit_bias == {7: -100.0, 9: -100.0} and solve.links_params(4, "contiguous", 0, 64).logit_bias is None
 
 
 def test_a_check_in_find_mode_may_report_the_find_and_be_cut_off() -> None:

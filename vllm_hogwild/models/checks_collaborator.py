@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Sequence
 
 from vllm_hogwild.tasks import links as L
@@ -32,6 +33,10 @@ from vllm_hogwild.models.roman_collaborator import bpe_tokenizer, write_tokenize
 TEMPERATURE, MIN_P = LC.TEMPERATURE, LC.MIN_P
 MAX_TRAIN_ITEMS = LC.MAX_TRAIN_ITEMS
 COMMAND = "python -m vllm_hogwild.training.train_links --collaborator checks"
+MODEL_DIR = Path(__file__).resolve().parent / "checks-collaborator"
+TABLE_REPEATS = 2  # training's tables: every link listed twice (the setting where one worker errs by chance)
+ERROR_RATES = (0.0, 0.003, 0.01, 0.02)  # training's policy runs: the chance a next node is another path's (drawn a batch)
+GROUP_SIZES = (1, 2, 2, 3, 4, 4, 4, 5, 6, 8, 8, 8)  # a single worker checks nothing (only a co-worker's entries)
 
 
 def _check_text(letter: str) -> str:
@@ -47,6 +52,14 @@ def build_tokenizer():
 
 def save_tokenizer(folder) -> None:
     write_tokenizer(folder, build_tokenizer(), max_len=4096, pretty=False)
+
+
+def model_dir() -> Path:
+    """Where the checking collaborator's folder goes once trained (an HF folder vLLM loads as it is)."""
+    return MODEL_DIR
+
+
+_spelled = LC._spelled
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,8 @@ class ChecksVocab(LC.LinksVocab):
     @property
     def tokenizer(self):
         return build_tokenizer()
+
+    roles = LC.LinksVocab.roles + ("check",)  # a check claim "\nb?": its letter's vector plus the check role's
 
     @cached_property
     def index_of_check(self) -> dict[int, int]:
@@ -151,25 +166,18 @@ def simulate(vocab: ChecksVocab, task: L.LinksTask, num_workers: int, rng: rando
     if not 0.0 <= error_rate < 1.0:
         raise ValueError("error_rate: in [0, 1)")
     reader = LC.Reader(task, vocab)
-    outputs: list[list[int]] = [[] for _ in range(num_workers)]
     seen = ChecksVisible(vocab, num_workers)
     others = [[n for j, p in enumerate(task.paths) if j != i for n in p[1:]] for i in range(len(task.paths))]
-    for _ in range(max_steps):
-        live = [w for w in range(num_workers) if not outputs[w] or outputs[w][-1] != vocab.eos]
-        if not live:
-            break
-        chosen = []
-        for w in live:
-            token = LC.sample(policy_target(reader, seen, w, outputs[w]), rng)
-            open_ = seen.open[w]
-            if (error_rate and open_ is not None and open_[1] and token in vocab.node_of
-                    and others[open_[0]] and rng.random() < error_rate):
-                token = vocab.node[rng.choice(others[open_[0]])]
-            chosen.append(token)
-        for w, token in zip(live, chosen):
-            outputs[w].append(token)
-            seen.add(w, token)
-    return outputs
+
+    def choose(w: int, own: list[int]) -> int:
+        token = LC.sample(policy_target(reader, seen, w, own), rng)
+        open_ = seen.open[w]
+        if (error_rate and open_ is not None and open_[1] and token in vocab.node_of
+                and others[open_[0]] and rng.random() < error_rate):
+            token = vocab.node[rng.choice(others[open_[0]])]
+        return token
+
+    return LC.run_lockstep(num_workers, vocab.eos, max_steps, choose, seen.add)
 
 
 def labeled_run(vocab: ChecksVocab, task: L.LinksTask, outputs: Sequence[Sequence[int]]):
@@ -181,3 +189,48 @@ def labeled_run(vocab: ChecksVocab, task: L.LinksTask, outputs: Sequence[Sequenc
 
 def text_of(vocab: ChecksVocab, output: Sequence[int]) -> str:
     return LC.text_of(vocab, output)
+
+
+# -- what the trainer (:mod:`vllm_hogwild.training.train_links`, ``--collaborator checks``) draws -------------------
+
+Vocab = ChecksVocab
+model_config = LC.model_config
+draw_size = LC.draw_size
+task_of_run = LC.task_of_run  # a run file's link order holds its repeats
+
+
+def make_task(num_items: int, seed: int, mode: str) -> L.LinksTask:
+    """A training task: the links task with its table listed :data:`TABLE_REPEATS` times."""
+    return L.make_task(num_items, seed, mode, TABLE_REPEATS)
+
+
+def run_record(task: L.LinksTask) -> dict:
+    return LC.run_record(task) | {"repeats": task.repeats}
+
+
+def draw(rng: random.Random, max_items: int = MAX_TRAIN_ITEMS) -> tuple[L.LinksTask, int]:
+    """A training task and its group size: :func:`draw_size` paths, all mode three times in four (find mode checks
+    nothing), :data:`GROUP_SIZES` workers."""
+    mode = "all" if rng.random() < 0.75 else "find"
+    return make_task(draw_size(rng, max_items), rng.randrange(1 << 62), mode), rng.choice(GROUP_SIZES)
+
+
+def draw_like(rng: random.Random, task: L.LinksTask, max_items: int = MAX_TRAIN_ITEMS) -> L.LinksTask:
+    """Another training task of about ``task``'s size and its mode."""
+    k = max(1, min(max_items, len(task.paths) + rng.randint(-2, 2)))
+    return make_task(k, rng.randrange(1 << 62), task.mode)
+
+
+def labeled_group(vocab: ChecksVocab, task: L.LinksTask, num_workers: int, rng: random.Random):
+    """``(lockstep.TrainingGroup, targets)``: a lock-step run of the policy with errors put in (a chance from
+    :data:`ERROR_RATES`), every token labeled with the policy's target from its view (an error's own token with
+    the node it should have been; what follows an error on its path is the path it joined, as the engine's
+    errors go on)."""
+    outputs = simulate(vocab, task, num_workers, rng, error_rate=rng.choice(ERROR_RATES))
+    return labeled_run(vocab, task, outputs)
+
+
+def check_parts(vocab: ChecksVocab) -> tuple[list[int], list[int]]:
+    """The check claims and their letters (0-based): what training factors their rows by (the letter's vector plus
+    the check role's)."""
+    return [vocab.check[i] for i in range(len(L.SLOTS))], list(range(len(L.SLOTS)))

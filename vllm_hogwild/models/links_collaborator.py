@@ -212,6 +212,26 @@ class Visible:
         return bool(self.finders - {worker})
 
 
+def run_lockstep(num_workers: int, eos: int, max_steps: int, choose, add, done=None) -> list[list[int]]:
+    """A group's lock-step run: each worker's output tokens (its end of sequence last, once it stopped). Each step,
+    every live worker's token is ``choose(worker, its tokens so far)`` (in worker order, from what the views show
+    before the step), then each is written, ``add(worker, token)`` (read from the next step); ``done()``, asked after
+    each step, ends the run early (a client's cancel). The links, merges and checking collaborators' policies run
+    through this one loop."""
+    outputs: list[list[int]] = [[] for _ in range(num_workers)]
+    for _ in range(max_steps):
+        live = [w for w in range(num_workers) if not outputs[w] or outputs[w][-1] != eos]
+        if not live:
+            break
+        chosen = [choose(w, outputs[w]) for w in live]
+        for w, token in zip(live, chosen):  # written this step: read from the next
+            outputs[w].append(token)
+            add(w, token)
+        if done is not None and done():
+            break
+    return outputs
+
+
 def simulate(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: random.Random, layout: str = "contiguous",
              max_steps: int = 600) -> list[list[int]]:
     """One group's lock-step run of the policy, sampled with ``rng``: each worker's output tokens (its end of
@@ -219,21 +239,16 @@ def simulate(vocab: LinksVocab, task: L.LinksTask, num_workers: int, rng: random
     if layout not in ("contiguous", "isolated"):
         raise ValueError("layout: contiguous or isolated")
     reader = Reader(task, vocab)
-    outputs: list[list[int]] = [[] for _ in range(num_workers)]
     shared = Visible(vocab, num_workers)
     own_visible = [Visible(vocab, num_workers) for _ in range(num_workers)]  # isolated: each reads itself only
-    for _ in range(max_steps):
-        live = [w for w in range(num_workers) if not outputs[w] or outputs[w][-1] != vocab.eos]
-        if not live:
-            break
-        chosen = []
-        for w in live:
-            seen = own_visible[w] if layout == "isolated" else shared
-            chosen.append(sample(policy_target(reader, seen.taken, seen.found_by_other(w), outputs[w]), rng))
-        for w, token in zip(live, chosen):  # written this step: read from the next
-            outputs[w].append(token)
-            (own_visible[w] if layout == "isolated" else shared).add(w, token)
-    return outputs
+
+    def view(w: int) -> Visible:
+        return own_visible[w] if layout == "isolated" else shared
+
+    def choose(w: int, own: list[int]) -> int:
+        return sample(policy_target(reader, view(w).taken, view(w).found_by_other(w), own), rng)
+
+    return run_lockstep(num_workers, vocab.eos, max_steps, choose, lambda w, token: view(w).add(w, token))
 
 
 def text_of(vocab: LinksVocab, output: Sequence[int]) -> str:

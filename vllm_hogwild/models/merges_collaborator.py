@@ -196,23 +196,22 @@ def simulate(vocab: MergesVocab, task: M.MergesTask, num_workers: int, rng: rand
     if layout not in ("contiguous", "isolated"):
         raise ValueError("layout: contiguous or isolated")
     reader = MergesReader(task, vocab)
-    outputs: list[list[int]] = [[] for _ in range(num_workers)]
     shared = MergesVisible(reader, num_workers)
     own = [MergesVisible(reader, num_workers) for _ in range(num_workers)]
     everyone = MergesVisible(reader, num_workers)  # every lane: what the cancelling client reads
-    for _ in range(max_steps):
-        live = [w for w in range(num_workers) if not outputs[w] or outputs[w][-1] != vocab.eos]
-        if not live:
-            break
-        views = {w: own[w] if layout == "isolated" else shared for w in live}
-        chosen = [LC.sample(policy_target(reader, views[w], outputs[w]), rng) for w in live]
-        for w, token in zip(live, chosen):
-            outputs[w].append(token)
-            views[w].add(w, token)
-            everyone.add(w, token)
-        if reader.to_find is not None and len(everyone.found) >= reader.to_find:
-            break  # find mode: the client cancels the group here
-    return outputs
+
+    def view(w: int) -> MergesVisible:
+        return own[w] if layout == "isolated" else shared
+
+    def add(w: int, token: int) -> None:
+        view(w).add(w, token)
+        everyone.add(w, token)
+
+    def cancelled() -> bool:  # find mode: the client cancels the group once the texts hold the count's finds
+        return reader.to_find is not None and len(everyone.found) >= reader.to_find
+
+    return LC.run_lockstep(num_workers, vocab.eos, max_steps,
+                           lambda w, mine: LC.sample(policy_target(reader, view(w), mine), rng), add, cancelled)
 
 
 def text_of(vocab: MergesVocab, output: Sequence[int]) -> str:

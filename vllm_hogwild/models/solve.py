@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from vllm_hogwild.tasks import roman
 from vllm_hogwild.models.roman_collaborator import MIN_P, TEMPERATURE
@@ -119,9 +120,11 @@ def links_budget(tasks) -> int:
     return max(sum(t.costs()) for t in tasks) + 2
 
 
-def links_params(num_workers: int, layout: str, seed: int, max_tokens: int, step_end: str = "[;!]"):
+def links_params(num_workers: int, layout: str, seed: int, max_tokens: int, step_end: str = "[;!]",
+                 barred: Sequence[int] = ()):
     """A links group's sampling; ``interleaved`` (a control) reads a co-worker's entry once it is finished (ended
-    by ``step_end``: a merges entry also ends at a reference, ``"[;!=]"``)."""
+    by ``step_end``: a merges entry also ends at a reference, ``"[;!=]"``); ``barred``: token ids no worker may
+    write (a logit bias of -100: the checking collaborator's checks turned off)."""
     from vllm import SamplingParams
 
     from vllm_hogwild.models.links_collaborator import MIN_P as LINKS_MIN_P
@@ -132,15 +135,27 @@ def links_params(num_workers: int, layout: str, seed: int, max_tokens: int, step
         hogwild["step_end"] = step_end
     return SamplingParams(n=num_workers, temperature=LINKS_TEMPERATURE, min_p=LINKS_MIN_P,
                           top_k=1 if layout == "greedy" else 0, seed=seed, max_tokens=max_tokens,
-                          extra_args={"hogwild": hogwild})
+                          logit_bias={t: -100.0 for t in barred} or None, extra_args={"hogwild": hogwild})
 
 
-def run_links_groups(llm, tasks, num_workers: int, layout: str, seed: int) -> tuple[list, float]:
-    """Links tasks: every group to its end (in find mode the links collaborator ends it at the find)."""
+def run_links_groups(llm, tasks, num_workers: int, layout: str, seed: int,
+                     barred: Sequence[int] = ()) -> tuple[list, float]:
+    """Links tasks: every group to its end (in find mode the links collaborator ends it at the find); ``barred``:
+    token ids no worker may write (:func:`links_params`)."""
     t0 = time.perf_counter()
-    outs = llm.generate([t.prompt() for t in tasks], links_params(num_workers, layout, seed, links_budget(tasks)),
-                        use_tqdm=False)
+    params = links_params(num_workers, layout, seed, links_budget(tasks), barred=barred)
+    outs = llm.generate([t.prompt() for t in tasks], params, use_tqdm=False)
     return outs, time.perf_counter() - t0
+
+
+def check_tokens(llm) -> list[int]:
+    """The ids of the check claims (``"\\nb?"``, one token a letter) in the engine's tokenizer: the checking
+    collaborator's; empty for a tokenizer without them (the links collaborator's)."""
+    from vllm_hogwild.tasks import links as L
+
+    tok = llm.get_tokenizer()
+    ids = [tok.encode(f"\n{letter}{L.CHECK}", add_special_tokens=False) for letter in L.SLOTS]
+    return [i[0] for i in ids] if all(len(i) == 1 for i in ids) else []
 
 
 @dataclass(frozen=True)

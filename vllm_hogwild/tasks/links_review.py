@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from vllm_hogwild.tasks.links import CHECK, LinksTask, check, entry, parse
+from vllm_hogwild.tasks.links import CHECK, LinksTask, check, entry, parse, parse_checked
 
 ERROR_KINDS = ("wrong start", "joins another path", "wrong next node", "wrong end", "missing", "malformed")
 
@@ -39,9 +39,9 @@ def error_kinds(task: LinksTask, texts: Sequence[str]) -> dict[str, int]:
         else:
             kinds["wrong next node"] += 1
     kinds["missing"] = len(score.missing)
-    for text in texts:  # characters that are no entry, or an entry of a letter no start has
-        got, bad = parse(text, allow_unfinished=task.mode == "find")
-        kinds["malformed"] += bool(bad or any(index >= len(task.paths) for index, _, _ in got))
+    for text in texts:  # characters that are no entry or check, or one of a letter no start has
+        got, bad = parse_checked(text, allow_unfinished=task.mode == "find")
+        kinds["malformed"] += bool(bad or any(record[0] >= len(task.paths) for record in got))
     return kinds
 
 

@@ -38,13 +38,16 @@ from typing import Sequence
 from vllm_hogwild.tasks import links as L
 from vllm_hogwild.models import links_collaborator as LC
 from vllm_hogwild.models import merges_collaborator as MC
+from vllm_hogwild.models import checks_collaborator as KC
 from vllm_hogwild.models.lockstep import group_logits
+from vllm_hogwild.training.folders import carry_over, export
 from vllm_hogwild.training.presence import PRESENCE_HEAD, presence_loss, presence_tables
 from vllm_hogwild.core.machine import machine
 
-COLLABORATORS = {"links": LC, "merges": MC}  # what --collaborator trains: the module of its vocabulary and policy
+COLLABORATORS = {"links": LC, "merges": MC, "checks": KC}  # what --collaborator trains: the module of its vocabulary and policy
 
 CLAIM_WEIGHT = 4.0  # a claim's loss counts this many times a fixed token's (and its end of sequence, when all are claimed)
+CHECK_WEIGHT = 8.0  # checks: a choice between entries where a check is due (rare: a co-worker's error seen)
 END_WEIGHT, FOUND_WEIGHT = 4.0, 16.0  # find mode: a path's end, ";" or (the terminal to find) "!"
 RUNS_SHARE = 0.5  # with --runs: the share of batches drawn from the engine's sampled runs
 TOKENS_PER_BATCH = 6000  # about: prompts and outputs of a batch's groups together
@@ -64,6 +67,8 @@ def _shared_nodes(task) -> frozenset:
 def _weight(vocab: LC.LinksVocab, task, target, shared: frozenset = frozenset()) -> float:
     if target is None:
         return 0.0
+    if isinstance(target, tuple) and any(t in getattr(vocab, "index_of_check", ()) for t in target):
+        return CHECK_WEIGHT  # checks: which co-worker's entry to check
     if isinstance(target, tuple) or target == vocab.eos or target in getattr(vocab, "node_of_reference", ()):
         return CLAIM_WEIGHT  # a claim, the end, or (merges) a reference: the decisions
     if shared and vocab.node_of.get(target) in shared:
@@ -164,12 +169,18 @@ def _modules():
             self.register_buffer("listed_ids", torch.tensor(listed), persistent=False)
             self.register_buffer("listed_letters", torch.tensor(listed_letters), persistent=False)
             self.register_buffer("listed_nodes", torch.tensor(LC.listed_nodes()), persistent=False)
+            checks, check_letters = KC.check_parts(vocab) if "check" in vocab.roles else ([], [])
+            self.register_buffer("check_ids", torch.tensor(checks, dtype=torch.long), persistent=False)
+            self.register_buffer("check_letters", torch.tensor(check_letters, dtype=torch.long), persistent=False)
 
         def forward(self) -> torch.Tensor:
             claim, start = self.roles_named.index("claim"), self.roles_named.index("start")
             rows = self.table.index_put((self.ids,), self.source[self.sources] + self.end[self.ends])
             rows = rows.index_put((self.role_ids,), self.entity[self.which] + self.role[self.roles])
             rows = rows.index_put((self.claim_ids,), self.letter[self.claim_letters] + self.role[claim])
+            if len(self.check_ids):
+                check = self.roles_named.index("check")
+                rows = rows.index_put((self.check_ids,), self.letter[self.check_letters] + self.role[check])
             return rows.index_put((self.listed_ids,), self.letter[self.listed_letters]
                                   + self.entity[self.listed_nodes] + self.role[start])
 
@@ -264,6 +275,8 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         claim_acc = picked[claims].float().mean().item() if claims.any() else 0.0
         finds = w == FOUND_WEIGHT
         find_acc = picked[finds].float().mean().item() if finds.any() else float("nan")
+        due = w == CHECK_WEIGHT  # checks: where a check is due, one of them chosen
+        check_acc = picked[due].float().mean().item() if due.any() else float("nan")
         refs = (sh[:, 0] == 1) & references[idx[:, 0]]  # merges: where the policy ends a path by reference
         ref_acc = picked[refs].float().mean().item() if refs.any() else float("nan")
         if acc >= GROW_AT and cap[0] < most:
@@ -272,11 +285,12 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         if step % log_every == 0 or step == steps - 1:
             excess = loss.item() - floor.item()
             curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4),
-                          *(None if math.isnan(x) else round(x, 4) for x in (find_acc, ref_acc))])
+                          *(None if math.isnan(x) else round(x, 4) for x in (find_acc, ref_acc)
+                            + ((check_acc,) if "check" in vocab.roles else ()))])
             shown = "" if looked is None else f"presence {looked.item():.3f}  "
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
                   f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
-                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  references {ref_acc:.2f}  {shown}lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
+                  f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  references {ref_acc:.2f}  checks {check_acc:.2f}  {shown}lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
                   flush=True)
     seconds = time.perf_counter() - t0
     export(model, table, config, out, C)
@@ -365,81 +379,6 @@ def _runs_record(runs: Path | Sequence[Path]) -> dict:
     return {"files": names, "share": RUNS_SHARE, "sampled": headers}
 
 
-def carry_over(before, folder: Path, model, table, C=LC) -> None:
-    """Start from a trained folder: its layers; its token rows, token by token by their text (its
-    ``tokenizer.json``: a token it had keeps its row wherever it now is); each link's source and end vectors
-    recovered from its sums (a link row ``S[a] + D[b]``: ``S[a]`` the mean over ``b``, ``D[b]`` the mean over ``a``
-    less the mean of all); each entity's vector its token on a path had; and each role's the mean, over the tokens
-    of that role it had, of their rows less their entity's (a role it had no token for starts at zero). The claim
-    and start roles come from a folder whose claims and starts were tokens of a node (``"\\n12:"``, ``" 12,"``),
-    which this tokenizer no longer has, or from a lettered folder (a letter's vector its claim's row, a listed
-    start's role the mean of its row less its letter's and its node's); letters start fresh otherwise."""
-    import torch
-    from tokenizers import Tokenizer
-
-    state = {k: v for k, v in before.state_dict().items() if not k.startswith(("model.embed_tokens", "lm_head"))}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"model.embed_tokens.weight", "lm_head.weight"}, (missing, unexpected)
-    old = before.get_input_embeddings().weight.detach()
-    had = Tokenizer.from_file(str(Path(folder) / "tokenizer.json")).get_vocab()
-    now = C.build_tokenizer().get_vocab()
-    shared = [(now[text], i) for text, i in had.items() if text in now and i < old.shape[0]]
-    with torch.no_grad():
-        new_ids, old_ids = map(torch.tensor, zip(*shared))
-        table.table[new_ids] = old[old_ids]
-        links = table.table[table.ids].reshape(table.source.shape[0], table.end.shape[0], -1)
-        table.source.copy_(links.mean(1))
-        table.end.copy_(links.mean(0) - links.mean((0, 1)))
-        node = table.roles == 0
-        table.entity[table.which[node]] = table.table[table.role_ids[node]]
-        table.role.zero_()
-        roles = table.roles_named
-        carried = torch.zeros(len(table.role_ids), dtype=torch.bool)
-        carried[[k for k, i in enumerate(table.role_ids.tolist()) if i in set(new_ids.tolist())]] = True
-        for role in roles:  # a role of one token per entity it had: its rows less their entities' (else zero)
-            if role in ("node", "claim", "start"):
-                continue
-            rows = (table.roles == roles.index(role)) & carried
-            if rows.any():
-                table.role[roles.index(role)] = (table.table[table.role_ids[rows]]
-                                                 - table.entity[table.which[rows]]).mean(0)
-        spelled = C._spelled
-        for role, text in (("claim", "\n{}:"), ("start", " {},")):
-            pairs = [(had[spelled(text.format(n))], n - 1) for n in range(1, L.MAX_NODE + 1)
-                     if spelled(text.format(n)) in had]
-            if pairs:
-                rows, which = map(torch.tensor, zip(*pairs))
-                table.role[roles.index(role)] = (old[rows] - table.entity[which]).mean(0)
-        letters = [had.get(spelled(f"\n{letter}:")) for letter in L.SLOTS]
-        if all(i is not None for i in letters):  # a lettered folder: a claim's row is its letter's (claim role 0)
-            table.letter.copy_(old[torch.tensor(letters)])
-            table.role[roles.index("claim")] = 0
-            rows = torch.tensor([had[spelled(f" {letter}={n}")] for letter in L.SLOTS for n in range(1, L.MAX_NODE + 1)])
-            table.role[roles.index("start")] = (old[rows] - table.letter[table.listed_letters]
-                                                  - table.entity[table.listed_nodes]).mean(0)
-
-
-def export(model, table, config, out: Path, C=LC) -> None:
-    """A plain Llama folder: the layers as trained, the embedding the factored table's rows (float16 on disk)."""
-    import torch
-    from transformers import LlamaForCausalLM
-
-    plain = LlamaForCausalLM(config)
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith(("model.embed_tokens", "lm_head"))}
-    missing, unexpected = plain.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"model.embed_tokens.weight", "lm_head.weight"}, (missing, unexpected)
-    with torch.no_grad():
-        plain.model.embed_tokens.weight.copy_(table())
-    plain.tie_weights()
-    out.mkdir(parents=True, exist_ok=True)
-    plain.eval().half().save_pretrained(out, safe_serialization=True)
-    cfg = json.loads((out / "config.json").read_text())
-    cfg["dtype"] = "float32"  # what the engine computes in
-    cfg.pop("torch_dtype", None)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    C.save_tokenizer(out)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="folder to write (default: under the cache)")
@@ -457,9 +396,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="instead of training: let the engine run the --init folder and write its runs to FILE")
     parser.add_argument("--groups", type=int, default=256, help="--sample-runs: tasks per group size")
     parser.add_argument("--collaborator", choices=tuple(COLLABORATORS), default="links",
-                        help="which to train: links (vllm_hogwild/models/links_collaborator.py) or merges "
-                             "(merges_collaborator.py: its tokenizer extends the links one, and --init may be a "
-                             "links folder)")
+                        help="which to train: links (vllm_hogwild/models/links_collaborator.py), merges "
+                             "(merges_collaborator.py) or checks (checks_collaborator.py): the last two's tokenizers "
+                             "extend the links one, and --init may be a links folder")
     parser.add_argument("--presence", type=float, default=0.0, metavar="WEIGHT",
                         help="merges: also train the presence head (PRESENCE_HEAD) to look at a due node's tokens "
                              "in the lanes, its loss this many times the tokens' (default 0: off)")
