@@ -96,5 +96,4 @@ def check_run(name: str) -> None:
     assert code == 0, report[-8000:]
     found = re.search(r"(\d+) passed", report)
     passed = int(found.group(1)) if found else 0
-    assert passed + cpu_skips(report) >= min_passed, report[-3000:]
-    assert passed > 0 or cpu_skips(report) > 0, report[-3000:]
+    assert passed + cpu_skips(report) >= min_passed, report[-3000:]  # every run's fewest is at least 2
