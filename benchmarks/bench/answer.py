@@ -199,13 +199,12 @@ def links_errors(tasks, outs, num_workers: int, layout: str) -> dict:
     from vllm_hogwild.tasks import links_review as R
 
     texts = [solve.texts_of(o) for o in outs]
-    kinds = dict.fromkeys(R.ERROR_KINDS, 0)
-    for task, group in zip(tasks, texts):
-        for kind, count in R.error_kinds(task, group).items():
-            kinds[kind] += count
-    extra = {"errors": kinds, "checks": dict.fromkeys(L.CHECK_KINDS, 0)}
-    for task, group in zip(tasks, texts):  # what the model's own checks did (none unless it writes them)
-        for kind, count in L.check(task, group).checks_by_kind().items():
+    extra = {"errors": dict.fromkeys(R.ERROR_KINDS, 0), "checks": dict.fromkeys(L.CHECK_KINDS, 0)}
+    for task, group in zip(tasks, texts):  # the errors, and what the model's own checks did (none unless it writes them)
+        score = L.check(task, group)
+        for kind, count in R.error_kinds(task, group, score).items():
+            extra["errors"][kind] += count
+        for kind, count in score.checks_by_kind().items():
             extra["checks"][kind] += count
     if layout == "isolated" and tasks[0].mode == "all":
         extra["vote_accuracy"] = _share(R.vote(t, g).correct for t, g in zip(tasks, texts))

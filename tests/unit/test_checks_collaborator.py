@@ -71,20 +71,11 @@ def test_the_trainer_goes_on_from_the_links_collaborator_and_a_check_is_its_lett
     """A checks folder started from the shipped links folder keeps its layers and every links token's row; a check
     claim's row is its letter's claim row plus one check role's vector (not the claim's own row)."""
     import torch
-    from safetensors.torch import load_file
 
-    from vllm_hogwild.models import links_collaborator as LC
-    from vllm_hogwild.training.train_links import train
+    from tests.carry_over import trained_from_links
 
-    links = LC.model_dir()
-    record = train(tmp_path / "k", steps=1, lr=0.0, threads=1, log_every=1, init=links, collaborator="checks")
+    record, rows_new = trained_from_links(tmp_path / "k", "checks", K.build_tokenizer())
     assert record["command"] == K.COMMAND
-    old, new = load_file(links / "model.safetensors"), load_file(tmp_path / "k" / "model.safetensors")
-    assert all(torch.equal(new[k], old[k]) for k in old if "embed" not in k)
-    had, now = LC.build_tokenizer().get_vocab(), K.build_tokenizer().get_vocab()
-    rows_old, rows_new = old["model.embed_tokens.weight"].float(), new["model.embed_tokens.weight"].float()
-    for text in (LC._spelled(" 12"), LC._spelled("\n12>45"), LC._spelled(" c=77"), LC._spelled("\nb:")):
-        assert torch.allclose(rows_new[now[text]], rows_old[had[text]], atol=2e-3), text
     vocab = K.ChecksVocab.build()
     gaps = torch.stack([rows_new[vocab.check[i]] - rows_new[vocab.claim[i]] for i in (0, 5, 19)])
     assert torch.allclose(gaps[0], gaps[1], atol=2e-3) and torch.allclose(gaps[0], gaps[2], atol=2e-3)

@@ -124,6 +124,7 @@ def test_error_kinds_name_where_an_entry_leaves_its_path() -> None:
              L.entry(3, d[:-1] + ("J",)) + "junk"]  # onto a's terminal: another path's; and malformed
     assert R.error_kinds(task, texts) == {"wrong start": 1, "joins another path": 2, "wrong next node": 1,
                                           "wrong end": 0, "missing": 0, "malformed": 1}
+    assert R.error_kinds(task, texts, L.check(task, texts)) == R.error_kinds(task, texts)  # the caller's score
     assert R.error_kinds(task, [right.replace("J;", "J!")])["wrong end"] == 1  # all mode: nothing is the find
     assert R.error_kinds(task, [right + L.entry(5, (1, "B"))])["malformed"] == 1  # a letter no start has
     assert R.error_kinds(task, [L.entry(1, b)])["missing"] == 3

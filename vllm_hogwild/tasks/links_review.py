@@ -9,20 +9,20 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from vllm_hogwild.tasks.links import CHECK, LinksTask, check, entry, parse, parse_checked
+from vllm_hogwild.tasks.links import CHECK, LinksScore, LinksTask, check, entry, parse, parse_checked
 
 ERROR_KINDS = ("wrong start", "joins another path", "wrong next node", "wrong end", "missing", "malformed")
 
 
-def error_kinds(task: LinksTask, texts: Sequence[str]) -> dict[str, int]:
+def error_kinds(task: LinksTask, texts: Sequence[str], score: LinksScore | None = None) -> dict[str, int]:
     """What went wrong in a group's texts, by kind (every kind of :data:`ERROR_KINDS`, zero where none): each
     finished entry whose path is not its start's, by where it first leaves that path (at its start; onto a node
     or terminal of another path; or onto a node on no path), each right path ended by the wrong mark (``!`` for a
     path that is not the find, or ``;`` for the find), the starts nobody finished (all mode), and the malformed
     texts (a worker's text with any malformed character counts once). The entries are counted before any check
     replaced them (what the checks did: :meth:`LinksScore.checks_by_kind`); texts without checks are right
-    exactly when every count is zero."""
-    score = check(task, texts)
+    exactly when every count is zero. ``score``: :func:`check` of the texts, where the caller has it already."""
+    score = score or check(task, texts)
     on_path = {node: i for i, path in enumerate(task.paths) for node in path}
     kinds = dict.fromkeys(ERROR_KINDS, 0)
     for e in score.entries:
