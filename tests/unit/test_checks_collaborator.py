@@ -80,3 +80,46 @@ def test_the_trainer_goes_on_from_the_links_collaborator_and_a_check_is_its_lett
     gaps = torch.stack([rows_new[vocab.check[i]] - rows_new[vocab.claim[i]] for i in (0, 5, 19)])
     assert torch.allclose(gaps[0], gaps[1], atol=2e-3) and torch.allclose(gaps[0], gaps[2], atol=2e-3)
     assert gaps[0].norm() > 0.1
+
+
+def test_the_check_head_is_asked_to_look_at_the_nodes_two_starts_entries_share() -> None:
+    """``shared_node_tokens`` names the nodes of a group's entries that two starts pass through, and the check
+    head's loss is near 0 where a due check's attention is all on those nodes' tokens, large where it is all on the
+    prompt, and 0 in a batch with no check due."""
+    import torch
+
+    from vllm_hogwild.training import train_links as T
+    from vllm_hogwild.training.presence import check_head_loss, shared_node_tokens
+
+    vocab = K.ChecksVocab.build()
+    task = L.make_task(4, 11, "all")
+    a, b = task.paths[:2]
+    tokens = lambda text: vocab.tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
+    joined = (a[0], a[1], *b[2:]) if len(a) > 2 else (a[0], *b[1:])  # a's entry runs onto b's nodes
+    outputs = [tokens(L.entry(0, joined)), tokens(L.entry(1, b))]
+    assert shared_node_tokens(vocab, outputs) == {vocab.node[n] for n in set(joined[1:-1]) & set(b[1:-1])} != set()
+    assert shared_node_tokens(vocab, [tokens(L.entry(0, a)), tokens(L.entry(1, b))]) == set()
+
+    stream = T.batches(vocab, 3, lambda: 22, None, K)
+    for _ in range(200):
+        groups, index, share, weight = next(stream)
+        if (weight == T.CHECK_WEIGHT).any():
+            break
+    else:
+        raise AssertionError("no batch with a check due")
+    n = weight.shape[1]
+    t = max(g.fed(w) for g in groups for w in range(n))
+    p = max(len(g.prompt) for g in groups)
+    from vllm_hogwild.models.lockstep import _batch
+
+    _, lanes, _, _ = _batch(groups, vocab.pad, "cpu")
+    on_shared = torch.zeros(len(groups), n, t, p + n * t)
+    for i, g in enumerate(groups):
+        keys = torch.isin(lanes[i].reshape(-1), torch.tensor(sorted(shared_node_tokens(vocab, g.outputs)) or [-1]))
+        if keys.any():
+            on_shared[i, :, :, p + int(keys.nonzero()[0])] = 1.0
+    on_prompt = torch.zeros_like(on_shared)
+    on_prompt[..., 0] = 1.0
+    assert check_head_loss(on_shared, groups, weight, vocab, vocab.pad, T.CHECK_WEIGHT).item() < 1e-4
+    assert check_head_loss(on_prompt, groups, weight, vocab, vocab.pad, T.CHECK_WEIGHT).item() > 10
+    assert check_head_loss(on_prompt, groups, torch.ones_like(weight), vocab, vocab.pad, T.CHECK_WEIGHT).item() == 0

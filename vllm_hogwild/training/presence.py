@@ -1,5 +1,5 @@
-"""The presence head: what training with ``--presence`` (:mod:`.train_links`, the merges collaborator) asks one
-attention head to look at.
+"""What training asks one attention head to look at: the presence head (``--presence`` of :mod:`.train_links`, the
+merges collaborator) and the check head (``--check-head``, the checking collaborator, at the end of this file).
 
 Whether a path's next node ``n`` is written as a node or as its reference (``" n="``) turns on whether some lane in
 the worker's view has already written ``n``: a lookup of ``n`` among the written tokens. The model decides ``n``
@@ -10,6 +10,11 @@ Trained on the tokens' loss alone, no head of the models tried came to look at t
 0.02 of its attention there). This loss asks one head to: at every token a path's next node is due at, all of its
 attention on that node's tokens in the lanes where the reference is due, and on the prompt's first token where the
 node is due (nobody has written it); the model learns the rest from the tokens' loss.
+
+A check is due (:mod:`vllm_hogwild.models.checks_collaborator`) where a co-worker's finished entry shares a node with
+another start's: the choice of which letter to check turns on a node written twice. Trained on the tokens' loss
+alone, a first checking model chose a due check 0 times in 384 (``docs/user_guide.md``). The check head's loss asks
+one head, at every token where a check is due, to put its attention on the tokens of such shared nodes.
 """
 
 from __future__ import annotations
@@ -67,3 +72,54 @@ def presence_loss(att, groups, index, share, weight, vocab, pad: int, tables=Non
     nll = -torch.where(ref, mass_ref, att[..., 0]).clamp_min(1e-6).log()
     parts = [nll[due & kind].mean() for kind in (ref, ~ref) if (due & kind).any()]
     return sum(parts) / len(parts)  # the two kinds alike: a reference is due far less often than a node
+
+
+# -- checks: the head asked to look at what makes a check due -------------------------------------------------------
+
+# (layer, head): the last layer's first; what it reads at a shared node (the letters of the entries it is in) has
+# three layers below it to be put there
+CHECK_HEAD = (3, 0)
+
+
+def shared_node_tokens(vocab, outputs) -> set[int]:
+    """The node tokens that entries or checks of two starts or more pass through, over one group's ``outputs``
+    (each lane's tokens): paths share no node, so one of those entries is wrong."""
+    starts_of: dict[int, set] = {}
+    for lane in outputs:
+        index = None
+        for token in lane:
+            if token in vocab.index_of_claim:
+                index = vocab.index_of_claim[token]
+            elif token in vocab.index_of_check:
+                index = vocab.index_of_check[token]
+            elif token in (vocab.path_end, vocab.found):
+                index = None
+            elif index is not None and isinstance(vocab.node_of.get(token), int):
+                starts_of.setdefault(token, set()).add(index)
+    return {token for token, starts in starts_of.items() if len(starts) > 1}
+
+
+def check_head_loss(att, groups, weight, vocab, pad: int, due_weight: float):
+    """Checks: the mean, over the tokens where a check is due (``weight == due_weight``), of ``-log`` of the
+    attention the check head gives the lanes' tokens of the nodes two starts' entries pass through
+    (:func:`shared_node_tokens` of the group's run; the prompt's tokens are never those). ``att [B, N, T, P + N *
+    T]``: the head's attention (:func:`.train_links.hidden_of`), laid out as :func:`presence_loss`'s."""
+    import torch
+
+    from vllm_hogwild.models.lockstep import _batch
+
+    b, n, t, x = att.shape
+    due = weight[:, :, 1:t + 1] == due_weight  # the token fed at j predicts token j + 1
+    if due.shape[2] < t:
+        due = torch.nn.functional.pad(due, (0, t - due.shape[2]))
+    if not due.any():
+        return att.sum() * 0.0
+    _, lanes, _, _ = _batch(groups, pad, att.device)
+    lanes = torch.nn.functional.pad(lanes, (0, t - lanes.shape[2]), value=pad).reshape(b, n * t)
+    shared = torch.zeros(b, x, dtype=torch.bool, device=att.device)
+    for i, group in enumerate(groups):
+        tokens = sorted(shared_node_tokens(vocab, group.outputs))
+        if tokens:
+            shared[i, x - n * t:] = torch.isin(lanes[i], torch.tensor(tokens, device=att.device))
+    mass = (att * shared[:, None, None, :]).sum(-1)
+    return -mass[due].clamp_min(1e-6).log().mean()

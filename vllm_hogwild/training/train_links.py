@@ -41,7 +41,7 @@ from vllm_hogwild.models import merges_collaborator as MC
 from vllm_hogwild.models import checks_collaborator as KC
 from vllm_hogwild.models.lockstep import group_logits
 from vllm_hogwild.training.folders import carry_over, export
-from vllm_hogwild.training.presence import PRESENCE_HEAD, presence_loss, presence_tables
+from vllm_hogwild.training.presence import CHECK_HEAD, PRESENCE_HEAD, check_head_loss, presence_loss, presence_tables
 from vllm_hogwild.core.machine import machine
 
 COLLABORATORS = {"links": LC, "merges": MC, "checks": KC}  # what --collaborator trains: the module of its vocabulary and policy
@@ -210,7 +210,8 @@ def hidden_of(model, groups, pad: int, attention: tuple[int, int] | None = None)
 
 def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_layers: int = 4, hidden: int = 128,
           threads: int = 2, log_every: int = 25, init: Path | None = None, first_items: int = FIRST_ITEMS,
-          runs: Path | Sequence[Path] | None = None, collaborator: str = "links", presence: float = 0.0) -> dict:
+          runs: Path | Sequence[Path] | None = None, collaborator: str = "links", presence: float = 0.0,
+          check_head: float = 0.0) -> dict:
     import torch
     from transformers import LlamaForCausalLM
 
@@ -250,6 +251,8 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
     model.train()
     looks = PRESENCE_HEAD if "reference" in vocab.roles and presence else None
     tables = presence_tables(vocab) if looks else None
+    if "check" in vocab.roles and check_head:
+        looks = CHECK_HEAD
     for step in range(steps):
         groups, index, share, weight = next(stream)
         h, *att = hidden_of(model, groups, vocab.pad, looks) if looks else (hidden_of(model, groups, vocab.pad),)
@@ -258,8 +261,12 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         idx, sh, w = index[keep], share[keep], weight[keep]
         nll = -(logp.gather(-1, idx) * sh).sum(-1)
         loss = (nll * w).sum() / w.sum()
-        looked = presence_loss(att[0], groups, index, share, weight, vocab, vocab.pad, tables) if looks else None
-        total = loss if looked is None else loss + presence * looked
+        if looks == CHECK_HEAD and tables is None:
+            looked = check_head_loss(att[0], groups, weight, vocab, vocab.pad, CHECK_WEIGHT)
+            total = loss + check_head * looked
+        else:
+            looked = presence_loss(att[0], groups, index, share, weight, vocab, vocab.pad, tables) if looks else None
+            total = loss if looked is None else loss + presence * looked
         floor = (-(sh * sh.clamp_min(1e-12).log()).sum(-1) * w).sum() / w.sum()
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
@@ -287,7 +294,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
             curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4),
                           *(None if math.isnan(x) else round(x, 4) for x in (find_acc, ref_acc)
                             + ((check_acc,) if "check" in vocab.roles else ()))])
-            shown = "" if looked is None else f"presence {looked.item():.3f}  "
+            shown = "" if looked is None else f"{'presence' if tables is not None else 'check head'} {looked.item():.3f}  "
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
                   f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
                   f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  references {ref_acc:.2f}  checks {check_acc:.2f}  {shown}lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
@@ -299,7 +306,9 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
               "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
                                                           "max_items": most, "grew": grew},
               "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT,
-              "presence": None if not looks else {"head": list(looks), "weight": presence},
+              "presence": None if tables is None else {"head": list(looks), "weight": presence},
+              "check_head": None if looks != CHECK_HEAD or tables is not None else {"head": list(looks),
+                                                                                   "weight": check_head},
               "runs": None if runs is None else _runs_record(runs),
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
@@ -402,11 +411,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--presence", type=float, default=0.0, metavar="WEIGHT",
                         help="merges: also train the presence head (PRESENCE_HEAD) to look at a due node's tokens "
                              "in the lanes, its loss this many times the tokens' (default 0: off)")
+    parser.add_argument("--check-head", type=float, default=0.0, metavar="WEIGHT",
+                        help="checks: also train the check head (CHECK_HEAD) to look, where a check is due, at the "
+                             "tokens of nodes two starts' entries pass through, its loss this many times the tokens' "
+                             "(default 0: off)")
     args = parser.parse_args(argv)
     if args.presence < 0:
         parser.error("--presence: at least 0")
     if args.presence and args.collaborator != "merges":
         parser.error("--presence: of --collaborator merges")
+    if args.check_head < 0:
+        parser.error("--check-head: at least 0")
+    if args.check_head and args.collaborator != "checks":
+        parser.error("--check-head: of --collaborator checks")
     if args.sample_runs is not None:
         if args.init is None:
             parser.error("--sample-runs: needs --init, the folder to run")
@@ -428,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
         out = cache_dir() / f"{args.collaborator}-collaborator-{args.seed}-{args.steps}"
     record = train(out, args.steps, args.lr, args.seed, args.layers, args.hidden, args.threads, init=args.init,
                    first_items=args.first_items, runs=args.runs, collaborator=args.collaborator,
-                   presence=args.presence)
+                   presence=args.presence, check_head=args.check_head)
     print(f"wrote {out} ({record['num_parameters']} parameters, {record['train_seconds']} s)")
 
 
