@@ -49,7 +49,7 @@ def test_with_errors_the_group_checks_what_shares_a_node_and_is_more_often_right
     assert L.check(find, texts).checks == []
 
 
-def test_training_draws_tables_listed_twice_and_labels_due_checks_with_their_weight() -> None:
+def test_training_draws_tables_listed_table_repeats_times_and_labels_due_checks_with_their_weight() -> None:
     from vllm_hogwild.training import train_links as T
 
     vocab, rng = K.ChecksVocab.build(), random.Random(0)

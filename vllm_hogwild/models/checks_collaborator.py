@@ -34,7 +34,7 @@ TEMPERATURE, MIN_P = LC.TEMPERATURE, LC.MIN_P
 MAX_TRAIN_ITEMS = LC.MAX_TRAIN_ITEMS
 COMMAND = "python -m vllm_hogwild.training.train_links --collaborator checks"
 MODEL_DIR = Path(__file__).resolve().parent / "checks-collaborator"
-TABLE_REPEATS = 2  # training's tables: every link listed twice (the setting where one worker errs by chance)
+TABLE_REPEATS = 3  # training's tables: every link listed three times (from the second phase; the first's: twice)
 ERROR_RATES = (0.0, 0.003, 0.01, 0.02)  # training's policy runs: the chance a next node is another path's (drawn a batch)
 GROUP_SIZES = (1, 2, 2, 3, 4, 4, 4, 5, 6, 8, 8, 8)  # a single worker checks nothing (only a co-worker's entries)
 
