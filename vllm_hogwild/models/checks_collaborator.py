@@ -125,16 +125,22 @@ class ChecksVisible:
     def found_by_other(self, worker: int) -> bool:
         return bool(self.finders - {worker})
 
+    def shared_nodes(self) -> set:
+        """The nodes (terminals too) that finished entries or checks of two starts or more pass through: paths
+        share none, so one of those entries is wrong."""
+        starts_of: dict = {}
+        for _, index, nodes, _ in self.finished:
+            for node in nodes:
+                starts_of.setdefault(node, set()).add(index)
+        return {node for node, starts in starts_of.items() if len(starts) > 1}
+
     def checks_due(self, worker: int) -> list[int]:
         """The starts (indices) whose entry the worker would check: a co-worker's finished entry sharing a node with
         another start's finished entry or check, nobody's check claimed."""
-        lanes_of: dict = {}
-        for _, index, nodes, _ in self.finished:
-            for node in nodes:
-                lanes_of.setdefault(node, set()).add(index)
+        shared = self.shared_nodes()
         return sorted({index for lane, index, nodes, is_check in self.finished
                        if not is_check and lane != worker and index not in self.checking
-                       and any(len(lanes_of[n]) > 1 for n in nodes)})
+                       and any(n in shared for n in nodes)})
 
 
 def policy_target(reader: LC.Reader, seen: ChecksVisible, worker: int, own: Sequence[int]) -> int | tuple[int, ...]:

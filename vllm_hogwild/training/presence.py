@@ -82,21 +82,16 @@ CHECK_HEAD = (3, 0)
 
 
 def shared_node_tokens(vocab, outputs) -> set[int]:
-    """The node tokens that entries or checks of two starts or more pass through, over one group's ``outputs``
-    (each lane's tokens): paths share no node, so one of those entries is wrong."""
-    starts_of: dict[int, set] = {}
-    for lane in outputs:
-        index = None
-        for token in lane:
-            if token in vocab.index_of_claim:
-                index = vocab.index_of_claim[token]
-            elif token in vocab.index_of_check:
-                index = vocab.index_of_check[token]
-            elif token in (vocab.path_end, vocab.found):
-                index = None
-            elif index is not None and isinstance(vocab.node_of.get(token), int):
-                starts_of.setdefault(token, set()).add(index)
-    return {token for token, starts in starts_of.items() if len(starts) > 1}
+    """The tokens of the internal nodes that entries or checks of two starts or more pass through, over one
+    group's ``outputs`` (each lane's tokens, an entry the run left open counted as if ended there):
+    :meth:`.checks_collaborator.ChecksVisible.shared_nodes` of the whole run."""
+    from vllm_hogwild.models.checks_collaborator import ChecksVisible
+
+    seen = ChecksVisible(vocab, len(outputs))
+    for worker, lane in enumerate(outputs):
+        for token in (*lane, vocab.path_end):
+            seen.add(worker, token)
+    return {vocab.node[node] for node in seen.shared_nodes() if isinstance(node, int)}
 
 
 def check_head_loss(att, groups, weight, vocab, pad: int, due_weight: float):

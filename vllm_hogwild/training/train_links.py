@@ -249,10 +249,19 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
     references[list(getattr(vocab, "reference", {}).values())] = True
     curve, t0 = [], time.perf_counter()
     model.train()
-    looks = PRESENCE_HEAD if "reference" in vocab.roles and presence else None
-    tables = presence_tables(vocab) if looks else None
-    if "check" in vocab.roles and check_head:
-        looks = CHECK_HEAD
+    # a head asked to look: (layer, head), its name in the log, its loss's weight and the loss
+    looks = None
+    if "reference" in vocab.roles and presence:  # merges: the presence head
+        tables = presence_tables(vocab)
+        looks, name, aux_weight = PRESENCE_HEAD, "presence", presence
+
+        def aux(att, groups, index, share, weight):
+            return presence_loss(att, groups, index, share, weight, vocab, vocab.pad, tables)
+    elif "check" in vocab.roles and check_head:  # checks: the check head
+        looks, name, aux_weight = CHECK_HEAD, "check head", check_head
+
+        def aux(att, groups, index, share, weight):
+            return check_head_loss(att, groups, weight, vocab, vocab.pad, CHECK_WEIGHT)
     for step in range(steps):
         groups, index, share, weight = next(stream)
         h, *att = hidden_of(model, groups, vocab.pad, looks) if looks else (hidden_of(model, groups, vocab.pad),)
@@ -261,12 +270,8 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
         idx, sh, w = index[keep], share[keep], weight[keep]
         nll = -(logp.gather(-1, idx) * sh).sum(-1)
         loss = (nll * w).sum() / w.sum()
-        if looks == CHECK_HEAD and tables is None:
-            looked = check_head_loss(att[0], groups, weight, vocab, vocab.pad, CHECK_WEIGHT)
-            total = loss + check_head * looked
-        else:
-            looked = presence_loss(att[0], groups, index, share, weight, vocab, vocab.pad, tables) if looks else None
-            total = loss if looked is None else loss + presence * looked
+        looked = aux(att[0], groups, index, share, weight) if looks else None
+        total = loss if looked is None else loss + aux_weight * looked
         floor = (-(sh * sh.clamp_min(1e-12).log()).sum(-1) * w).sum() / w.sum()
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
@@ -294,7 +299,7 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
             curve.append([step, round(loss.item(), 5), round(excess, 5), round(acc, 4), round(claim_acc, 4),
                           *(None if math.isnan(x) else round(x, 4) for x in (find_acc, ref_acc)
                             + ((check_acc,) if "check" in vocab.roles else ()))])
-            shown = "" if looked is None else f"{'presence' if tables is not None else 'check head'} {looked.item():.3f}  "
+            shown = "" if looked is None else f"{name} {looked.item():.3f}  "
             print(f"step {step:5d}  workers {groups[0].num_workers}  groups {len(groups):2d}  prompts <= "
                   f"{max(len(g.prompt) for g in groups):3d} tokens  paths <= {cap[0]:2d}  loss {loss.item():.4f}  above the targets' entropy "
                   f"{excess:.4f}  next node right {acc:.3f}  claims free {claim_acc:.3f}  finds {find_acc:.2f}  references {ref_acc:.2f}  checks {check_acc:.2f}  {shown}lr {lr_at(step):.2e}  {time.perf_counter() - t0:6.0f} s",
@@ -306,9 +311,8 @@ def train(out: Path, steps: int = 1500, lr: float = 1e-3, seed: int = 0, num_lay
               "claim_weight": CLAIM_WEIGHT, "curriculum": {"first_items": first_items, "grow_at": GROW_AT,
                                                           "max_items": most, "grew": grew},
               "end_weight": END_WEIGHT, "found_weight": FOUND_WEIGHT,
-              "presence": None if tables is None else {"head": list(looks), "weight": presence},
-              "check_head": None if looks != CHECK_HEAD or tables is not None else {"head": list(looks),
-                                                                                   "weight": check_head},
+              "presence": {"head": list(looks), "weight": aux_weight} if looks == PRESENCE_HEAD else None,
+              "check_head": {"head": list(looks), "weight": aux_weight} if looks == CHECK_HEAD else None,
               "runs": None if runs is None else _runs_record(runs),
               "init": None if init is None else json.loads((Path(init) / "training.json").read_text()),
               "num_parameters": sum(p.numel() for p in model.parameters()), "train_seconds": round(seconds, 1),
